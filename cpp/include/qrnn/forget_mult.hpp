@@ -1,0 +1,66 @@
+// ForgetMult: h[t] = f[t] * x[t] + (1 - f[t]) * h[t-1], h[-1] = h0 (zeros when absent).
+//
+// The convention is the original pytorch-qrnn one (f weights the new candidate x).
+// Every array is addressed as [time][batch][hidden] through element strides, so
+// time-major, batch-first and reversed-in-time layouts all run through one kernel
+// (a reversed view is a negative time stride). No torch, no Python: raw pointers,
+// sizes and strides only; the caller owns (and allocates) every buffer.
+#pragma once
+
+#include <cstdint>
+
+#include "qrnn/dtype.hpp"
+
+namespace qrnn {
+
+// Strided views. `data == nullptr` marks an optional array as absent.
+struct ConstView3 { const void* data = nullptr; int64_t stride_t = 0, stride_b = 0, stride_h = 0; };
+struct View3 { void* data = nullptr; int64_t stride_t = 0, stride_b = 0, stride_h = 0; };
+struct ConstView2 { const void* data = nullptr; int64_t stride_b = 0, stride_h = 0; };
+struct View2 { void* data = nullptr; int64_t stride_b = 0, stride_h = 0; };
+
+struct ForgetMultForwardParams {
+    int64_t seq_len = 0, batch = 0, hidden = 0;
+    DType dtype = DType::float32;     // of f, x and h
+    ConstView3 f, x;
+    ConstView2 h0;                    // optional
+    DType h0_dtype = DType::float32;  // dtype, or float32 when dtype is 16-bit (a float32 carried state)
+    View3 h;                          // output, every element written
+};
+
+struct ForgetMultBackwardParams {
+    int64_t seq_len = 0, batch = 0, hidden = 0;
+    DType dtype = DType::float32;     // of f, x, h, grad_h, grad_f, grad_x
+    ConstView3 f, x;
+    ConstView3 h;                     // the forward output (h[t-1] is needed for grad_f)
+    ConstView2 h0;                    // optional, as in the forward pass
+    DType h0_dtype = DType::float32;  // of h0 and grad_h0
+    ConstView3 grad_h;
+    View3 grad_f, grad_x;             // outputs, every element written
+    View2 grad_h0;                    // optional output
+};
+
+namespace cpu {
+
+// General strided entry points. `num_threads` <= 0 means one thread per hardware core;
+// Python passes torch.get_num_threads(). Invalid sizes, strides or dtypes throw
+// std::invalid_argument.
+QRNN_API void forget_mult_forward(const ForgetMultForwardParams& params, int num_threads = 0);
+QRNN_API void forget_mult_backward(const ForgetMultBackwardParams& params, int num_threads = 0);
+
+// Fixed minimal entry point: contiguous time-major float32 arrays of shape
+// (seq_len, batch, hidden); h0 is (batch, hidden) or nullptr.
+QRNN_API void forget_mult(const float* f, const float* x, const float* h0, float* h,
+                          int64_t seq_len, int64_t batch, int64_t hidden);
+
+// Its backward: grad_f, grad_x (seq_len, batch, hidden) and grad_h0 (batch, hidden,
+// may be nullptr) from grad_h, given the forward inputs and output h.
+QRNN_API void forget_mult_backward(const float* f, const float* x, const float* h0, const float* h,
+                                   const float* grad_h, float* grad_f, float* grad_x, float* grad_h0,
+                                   int64_t seq_len, int64_t batch, int64_t hidden);
+
+// The instruction set the kernels dispatch to on this CPU: "avx512", "avx2" or "generic".
+QRNN_API const char* simd_level();
+
+}  // namespace cpu
+}  // namespace qrnn

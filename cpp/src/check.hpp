@@ -1,0 +1,52 @@
+// Argument checks shared by the torch-free entry points. They throw
+// std::invalid_argument with a message naming the argument; the core never trusts
+// its caller, even though the Python layer checks the same things first.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+namespace qrnn::detail {
+
+[[noreturn]] inline void fail(const std::string& what) { throw std::invalid_argument(what); }
+
+inline void check_size(const char* name, int64_t v) {
+    if (v < 0) fail(std::string(name) + " must be >= 0, got " + std::to_string(v));
+}
+
+// |a * b| without overflow, or -1 when it would not fit in int64.
+inline int64_t checked_mul(int64_t a, int64_t b) {
+    if (a == 0 || b == 0) return 0;
+    const int64_t max = std::numeric_limits<int64_t>::max();
+    const int64_t ua = a < 0 ? -a : a, ub = b < 0 ? -b : b;
+    if (a == std::numeric_limits<int64_t>::min() || b == std::numeric_limits<int64_t>::min()) return -1;
+    if (ua > max / ub) return -1;
+    return ua * ub;
+}
+
+inline int64_t checked_numel(int64_t a, int64_t b, int64_t c, const char* what) {
+    const int64_t ab = checked_mul(a, b);
+    const int64_t abc = ab < 0 ? -1 : checked_mul(ab, c);
+    if (abc < 0) fail(std::string(what) + ": element count overflows int64");
+    return abc;
+}
+
+// The farthest element a strided view reaches must be addressable in int64.
+inline void check_extent(const char* name, const int64_t* sizes, const int64_t* strides, int ndim) {
+    int64_t reach = 0;
+    for (int d = 0; d < ndim; ++d) {
+        if (sizes[d] == 0) return;  // empty: nothing is read
+        const int64_t r = checked_mul(sizes[d] - 1, strides[d]);
+        if (r < 0 || reach > std::numeric_limits<int64_t>::max() - r)
+            fail(std::string(name) + ": strides reach beyond int64 offsets");
+        reach += r;
+    }
+}
+
+inline void check_pointer(const char* name, const void* p, int64_t numel) {
+    if (numel > 0 && p == nullptr) fail(std::string(name) + " is a null pointer but has elements");
+}
+
+}  // namespace qrnn::detail

@@ -1,0 +1,148 @@
+// CPU ForgetMult entry points: validate, pick the instruction set once, split the
+// (batch row, hidden block) items over threads.
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "check.hpp"
+#include "forget_mult_table.hpp"
+#include "parallel.hpp"
+#include "qrnn/forget_mult.hpp"
+
+namespace qrnn::cpu {
+namespace {
+
+using detail::fail;
+
+struct Selected {
+    const KernelTable* table;
+    const char* name;
+};
+
+// QRNN_SIMD=generic|avx2|avx512 forces a path (tests use it to cover each one).
+Selected select_isa() {
+    const char* forced = std::getenv("QRNN_SIMD");
+    const std::string want = forced ? forced : "";
+#if defined(QRNN_HAVE_X86_KERNELS)
+    __builtin_cpu_init();
+    const bool has_avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+    const bool has_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                          __builtin_cpu_supports("f16c");
+    if (has_avx512 && (want.empty() || want == "avx512")) return {&avx512::table, "avx512"};
+    if (has_avx2 && (want.empty() || want == "avx512" || want == "avx2")) return {&avx2::table, "avx2"};
+#endif
+    return {&generic::table, "generic"};
+}
+
+const Selected& selected() {
+    static const Selected s = select_isa();
+    return s;
+}
+
+void check_dtypes(DType dtype, DType h0_dtype, bool has_h0) {
+    if (int(dtype) < 0 || int(dtype) > 3) fail("dtype: unknown value " + std::to_string(int(dtype)));
+    if (!has_h0) return;
+    const bool sixteen_bit = dtype == DType::bfloat16 || dtype == DType::float16;
+    if (h0_dtype != dtype && !(sixteen_bit && h0_dtype == DType::float32))
+        fail(std::string("h0_dtype: expected ") + dtype_name(dtype) +
+             (sixteen_bit ? " or float32" : "") + ", got " + dtype_name(h0_dtype));
+}
+
+void check_view3(const char* name, const void* data, int64_t T, int64_t B, int64_t H,
+                 int64_t st, int64_t sb, int64_t sh) {
+    const int64_t sizes[3] = {T, B, H}, strides[3] = {st, sb, sh};
+    detail::check_pointer(name, data, T * B * H);
+    detail::check_extent(name, sizes, strides, 3);
+}
+
+void check_view2(const char* name, const void* data, int64_t B, int64_t H, int64_t sb, int64_t sh) {
+    const int64_t sizes[2] = {B, H}, strides[2] = {sb, sh};
+    detail::check_pointer(name, data, B * H);
+    detail::check_extent(name, sizes, strides, 2);
+}
+
+#define QRNN_CHECK_VIEW3(p, v) check_view3(#v, (p).v.data, (p).seq_len, (p).batch, (p).hidden, \
+                                           (p).v.stride_t, (p).v.stride_b, (p).v.stride_h)
+
+int64_t n_items(int64_t batch, int64_t hidden) {
+    return batch * ((hidden + forget_mult_block - 1) / forget_mult_block);
+}
+
+}  // namespace
+
+const char* simd_level() { return selected().name; }
+
+void forget_mult_forward(const ForgetMultForwardParams& p, int num_threads) {
+    detail::check_size("seq_len", p.seq_len);
+    detail::check_size("batch", p.batch);
+    detail::check_size("hidden", p.hidden);
+    const int64_t numel = detail::checked_numel(p.seq_len, p.batch, p.hidden, "forget_mult");
+    check_dtypes(p.dtype, p.h0_dtype, p.h0.data != nullptr);
+    QRNN_CHECK_VIEW3(p, f);
+    QRNN_CHECK_VIEW3(p, x);
+    QRNN_CHECK_VIEW3(p, h);
+    if (p.h0.data) check_view2("h0", p.h0.data, p.batch, p.hidden, p.h0.stride_b, p.h0.stride_h);
+    if (numel == 0) return;
+    const auto kernel = selected().table->forward[int(p.dtype)];
+    detail::parallel_for(n_items(p.batch, p.hidden), detail::threads_for_work(numel, num_threads),
+                         [&](int64_t begin, int64_t end) { kernel(p, begin, end); });
+}
+
+void forget_mult_backward(const ForgetMultBackwardParams& p, int num_threads) {
+    detail::check_size("seq_len", p.seq_len);
+    detail::check_size("batch", p.batch);
+    detail::check_size("hidden", p.hidden);
+    const int64_t numel = detail::checked_numel(p.seq_len, p.batch, p.hidden, "forget_mult_backward");
+    check_dtypes(p.dtype, p.h0_dtype, p.h0.data != nullptr || p.grad_h0.data != nullptr);
+    QRNN_CHECK_VIEW3(p, f);
+    QRNN_CHECK_VIEW3(p, x);
+    QRNN_CHECK_VIEW3(p, h);
+    QRNN_CHECK_VIEW3(p, grad_h);
+    QRNN_CHECK_VIEW3(p, grad_f);
+    QRNN_CHECK_VIEW3(p, grad_x);
+    if (p.h0.data) check_view2("h0", p.h0.data, p.batch, p.hidden, p.h0.stride_b, p.h0.stride_h);
+    if (p.grad_h0.data)
+        check_view2("grad_h0", p.grad_h0.data, p.batch, p.hidden, p.grad_h0.stride_b, p.grad_h0.stride_h);
+    if (p.batch * p.hidden == 0) return;
+    const auto kernel = selected().table->backward[int(p.dtype)];
+    detail::parallel_for(n_items(p.batch, p.hidden), detail::threads_for_work(numel, num_threads),
+                         [&](int64_t begin, int64_t end) { kernel(p, begin, end); });
+}
+
+void forget_mult(const float* f, const float* x, const float* h0, float* h,
+                 int64_t seq_len, int64_t batch, int64_t hidden) {
+    const int64_t st = batch * hidden;
+    ForgetMultForwardParams p;
+    p.seq_len = seq_len;
+    p.batch = batch;
+    p.hidden = hidden;
+    p.dtype = DType::float32;
+    p.f = {f, st, hidden, 1};
+    p.x = {x, st, hidden, 1};
+    p.h0 = {h0, hidden, 1};
+    p.h = {h, st, hidden, 1};
+    forget_mult_forward(p, 0);
+}
+
+void forget_mult_backward(const float* f, const float* x, const float* h0, const float* h,
+                          const float* grad_h, float* grad_f, float* grad_x, float* grad_h0,
+                          int64_t seq_len, int64_t batch, int64_t hidden) {
+    const int64_t st = batch * hidden;
+    ForgetMultBackwardParams p;
+    p.seq_len = seq_len;
+    p.batch = batch;
+    p.hidden = hidden;
+    p.dtype = DType::float32;
+    p.f = {f, st, hidden, 1};
+    p.x = {x, st, hidden, 1};
+    p.h = {h, st, hidden, 1};
+    p.h0 = {h0, hidden, 1};
+    p.grad_h = {grad_h, st, hidden, 1};
+    p.grad_f = {grad_f, st, hidden, 1};
+    p.grad_x = {grad_x, st, hidden, 1};
+    p.grad_h0 = {grad_h0, hidden, 1};
+    forget_mult_backward(p, 0);
+}
+
+}  // namespace qrnn::cpu

@@ -1,0 +1,27 @@
+// One table of ForgetMult kernels per instruction set, indexed by DType.
+#pragma once
+
+#include <cstdint>
+
+#include "qrnn/forget_mult.hpp"
+
+namespace qrnn::cpu {
+
+// Hidden units per work item: the state of one item (512 floats) stays in L1.
+constexpr int64_t forget_mult_block = 512;
+
+using ForwardKernel = void (*)(const ForgetMultForwardParams&, int64_t begin, int64_t end);
+using BackwardKernel = void (*)(const ForgetMultBackwardParams&, int64_t begin, int64_t end);
+
+struct KernelTable {
+    ForwardKernel forward[4];    // by int(DType)
+    BackwardKernel backward[4];
+};
+
+namespace generic { extern const KernelTable table; }
+#if defined(QRNN_HAVE_X86_KERNELS)
+namespace avx2 { extern const KernelTable table; }
+namespace avx512 { extern const KernelTable table; }
+#endif
+
+}  // namespace qrnn::cpu

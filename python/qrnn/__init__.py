@@ -1,0 +1,30 @@
+"""torch-qrnn: Quasi-Recurrent Neural Networks for PyTorch.
+
+``qrnn.forget_mult`` is the ForgetMult recurrence on CPU (and CUDA when built with
+it); ``qrnn.build_info()`` says what this build contains; ``qrnn.cmake_dir()`` and
+``qrnn.include_dir()`` point C++ projects at the installed headers and CMake package.
+"""
+
+from pathlib import Path as _Path
+
+from . import _C
+from .ops import forget_mult
+
+__version__ = _C.build_info()["version"]
+
+__all__ = ["forget_mult", "build_info", "cmake_dir", "include_dir", "__version__"]
+
+
+def build_info() -> dict:
+    """Version, compiler, SIMD level, and whether (and for which GPUs) CUDA was built."""
+    return dict(_C.build_info())
+
+
+def cmake_dir() -> str:
+    """Folder holding qrnnConfig.cmake: pass it as ``qrnn_DIR`` to ``find_package(qrnn)``."""
+    return str(_Path(__file__).parent / "lib" / "cmake" / "qrnn")
+
+
+def include_dir() -> str:
+    """Folder holding the public C++ headers (``#include <qrnn/forget_mult.hpp>``)."""
+    return str(_Path(__file__).parent / "include")

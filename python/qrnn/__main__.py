@@ -1,0 +1,62 @@
+"""``python -m qrnn``: build info and a self-check of the kernels on this machine.
+
+``--cmake-dir`` / ``--include-dir`` print the folders a C++ project needs.
+"""
+
+import argparse
+import sys
+import time
+
+import torch
+
+import qrnn
+
+
+def self_check() -> int:
+    info = qrnn.build_info()
+    print(f"torch-qrnn {info['version']} | torch {torch.__version__} | {info['compiler']}")
+    print(f"CPU kernels: {info['simd']} | CUDA kernels: "
+          f"{'yes (' + info['cuda_architectures'] + ')' if info['cuda'] else 'not built'}")
+    devices = ["cpu"] + (["cuda"] if info["cuda"] and torch.cuda.is_available() else [])
+    failures = 0
+    for device in devices:
+        for dtype, tol in ((torch.float32, 1e-5), (torch.bfloat16, 2e-2), (torch.float16, 2e-3)):
+            T, B, H = 70, 20, 1550  # the AWD-QRNN shape
+            f = torch.rand(T, B, H, device=device).to(dtype)
+            x = torch.randn(T, B, H, device=device).to(dtype)
+            h0 = torch.randn(B, H, device=device)
+            start = time.perf_counter()
+            h = qrnn.forget_mult(f, x, h0.to(dtype) if dtype == torch.float32 else h0)
+            if device == "cuda":
+                torch.cuda.synchronize()
+            ms = (time.perf_counter() - start) * 1e3
+            ref, state = torch.empty(T, B, H, dtype=torch.float64), h0.double().cpu()
+            for t in range(T):  # the plain recurrence, in float64
+                ft, xt = f[t].double().cpu(), x[t].double().cpu()
+                state = ft * xt + (1 - ft) * state
+                ref[t] = state
+            err = (h.double().cpu() - ref).abs().max().item()
+            ok = err <= tol
+            failures += not ok
+            print(f"  forget_mult {device:4} {str(dtype):15} {T}x{B}x{H}: "
+                  f"{ms:7.2f} ms, max error vs float64 {err:.1e} {'ok' if ok else 'FAILED'}")
+    print("self-check passed" if not failures else f"self-check FAILED ({failures})")
+    return 1 if failures else 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m qrnn", description=__doc__)
+    parser.add_argument("--cmake-dir", action="store_true", help="print the folder to pass as qrnn_DIR")
+    parser.add_argument("--include-dir", action="store_true", help="print the C++ include folder")
+    args = parser.parse_args(argv)
+    if args.cmake_dir:
+        print(qrnn.cmake_dir())
+        return 0
+    if args.include_dir:
+        print(qrnn.include_dir())
+        return 0
+    return self_check()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
