@@ -1,0 +1,7 @@
+"""Benchmarks: ``python -m qrnn.bench [area ...] [--quick]``. Each area module has
+``run(quick) -> list[Result]``; every target is a ratio measured within one run."""
+
+# Sub-command name -> module (under qrnn.bench) holding its run(quick).
+AREAS = {
+    "forget-mult": "forget_mult",
+}

@@ -1,0 +1,115 @@
+"""Shared pieces of the benchmarks: timing, results with targets, the table, machine info.
+
+Every figure a target is checked on is a *ratio* against a baseline measured in the same
+run (the machines this runs on are shared and noisy; absolute times are only context).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import platform
+import statistics
+import time
+from typing import Callable, Optional
+
+import torch
+
+
+@dataclasses.dataclass
+class Result:
+    """One benchmark figure, optionally checked against a target."""
+
+    area: str                     # e.g. "forget-mult", "layer", "checkpoint", "train", "cuda"
+    name: str                     # what was measured, with its shape
+    value: float                  # the figure (usually a ratio)
+    unit: str = "x"               # "x" for ratios, "%" for fractions, "ms", "GB/s" ...
+    target: Optional[str] = None  # human-readable target, e.g. ">= 20x"
+    met: Optional[bool] = None    # None when the figure has no target
+    note: str = ""                # context: the absolute times behind a ratio, what limits it
+
+    def row(self) -> list:
+        status = "" if self.met is None else ("met" if self.met else "NOT met")
+        return [self.area, self.name, f"{self.value:.3g}{self.unit}", self.target or "", status, self.note]
+
+
+def sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def measure(fn: Callable[[], object], *, device: str = "cpu", repeat: int = 20, warmup: int = 3,
+            min_time: float = 0.0) -> float:
+    """Median seconds per call of fn over `repeat` timed calls (after `warmup` calls)."""
+    for _ in range(warmup):
+        fn()
+    sync(device)
+    times = []
+    deadline = time.perf_counter() + min_time
+    while len(times) < repeat or time.perf_counter() < deadline:
+        start = time.perf_counter()
+        fn()
+        sync(device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def measure_interleaved(fns: dict, *, device: str = "cpu", rounds: int = 7, repeat: int = 5,
+                        warmup: int = 2) -> dict:
+    """Median seconds per call for each named fn, timed in interleaved rounds so that a noisy
+    neighbour slows every contender alike rather than whichever ran at the wrong moment."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    sync(device)
+    samples = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            for _ in range(repeat):
+                fn()
+            sync(device)
+            samples[name].append((time.perf_counter() - start) / repeat)
+    return {name: statistics.median(s) for name, s in samples.items()}
+
+
+def machine_info() -> dict:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    import qrnn
+
+    info = {
+        "date": datetime.date.today().isoformat(),
+        "cpu": cpu,
+        "cores": torch.get_num_threads(),
+        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "none",
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "qrnn": qrnn.__version__,
+        "simd": qrnn.build_info()["simd"],
+    }
+    return info
+
+
+def format_table(results: list) -> str:
+    header = ["area", "figure", "value", "target", "status", "note"]
+    rows = [header] + [r.row() for r in results]
+    widths = [max(len(str(row[i])) for row in rows) for i in range(len(header))]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def markdown_table(results: list) -> str:
+    lines = ["| figure | value | target | status | note |", "|---|---|---|---|---|"]
+    for r in results:
+        _, name, value, target, status, note = r.row()
+        lines.append(f"| {name} | {value} | {target} | {status} | {note} |")
+    return "\n".join(lines)

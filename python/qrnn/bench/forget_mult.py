@@ -1,0 +1,99 @@
+"""ForgetMult on the CPU: our kernels against the original per-timestep PyTorch loop and
+against a plain copy of the same bytes (the memory roofline), plus eager per-call overhead."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+import qrnn
+from .common import Result, measure, measure_interleaved
+
+AREA = "forget-mult"
+
+
+def torch_loop(f, x, h0=None):
+    """The original CPU path: one PyTorch expression per time step, autograd through all."""
+    h = torch.zeros_like(f[0]) if h0 is None else h0
+    out = []
+    for t in range(f.shape[0]):
+        h = f[t] * x[t] + (1 - f[t]) * h
+        out.append(h)
+    return torch.stack(out)
+
+
+def _fwd_bwd(fn, f, x, grad):
+    f.grad = x.grad = None
+    fn(f, x).backward(grad)
+
+
+def _inputs(T, B, H, dtype):
+    f = torch.rand(T, B, H).to(dtype).requires_grad_()
+    x = torch.randn(T, B, H).to(dtype).requires_grad_()
+    grad = torch.randn(T, B, H).to(dtype)
+    return f, x, grad
+
+
+def forward_backward(T=70, B=20, H=1550, quick=False) -> list:
+    results = []
+    rounds = 3 if quick else 9
+    times = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        f, x, grad = _inputs(T, B, H, dtype)
+        # Forward reads f, x and writes h; backward reads f, x, h, dh and writes df, dx.
+        arrays_moved = 9
+        nbytes = arrays_moved * f.numel() * f.element_size()
+        src = torch.empty(nbytes // 2, dtype=torch.uint8).random_()
+        dst = torch.empty_like(src)
+        fns = {
+            "qrnn": lambda: _fwd_bwd(qrnn.forget_mult, f, x, grad),
+            "copy": lambda: dst.copy_(src),
+        }
+        if dtype == torch.float32:
+            fns["loop"] = lambda: _fwd_bwd(torch_loop, f, x, grad)
+        t = measure_interleaved(fns, rounds=rounds, repeat=3)
+        times[dtype] = t["qrnn"]
+        shape = f"T={T} B={B} H={H} {str(dtype).replace('torch.', '')}"
+        fraction = (nbytes / t["qrnn"]) / (nbytes / t["copy"])
+        note = (f"qrnn {t['qrnn'] * 1e3:.2f} ms = {nbytes / t['qrnn'] / 1e9:.1f} GB/s; "
+                f"copy {t['copy'] * 1e3:.2f} ms = {nbytes / t['copy'] / 1e9:.1f} GB/s")
+        if dtype == torch.float32:
+            speedup = t["loop"] / t["qrnn"]
+            results.append(Result(AREA, f"fwd+bwd vs per-timestep loop, {shape}", speedup, "x", ">= 20x",
+                                  speedup >= 20, f"loop {t['loop'] * 1e3:.1f} ms, qrnn {t['qrnn'] * 1e3:.2f} ms"))
+            results.append(Result(AREA, f"fwd+bwd bandwidth vs copy, {shape}", 100 * fraction, "%", ">= 70%",
+                                  fraction >= 0.7, note))
+        else:
+            results.append(Result(AREA, f"fwd+bwd bandwidth vs copy, {shape}", 100 * fraction, "%", None, None, note))
+    speedup = times[torch.float32] / times[torch.bfloat16]
+    results.append(Result(AREA, f"bfloat16 vs float32 fwd+bwd, T={T} B={B} H={H}", speedup, "x", ">= 1.6x",
+                          speedup >= 1.6))
+    return results
+
+
+def per_call_overhead(quick=False) -> list:
+    f = torch.rand(1, 1, 128)
+    x = torch.randn(1, 1, 128)
+    a, b, c = torch.randn(128), torch.randn(128), torch.randn(128)
+    n = 2000 if quick else 20000
+
+    def loop(fn):
+        def run():
+            for _ in range(n):
+                fn()
+        return run
+
+    with torch.no_grad():
+        t = measure_interleaved({
+            "qrnn": loop(lambda: qrnn.forget_mult(f, x)),
+            "addcmul": loop(lambda: torch.addcmul(a, b, c)),
+        }, rounds=3 if quick else 7, repeat=1, warmup=1)
+    ratio = t["qrnn"] / t["addcmul"]
+    return [Result(AREA, "eager per-call time vs torch.addcmul, T=1 B=1 H=128, no grad", ratio, "x", "<= 3x",
+                   ratio <= 3, f"qrnn {t['qrnn'] / n * 1e6:.1f} us, addcmul {t['addcmul'] / n * 1e6:.1f} us")]
+
+
+def run(quick: bool = False) -> list:
+    shape = dict(T=70, B=20, H=1550)
+    return forward_backward(**shape, quick=quick) + per_call_overhead(quick=quick)
