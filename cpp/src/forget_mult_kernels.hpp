@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "cpu_kernel_common.hpp"
 #include "forget_mult_table.hpp"
 #include "qrnn/forget_mult.hpp"
 
@@ -20,51 +21,6 @@
 namespace qrnn::cpu::QRNN_ISA {
 
 constexpr int64_t kBlock = forget_mult_block;
-
-template <typename T>
-inline const T* at(const void* base, int64_t offset) { return static_cast<const T*>(base) + offset; }
-template <typename T>
-inline T* at(void* base, int64_t offset) { return static_cast<T*>(base) + offset; }
-
-// h0 / grad_h0 may be float32 while the sequence is 16-bit: read and write them by dtype.
-template <typename M>
-inline void load_state(const ConstView2& v, DType dt, int64_t b, int64_t j0, int64_t n, M* out) {
-    if (!v.data) {
-        std::fill(out, out + n, M(0));
-        return;
-    }
-    const int64_t base = b * v.stride_b + j0 * v.stride_h;
-    for (int64_t j = 0; j < n; ++j) {
-        const int64_t o = base + j * v.stride_h;
-        switch (dt) {
-            case DType::float32: out[j] = M(*at<float>(v.data, o)); break;
-            case DType::float64: out[j] = M(*at<double>(v.data, o)); break;
-            case DType::bfloat16: out[j] = M(to_float(*at<bfloat16>(v.data, o))); break;
-            case DType::float16: out[j] = M(to_float(*at<float16>(v.data, o))); break;
-        }
-    }
-}
-
-template <typename M>
-inline void store_state(const View2& v, DType dt, int64_t b, int64_t j0, int64_t n, const M* in) {
-    const int64_t base = b * v.stride_b + j0 * v.stride_h;
-    for (int64_t j = 0; j < n; ++j) {
-        const int64_t o = base + j * v.stride_h;
-        switch (dt) {
-            case DType::float32: *at<float>(v.data, o) = float(in[j]); break;
-            case DType::float64: *at<double>(v.data, o) = double(in[j]); break;
-            case DType::bfloat16: *at<bfloat16>(v.data, o) = from_float<bfloat16>(float(in[j])); break;
-            case DType::float16: *at<float16>(v.data, o) = from_float<float16>(float(in[j])); break;
-        }
-    }
-}
-
-template <typename T, typename M>
-inline M load(const T* p, int64_t j, int64_t stride) { return M(to_math(p[j * stride])); }
-template <typename T, typename M>
-inline void store(T* p, int64_t j, int64_t stride, M v) { p[j * stride] = from_float<T>(v); }
-template <>
-inline void store<double, double>(double* p, int64_t j, int64_t stride, double v) { p[j * stride] = v; }
 
 // Contig: every hidden stride is 1, which lets the compiler vectorise the j loop.
 template <typename T, bool Contig>
