@@ -367,3 +367,53 @@ def test_misuse_raises_clear_errors(tmp_path):
     ckpt.close()
     with pytest.raises(RuntimeError, match="closed"):
         ckpt.save({}, 1)
+
+
+@pytest.mark.skipif(os.environ.get("QRNN_TEST_LARGE") != "1",
+                    reason="writes a 4.3 GB file; set QRNN_TEST_LARGE=1 to run")
+def test_zip64_record_beyond_4_gib(tmp_path):
+    """A >4 GiB payload (ZIP64 sizes) followed by a record whose header lies beyond 4 GiB
+    (ZIP64 offset): torch.load, mmap with computed offsets, zipfile and verify() agree."""
+    import mmap
+    from qrnn.checkpoint import _pickle_state, _StorageRef
+
+    big, small = (1 << 32) + 4096 + 7, 100
+
+    class Stored:
+        def __init__(self, key, n):
+            self.key, self.n = key, n
+
+        def __reduce__(self):
+            ref = _StorageRef(("storage", torch.ByteStorage, self.key, "cpu", self.n))
+            return torch._utils._rebuild_tensor_v2, (ref, 0, (self.n,), (1,), False, collections.OrderedDict())
+
+    data, _ = _pickle_state({"big": Stored("0", big), "small": Stored("1", small)})
+    writer = _C.CheckpointWriter()
+    path = str(tmp_path / "large.pt")
+    sources = [(0, big), (0, small)]  # the bytes are put into the staging image directly
+    offsets, staging_size, file_size = writer.plan(path, data, sources)
+    assert offsets[1] > 2**32
+    image = mmap.mmap(-1, staging_size)  # untouched pages read as zeros
+    image[offsets[1]:offsets[1] + small] = bytes(range(small))
+    import ctypes
+    address = ctypes.addressof(ctypes.c_char.from_buffer(image))
+    status = writer.submit(path, data, sources, staging=address, staging_capacity=staging_size)
+    status.wait()
+    writer.close()
+    assert status.ok(), status.error()
+    assert os.path.getsize(path) == file_size
+    script = r"""
+import sys, torch
+from torch.utils.serialization import config
+config.load.calculate_storage_offsets = True
+s = torch.load(sys.argv[1], mmap=True, weights_only=True)
+assert s["big"].shape == (%d,) and int(s["big"][-1]) == 0 and int(s["big"][12345]) == 0
+assert s["small"].tolist() == list(range(%d))
+print("ok")
+""" % (big, small)
+    env = dict(os.environ, TORCH_SERIALIZATION_DEBUG="1")
+    out = subprocess.run([sys.executable, "-c", script, path], capture_output=True, text=True, env=env, timeout=600)
+    assert out.stdout.strip() == "ok", out.stderr
+    infos = zipfile.ZipFile(path).infolist()
+    assert infos[4].file_size == big and infos[5].header_offset > 2**32
+    verify(path)
