@@ -8,9 +8,12 @@
 // pybind11's generic argument conversion (microseconds at 20+ arguments) and take a flat
 // list of integers through CPython's METH_FASTCALL protocol. Everything else uses pybind11.
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
+#include <tuple>
 
 #include "qrnn/build_info.hpp"
 #include "qrnn/checkpoint.hpp"
@@ -145,8 +148,6 @@ PyMethodDef kernel_methods[] = {
 // Thin wrappers over <qrnn/checkpoint.hpp>. Buffers cross as (address, bytes) integers;
 // every call that can wait or copy releases the GIL, and the writer's threads never touch
 // Python objects.
-#include <optional>
-#include <tuple>
 
 namespace {
 namespace ckpt = qrnn::checkpoint;
