@@ -6,6 +6,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
+
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
 
 #include "qrnn/dtype.hpp"
 #include "qrnn/view.hpp"
@@ -62,6 +67,39 @@ template <typename T, typename M>
 inline void store(T* p, int64_t j, int64_t stride, M v) { p[j * stride] = from_float<T>(v); }
 template <>
 inline void store<double, double>(double* p, int64_t j, int64_t stride, double v) { p[j * stride] = v; }
+
+// Whole-row conversions for contiguous 16-bit rows: converting a row into a float buffer
+// and computing on that keeps every loop simple enough for the compiler to vectorise.
+template <typename T>
+inline void row_to_float(const T* __restrict__ src, float* __restrict__ dst, int64_t n) {
+    for (int64_t j = 0; j < n; ++j) dst[j] = to_float(src[j]);
+}
+template <typename T>
+inline void row_from_float(const float* __restrict__ src, T* __restrict__ dst, int64_t n) {
+    for (int64_t j = 0; j < n; ++j) dst[j] = from_float<T>(src[j]);
+}
+#if defined(__F16C__)
+// The hardware half <-> float conversions, eight lanes at a time.
+template <>
+inline void row_to_float<float16>(const float16* __restrict__ src, float* __restrict__ dst, int64_t n) {
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        _mm256_storeu_ps(dst + j, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + j))));
+    for (; j < n; ++j) dst[j] = _cvtsh_ss(src[j].bits);
+}
+template <>
+inline void row_from_float<float16>(const float* __restrict__ src, float16* __restrict__ dst, int64_t n) {
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + j),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(src + j), _MM_FROUND_TO_NEAREST_INT));
+    for (; j < n; ++j) dst[j].bits = _cvtss_sh(src[j], _MM_FROUND_TO_NEAREST_INT);
+}
+#endif
+
+template <typename T>
+constexpr bool is_16bit = std::is_same_v<T, bfloat16> || std::is_same_v<T, float16>;
+
 
 // float -> IEEE half bits, the same rounding as from_float<float16> (nearest even,
 // overflow to Inf, subnormals kept, NaN quiet) but with selects instead of branches,

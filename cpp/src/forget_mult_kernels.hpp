@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "cpu_kernel_common.hpp"
 #include "forget_mult_table.hpp"
@@ -38,11 +39,19 @@ void forward_items(const ForgetMultForwardParams& p, int64_t begin, int64_t end)
         const T* __restrict__ x = at<T>(p.x.data, b * p.x.stride_b + j0 * p.x.stride_h);
         T* __restrict__ h = at<T>(p.h.data, b * p.h.stride_b + j0 * p.h.stride_h);
         for (int64_t t = 0; t < p.seq_len; ++t) {
-            for (int64_t j = 0; j < n; ++j) {
-                const M fv = load<T, M>(f, j, sf);
-                const M s = fv * load<T, M>(x, j, sx) + (M(1) - fv) * state[j];
-                state[j] = s;
-                store<T, M>(h, j, sh, s);
+            if constexpr (Contig && is_16bit<T>) {
+                float fr[kBlock], xr[kBlock];
+                row_to_float(f, fr, n);
+                row_to_float(x, xr, n);
+                for (int64_t j = 0; j < n; ++j) state[j] = fr[j] * xr[j] + (1.f - fr[j]) * state[j];
+                row_from_float(state, h, n);
+            } else {
+                for (int64_t j = 0; j < n; ++j) {
+                    const M fv = load<T, M>(f, j, sf);
+                    const M s = fv * load<T, M>(x, j, sx) + (M(1) - fv) * state[j];
+                    state[j] = s;
+                    store<T, M>(h, j, sh, s);
+                }
             }
             f += p.f.stride_t;
             x += p.x.stride_t;
@@ -80,12 +89,28 @@ void backward_items(const ForgetMultBackwardParams& p, int64_t begin, int64_t en
         T* __restrict__ df = at<T>(p.grad_f.data, last * p.grad_f.stride_t + b * p.grad_f.stride_b + j0 * p.grad_f.stride_h);
         T* __restrict__ dx = at<T>(p.grad_x.data, last * p.grad_x.stride_t + b * p.grad_x.stride_b + j0 * p.grad_x.stride_h);
         for (int64_t t = last; t >= 1; --t) {
-            for (int64_t j = 0; j < n; ++j) {
-                const M g = grad[j] + load<T, M>(dh, j, sg);
-                const M fv = load<T, M>(f, j, sf);
-                store<T, M>(dx, j, sdx, fv * g);
-                store<T, M>(df, j, sdf, (load<T, M>(x, j, sx) - load<T, M>(hprev, j, sh)) * g);
-                grad[j] = g - fv * g;
+            if constexpr (Contig && is_16bit<T>) {
+                float fr[kBlock], xr[kBlock], hr[kBlock], gr[kBlock];
+                row_to_float(f, fr, n);
+                row_to_float(x, xr, n);
+                row_to_float(hprev, hr, n);
+                row_to_float(dh, gr, n);
+                for (int64_t j = 0; j < n; ++j) {
+                    const float g = grad[j] + gr[j];
+                    xr[j] = (xr[j] - hr[j]) * g;  // grad_f, in place
+                    gr[j] = fr[j] * g;             // grad_x, in place
+                    grad[j] = g - fr[j] * g;
+                }
+                row_from_float(xr, df, n);
+                row_from_float(gr, dx, n);
+            } else {
+                for (int64_t j = 0; j < n; ++j) {
+                    const M g = grad[j] + load<T, M>(dh, j, sg);
+                    const M fv = load<T, M>(f, j, sf);
+                    store<T, M>(dx, j, sdx, fv * g);
+                    store<T, M>(df, j, sdf, (load<T, M>(x, j, sx) - load<T, M>(hprev, j, sh)) * g);
+                    grad[j] = g - fv * g;
+                }
             }
             f -= p.f.stride_t;
             x -= p.x.stride_t;

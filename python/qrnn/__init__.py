@@ -8,6 +8,7 @@ it); ``qrnn.build_info()`` says what this build contains; ``qrnn.cmake_dir()`` a
 from pathlib import Path as _Path
 
 from . import _C
+from . import checkpoint  # noqa: F401  (qrnn.checkpoint: non-blocking, crash-safe saves)
 from .ops import forget_mult
 from .modules import QRNN, QRNNLayer, QRNNState, qrnn_layer
 from .ops import qrnn_gates
