@@ -37,6 +37,9 @@ constexpr int64_t kChunkUnits = 16384;
 
 template <typename T, typename M>
 inline void widen(const T* __restrict__ src, int64_t stride, int64_t n, M* __restrict__ dst) {
+    if constexpr (is_16bit<T>) {
+        if (stride == 1) return row_to_float(src, dst, n);  // F16C for half where built with it
+    }
     for (int64_t j = 0; j < n; ++j) dst[j] = load<T, M>(src, j, stride);
 }
 
@@ -48,6 +51,9 @@ inline void narrow(const M* __restrict__ src, int64_t n, T* __restrict__ dst, in
 template <>
 inline void narrow<float16, float>(const float* __restrict__ src, int64_t n, float16* __restrict__ dst,
                                    int64_t stride) {
+#if defined(__F16C__)
+    if (stride == 1) return row_from_float(src, dst, n);
+#endif
     for (int64_t j = 0; j < n; ++j) dst[j * stride] = to_half(src[j]);
 }
 
