@@ -277,62 +277,55 @@ def check_qrnn_gates_args(gates, c0, forget_mask, forget_scale, lengths, output_
 _NO_VIEW3 = (0, 0, 0, 0)  # pointer 0: absent
 
 
-def _view3(t: Optional[Tensor]) -> tuple:
-    """(pointer, stride_t, stride_b, stride_h) of an optional time-major 3-D tensor."""
-    return _NO_VIEW3 if t is None or t.numel() == 0 else (t.data_ptr(), *t.stride())
-
-
-def _lengths_args(lengths: Optional[Tensor]) -> tuple:
-    return (0, 1) if lengths is None else (lengths.data_ptr(), lengths.stride(0))
-
-
-def _gates_common_args(gates, hidden, forget_mask, c0, lengths, output_gate, reverse) -> tuple:
-    """The arguments both kernels take after forget_scale, from time-major views."""
-    code = _DTYPE_CODES[gates.dtype]
-    return (code, gates.shape[0], gates.shape[1], hidden, int(output_gate), gates.data_ptr(), *gates.stride(),
-            hidden * gates.stride(2), *_view3(forget_mask), *_view2(c0),
-            code if c0 is None else _DTYPE_CODES[c0.dtype], *_lengths_args(lengths), int(reverse))
-
-
-def _time_major_or_none(batch_first: bool, t: Optional[Tensor]) -> Optional[Tensor]:
-    """A zero-copy time-major view of an optional tensor; None for absent or empty."""
+def _view3(t: Optional[Tensor], batch_first: bool) -> tuple:
+    """(pointer, stride_t, stride_b, stride_h) of an optional 3-D tensor, in the kernel's
+    time-major order (strides reordered: cheaper than a transposed view per call)."""
     if t is None or t.numel() == 0:
-        return None
-    return t.transpose(0, 1) if batch_first else t
+        return _NO_VIEW3
+    s = t.stride()
+    return (t.data_ptr(), s[1], s[0], s[2]) if batch_first else (t.data_ptr(), *s)
+
+
+def _gates_common_args(gates, hidden, forget_mask, c0, lengths, output_gate, batch_first, reverse) -> tuple:
+    """The arguments both kernels take after forget_scale."""
+    code = _DTYPE_CODES[gates.dtype]
+    shape = gates.shape
+    T, B = (shape[1], shape[0]) if batch_first else (shape[0], shape[1])
+    return (code, T, B, hidden, int(output_gate), *_view3(gates, batch_first), hidden * gates.stride(2),
+            *_view3(forget_mask, batch_first), *_view2(c0), code if c0 is None else _DTYPE_CODES[c0.dtype],
+            *((0, 1) if lengths is None else (lengths.data_ptr(), lengths.stride(0))), int(reverse))
 
 
 def _qrnn_gates_forward_cpu(gates, c0, forget_mask, lengths, forget_scale, output_gate, batch_first, reverse,
                             need_states=True):
-    hidden = gates.shape[-1] // _gate_count(output_gate)
-    output = gates.new_empty(gates.shape[:-1] + (hidden,))
+    shape = gates.shape
+    hidden = shape[2] // (3 if output_gate else 2)
+    dtype = gates.dtype
+    output = gates.new_empty((shape[0], shape[1], hidden))  # new_empty: gates' device even if the default moved
     # The backward needs every c[t]; without an output gate that is the output itself.
-    states = gates.new_empty(output.shape) if (output_gate and need_states) else gates.new_empty(0)
-    state_dtype = _state_dtype(gates.dtype)
-    c_n = gates.new_empty((gates.shape[0] if batch_first else gates.shape[1], hidden), dtype=state_dtype)
-    tg, to = _time_major(batch_first, gates, output)
+    states = gates.new_empty((shape[0], shape[1], hidden)) if (output_gate and need_states) else None
+    state_dtype = torch.float32 if dtype in _HALF_DTYPES else dtype
+    c_n = gates.new_empty((shape[0] if batch_first else shape[1], hidden), dtype=state_dtype)
     _C.qrnn_gates_forward(
-        float(forget_scale),
-        *_gates_common_args(tg, hidden, _time_major_or_none(batch_first, forget_mask), c0, lengths, output_gate,
-                            reverse),
-        to.data_ptr(), *to.stride(), *_view3(_time_major_or_none(batch_first, states)),
-        *_view2(c_n), _DTYPE_CODES[state_dtype], torch.get_num_threads(),
+        float(forget_scale), *_gates_common_args(gates, hidden, forget_mask, c0, lengths, output_gate, batch_first,
+                                                 reverse),
+        *_view3(output, batch_first), *_view3(states, batch_first), *_view2(c_n), _DTYPE_CODES[state_dtype],
+        torch.get_num_threads(),
     )
-    return output, c_n, states
+    return output, c_n, (states if states is not None else gates.new_empty(0))
 
 
 def _qrnn_gates_backward_cpu(grad_output, grad_c_n, gates, states, c0, forget_mask, lengths, forget_scale,
                              output_gate, batch_first, reverse):
-    hidden = gates.shape[-1] // _gate_count(output_gate)
+    hidden = gates.shape[2] // (3 if output_gate else 2)
     grad_gates = _empty_contiguous(gates)
     grad_c0 = _empty_contiguous(c0) if c0 is not None else gates.new_empty(0)
-    tg, tgg = _time_major(batch_first, gates, grad_gates)
     _C.qrnn_gates_backward(
-        float(forget_scale),
-        *_gates_common_args(tg, hidden, _time_major_or_none(batch_first, forget_mask), c0, lengths, output_gate,
-                            reverse),
-        *_view3(_time_major_or_none(batch_first, states)), *_view3(_time_major_or_none(batch_first, grad_output)),
+        float(forget_scale), *_gates_common_args(gates, hidden, forget_mask, c0, lengths, output_gate, batch_first,
+                                                 reverse),
+        *_view3(states, batch_first), *_view3(grad_output, batch_first),
         *_view2(grad_c_n), _DTYPE_CODES[_state_dtype(gates.dtype)],
-        tgg.data_ptr(), *tgg.stride(), hidden * tgg.stride(2),
+        *_view3(grad_gates, batch_first), hidden * grad_gates.stride(2),
         *_view2(grad_c0 if c0 is not None else None), torch.get_num_threads(),
     )
     return grad_gates, grad_c0
