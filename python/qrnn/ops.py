@@ -338,8 +338,9 @@ QRNN_GATES_BACKWARD_KERNELS = {"cpu": _qrnn_gates_backward_cpu}
 
 
 def has_fused_qrnn_gates(device) -> bool:
-    """Whether ``device`` (a torch.device or its type name) has a fused gate kernel."""
-    return getattr(device, "type", device) in QRNN_GATES_FORWARD_KERNELS
+    """Whether ``device`` (a torch.device or its type name) has the fused gate kernels."""
+    kind = getattr(device, "type", device)
+    return kind in QRNN_GATES_FORWARD_KERNELS and kind in QRNN_GATES_BACKWARD_KERNELS
 
 
 @torch.library.custom_op("qrnn::qrnn_gates", mutates_args=())
