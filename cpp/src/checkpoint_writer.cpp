@@ -23,8 +23,12 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <sys/syscall.h>
+#endif
 
 #include "checkpoint_archive.hpp"
 
@@ -546,6 +550,14 @@ struct CheckpointWriter::Impl {
     }
 
     void write_loop() {
+#ifdef __linux__
+        if (options.writer_nice > 0) {  // per-thread on Linux; never raises priority; best effort
+            const auto tid = static_cast<id_t>(::syscall(SYS_gettid));
+            errno = 0;
+            const int current = ::getpriority(PRIO_PROCESS, tid);
+            if (errno == 0 && current < options.writer_nice) ::setpriority(PRIO_PROCESS, tid, options.writer_nice);
+        }
+#endif
         for (;;) {
             std::shared_ptr<Job> job;
             {

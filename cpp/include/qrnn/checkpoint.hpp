@@ -150,6 +150,9 @@ struct WriterOptions {
     int copy_threads = 2;   // threads for the staging copy (the staging thread included)
     bool direct_io = true;  // write with O_DIRECT where the file system allows it
     bool sync = true;       // fsync the file and the folder (off only for tests)
+    // Linux: the writer thread (CRC, write, fsync) runs at this nice value so that training
+    // threads win the CPU when both want it; the staging copy keeps normal priority.
+    int writer_nice = 10;
     FaultInjection fault;
 };
 

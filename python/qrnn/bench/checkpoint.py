@@ -1,0 +1,233 @@
+"""Checkpoints: qrnn.checkpoint.AsyncCheckpointer against torch.save and
+torch.distributed.checkpoint.async_save, all on the same state in the same run.
+
+State: an AWD-QRNN-shaped language model (WikiText-2 vocabulary 33278, embedding 400,
+hidden 1550, four QRNN layers, window 2 in the first two, tied decoder) with its Adam
+state, about 0.5 GB (``--quick``: a small model, about 30 MB). Figures:
+
+* blocking time of ``save()`` (default mode, and overlap mode where the snapshot overlaps a
+  real forward/backward pass and ``optimizer.step()`` waits for it), as a share of torch.save;
+* total time until the file is committed (fsynced, renamed, folder fsynced) against
+  torch.save plus one fsync;
+* DCP async_save's blocking and total time on the same state, for reference;
+* a short training loop's per-epoch time with a save every epoch (overlap mode) against
+  the same loop without saves, epochs interleaved in blocks.
+
+Files go to a temporary folder (``QRNN_BENCH_DIR`` to choose where: results depend on the
+file system and disk) and are deleted at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import tempfile
+import time
+import warnings
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import qrnn
+from qrnn.checkpoint import AsyncCheckpointer
+from .common import Result
+
+AREA = "checkpoint"
+
+
+class QrnnLanguageModel(nn.Module):
+    """Embedding -> QRNN layers (gate projections + qrnn.forget_mult) -> tied decoder."""
+
+    def __init__(self, vocab: int, embedding: int, hidden: int, windows=(2, 2, 1, 1)):
+        super().__init__()
+        sizes = [embedding] + [hidden] * (len(windows) - 1) + [embedding]
+        self.embedding = nn.Embedding(vocab, embedding)
+        self.layers = nn.ModuleList(nn.Linear(sizes[i] * w, 3 * sizes[i + 1]) for i, w in enumerate(windows))
+        self.windows = tuple(windows)
+        self.decoder_bias = nn.Parameter(torch.zeros(vocab))
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.embedding(tokens)  # (time, batch, features)
+        for layer, window in zip(self.layers, self.windows):
+            if window == 2:
+                x = torch.cat([x, torch.cat([torch.zeros_like(x[:1]), x[:-1]])], dim=-1)
+            z, f, o = layer(x).chunk(3, dim=-1)
+            x = torch.sigmoid(o) * qrnn.forget_mult(torch.sigmoid(f), torch.tanh(z))
+        return F.linear(x, self.embedding.weight, self.decoder_bias)
+
+
+def _state_bytes(state) -> int:
+    seen, total = set(), 0
+
+    def walk(obj):
+        nonlocal total
+        if isinstance(obj, torch.Tensor):
+            s = obj.untyped_storage()
+            if s._cdata not in seen:
+                seen.add(s._cdata)
+                total += s.nbytes()
+        elif isinstance(obj, dict):
+            for v in obj.values():
+                walk(v)
+        elif isinstance(obj, (list, tuple)):
+            for v in obj:
+                walk(v)
+
+    walk(state)
+    return total
+
+
+class _Trainer:
+    def __init__(self, quick: bool):
+        torch.manual_seed(0)
+        if quick:
+            self.model = QrnnLanguageModel(vocab=6000, embedding=128, hidden=400)
+            self.batch, self.bptt = 8, 35
+        else:
+            self.model = QrnnLanguageModel(vocab=33278, embedding=400, hidden=1550)
+            self.batch, self.bptt = 8, 35
+        self.vocab = self.model.embedding.num_embeddings
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=1e-3)
+        self.step()  # creates Adam's state
+
+    def step(self) -> None:
+        tokens = torch.randint(0, self.vocab, (self.bptt + 1, self.batch))
+        self.opt.zero_grad(set_to_none=True)
+        logits = self.model(tokens[:-1])
+        F.cross_entropy(logits.reshape(-1, self.vocab), tokens[1:].reshape(-1)).backward()
+        self.opt.step()
+
+    def forward_backward(self) -> None:
+        tokens = torch.randint(0, self.vocab, (self.bptt + 1, self.batch))
+        self.opt.zero_grad(set_to_none=True)
+        F.cross_entropy(self.model(tokens[:-1]).reshape(-1, self.vocab), tokens[1:].reshape(-1)).backward()
+
+    def state(self, epoch: int = 0) -> dict:
+        return {"model": self.model.state_dict(), "optim": self.opt.state_dict(), "epoch": epoch}
+
+
+def _fsync(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _save_figures(trainer: _Trainer, folder: str, rounds: int) -> dict:
+    """Interleaved rounds of every contender; medians of each figure (seconds)."""
+    import torch.distributed.checkpoint as dcp
+
+    samples = {k: [] for k in ("torch_save", "torch_fsync", "dcp_block", "dcp_total", "default_block",
+                               "default_total", "overlap_block", "overlap_total")}
+    ckpt = AsyncCheckpointer(os.path.join(folder, "qrnn"), keep_last=1)
+    for r in range(rounds + 1):  # round 0 warms every path up (allocation, planning caches)
+        record = r > 0
+        state = trainer.state(r)
+
+        path = os.path.join(folder, f"torch-{r}.pt")
+        start = time.perf_counter()
+        torch.save(state, path)
+        saved = time.perf_counter()
+        _fsync(path)
+        synced = time.perf_counter()
+        os.unlink(path)
+        if record:
+            samples["torch_save"].append(saved - start)
+            samples["torch_fsync"].append(synced - saved)
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # DCP warns that no process group is set up
+            start = time.perf_counter()
+            future = dcp.async_save(state, checkpoint_id=os.path.join(folder, f"dcp-{r}"), no_dist=True)
+            returned = time.perf_counter()
+            (future.upload_completion if hasattr(future, "upload_completion") else future).result()
+            finished = time.perf_counter()
+        shutil.rmtree(os.path.join(folder, f"dcp-{r}"), ignore_errors=True)
+        if record:
+            samples["dcp_block"].append(returned - start)
+            samples["dcp_total"].append(finished - start)
+
+        handle = ckpt.save(state, 2 * r)
+        handle.result()
+        if record:
+            samples["default_block"].append(handle.blocked_seconds)
+            samples["default_total"].append(handle.total_seconds)
+
+        handle = ckpt.save(trainer.state(r), 2 * r + 1, overlap_with=trainer.opt)
+        trainer.forward_backward()  # runs while the snapshot is taken
+        trainer.opt.step()          # waits for the snapshot if it is not complete yet
+        handle.result()
+        if record:
+            samples["overlap_block"].append(handle.blocked_seconds)
+            samples["overlap_total"].append(handle.total_seconds)
+    ckpt.close()
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def _epoch_figures(trainer: _Trainer, folder: str, steps: int, blocks: int, epochs_per_block: int) -> dict:
+    """Per-epoch time of the same loop without and with a save each epoch (overlap mode).
+    Blocks of epochs alternate so a noisy neighbour hits both alike; a save block ends by
+    waiting (untimed) for its last file so its writing never lands in a plain block."""
+    ckpt = AsyncCheckpointer(os.path.join(folder, "epochs"), keep_last=2)
+    times = {"plain": [], "save": []}
+    epoch = 0
+    for block in range(2 * blocks):
+        mode = "plain" if block % 2 == 0 else "save"
+        for _ in range(epochs_per_block):
+            start = time.perf_counter()
+            for _ in range(steps):
+                trainer.step()
+            if mode == "save":
+                ckpt.save(trainer.state(epoch), epoch, overlap_with=trainer.opt)
+            times[mode].append(time.perf_counter() - start)
+            epoch += 1
+        ckpt.wait()
+    ckpt.close()
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def run(quick: bool = False) -> list:
+    trainer = _Trainer(quick)
+    state_bytes = _state_bytes(trainer.state())
+    size = f"{state_bytes / 1e6:.0f} MB state"
+    folder = tempfile.mkdtemp(prefix="qrnn-bench-ckpt-", dir=os.environ.get("QRNN_BENCH_DIR"))
+    try:
+        t = _save_figures(trainer, folder, rounds=2 if quick else 3)
+        step_start = time.perf_counter()
+        trainer.step()
+        step_time = time.perf_counter() - step_start
+        # An epoch long enough that one save is a small part of it, like a real epoch.
+        steps = max(3, int((2.0 if quick else 20.0) / step_time))
+        e = _epoch_figures(trainer, folder, steps=steps, blocks=2 if quick else 3, epochs_per_block=2)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+    base, base_total = t["torch_save"], t["torch_save"] + t["torch_fsync"]
+    ms = lambda s: f"{s * 1e3:.0f} ms"  # noqa: E731
+    results = []
+    share = t["overlap_block"] / base
+    results.append(Result(AREA, f"save() blocking, overlap mode, vs torch.save ({size})", 100 * share, "%",
+                          "<= 5%", share <= 0.05,
+                          f"{ms(t['overlap_block'])} (save() + wait in optimizer.step) vs torch.save {ms(base)}"))
+    share = t["default_block"] / base
+    results.append(Result(AREA, f"save() blocking, default mode, vs torch.save ({size})", 100 * share, "%",
+                          "<= 25%", share <= 0.25, f"{ms(t['default_block'])} vs torch.save {ms(base)}"))
+    ratio = t["default_total"] / base_total
+    results.append(Result(AREA, f"total to committed file vs torch.save + fsync ({size})", ratio, "x",
+                          "<= 1.2x", ratio <= 1.2,
+                          f"{ms(t['default_total'])} vs {ms(base)} + fsync {ms(t['torch_fsync'])}"))
+    ratio = t["overlap_total"] / base_total
+    results.append(Result(AREA, f"total to committed file, overlap mode, vs torch.save + fsync ({size})", ratio,
+                          "x", None, None, f"{ms(t['overlap_total'])}, includes the overlapped forward/backward"))
+    share = t["dcp_block"] / base
+    results.append(Result(AREA, f"DCP async_save blocking vs torch.save ({size})", 100 * share, "%", None, None,
+                          f"{ms(t['dcp_block'])}; DCP total {ms(t['dcp_total'])} = "
+                          f"{t['dcp_total'] / base_total:.2f}x torch.save + fsync"))
+    overhead = e["save"] / e["plain"] - 1
+    results.append(Result(AREA, f"epoch time with a save every epoch (overlap mode) vs without ({size})",
+                          100 * overhead, "%", "<= +1%", overhead <= 0.01,
+                          f"{e['save']:.2f} s vs {e['plain']:.2f} s per epoch of {steps} steps"))
+    return results
