@@ -15,6 +15,19 @@
 // No torch, no Python: `write_tensors()` builds the pickle for a flat name -> tensor dict
 // itself, so a C++ program can write checkpoints that Python loads with
 // `torch.load(path, weights_only=True)`.
+//
+// POSIX (Linux, macOS). The writer's threads block all signals, so a file-size limit makes
+// the write fail with EFBIG instead of delivering SIGXFSZ. Buffers passed to submit() must
+// stay unchanged until SaveStatus::staged(); a Gate must be opened or failed before close().
+//
+//   qrnn::checkpoint::CheckpointWriter writer;                  // one per process is enough
+//   auto status = qrnn::checkpoint::write_tensors(writer, "run/ckpt-000010.pt",
+//       {{"weight", qrnn::checkpoint::ScalarType::Float32, {rows, cols}, {}, w.data()}},
+//       {/*keep_last=*/3, "ckpt-", ".pt"});
+//   status->wait_staged();                                     // w may change from here on
+//   ...
+//   status->wait();
+//   if (!status->ok()) report(status->error().message);
 #pragma once
 
 #include <cstddef>
