@@ -335,6 +335,7 @@ class _CudaWaiter(threading.Thread):
             except BaseException as error:  # noqa: BLE001 - the save must fail, not hang
                 gate.fail(f"GPU copy failed: {error!r}")
             finally:
+                handle._status.wait_staged()  # the CPU part may still be copying from its storages
                 handle._sources = None
 
 
