@@ -1,49 +1,146 @@
-// The one binding file: exposes the torch-free core to Python with pybind11.
-// Tensors cross as (data pointer, strides) integers; this module never links libtorch,
-// so one wheel serves every torch release. Every kernel call releases the GIL.
-// std::invalid_argument from the core arrives in Python as ValueError.
+// The one binding file: exposes the torch-free core to Python.
+//
+// Tensors cross as integers: a data pointer and element strides per array; this module
+// never links libtorch, so one wheel serves every torch release. std::invalid_argument
+// from the core arrives in Python as ValueError, other exceptions as RuntimeError.
+//
+// The kernel entry points are called on every forward/backward, so they bypass
+// pybind11's generic argument conversion (microseconds at 20+ arguments) and take a flat
+// list of integers through CPython's METH_FASTCALL protocol. Everything else uses pybind11.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <array>
 #include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <tuple>
 
 #include "qrnn/build_info.hpp"
 #include "qrnn/checkpoint.hpp"
 #include "qrnn/forget_mult.hpp"
 
 namespace py = pybind11;
-using Strides3 = std::array<int64_t, 3>;  // element strides in (time, batch, hidden) order
-using Strides2 = std::array<int64_t, 2>;  // (batch, hidden)
 
 namespace {
 
-const void* cptr(uintptr_t p) { return reinterpret_cast<const void*>(p); }
-void* mptr(uintptr_t p) { return reinterpret_cast<void*>(p); }
-qrnn::ConstView3 cview(uintptr_t p, const Strides3& s) { return {cptr(p), s[0], s[1], s[2]}; }
-qrnn::View3 mview(uintptr_t p, const Strides3& s) { return {mptr(p), s[0], s[1], s[2]}; }
+// Below this many element-steps a kernel finishes in about a microsecond: keep the GIL
+// (re-acquiring it can wait a whole switch interval when other Python threads run).
+constexpr int64_t kReleaseGilWork = 1 << 14;
 
-qrnn::DType to_dtype(int code) {
-    if (code < 0 || code > 3) throw std::invalid_argument("dtype code must be 0..3, got " + std::to_string(code));
-    return static_cast<qrnn::DType>(code);
+// Reads exactly N integer arguments; false (with a Python error set) otherwise.
+template <size_t N>
+bool parse_ints(const char* fn, PyObject* const* args, Py_ssize_t nargs, int64_t (&out)[N]) {
+    if (nargs != Py_ssize_t(N)) {
+        PyErr_Format(PyExc_TypeError, "%s takes %d integer arguments, got %zd", fn, int(N), nargs);
+        return false;
+    }
+    for (size_t i = 0; i < N; ++i) {
+        out[i] = PyLong_AsLongLong(args[i]);
+        if (out[i] == -1 && PyErr_Occurred()) return false;
+    }
+    return true;
 }
 
-qrnn::ForgetMultForwardParams forward_params(int dtype, int64_t T, int64_t B, int64_t H,
-                                             uintptr_t f, const Strides3& sf, uintptr_t x, const Strides3& sx,
-                                             uintptr_t h0, const Strides2& sh0, int h0_dtype,
-                                             uintptr_t h, const Strides3& sh) {
+// Argument decoding: a 3-D view is (pointer, stride_t, stride_b, stride_h), a 2-D view
+// (pointer, stride_b, stride_h); the reader advances through the argument vector.
+struct ArgReader {
+    const int64_t* a;
+    int64_t next() { return *a++; }
+    qrnn::DType dtype() {
+        const int64_t code = next();
+        if (code < 0 || code > 3) throw std::invalid_argument("dtype code must be 0..3, got " + std::to_string(code));
+        return static_cast<qrnn::DType>(code);
+    }
+    const void* cptr() { return reinterpret_cast<const void*>(static_cast<uintptr_t>(next())); }
+    void* mptr() { return reinterpret_cast<void*>(static_cast<uintptr_t>(next())); }
+    qrnn::ConstView3 cview3() { auto p = cptr(); auto st = next(), sb = next(), sh = next(); return {p, st, sb, sh}; }
+    qrnn::View3 mview3() { auto p = mptr(); auto st = next(), sb = next(), sh = next(); return {p, st, sb, sh}; }
+    qrnn::ConstView2 cview2() { auto p = cptr(); auto sb = next(), sh = next(); return {p, sb, sh}; }
+    qrnn::View2 mview2() { auto p = mptr(); auto sb = next(), sh = next(); return {p, sb, sh}; }
+};
+
+// Runs `kernel` with the GIL released when the work is large, translating exceptions.
+template <typename Kernel>
+PyObject* run_kernel(int64_t work, Kernel&& kernel) {
+    try {
+        if (work >= kReleaseGilWork) {
+            py::gil_scoped_release release;
+            kernel();
+        } else {
+            kernel();
+        }
+    } catch (const std::invalid_argument& e) {
+        PyErr_SetString(PyExc_ValueError, e.what());
+        return nullptr;
+    } catch (const std::exception& e) {
+        PyErr_SetString(PyExc_RuntimeError, e.what());
+        return nullptr;
+    }
+    Py_RETURN_NONE;
+}
+
+int64_t work_of(int64_t T, int64_t B, int64_t H) {
+    return (T > 0 && B > 0 && H > 0) ? T * B * H : 0;  // sizes are re-checked by the core
+}
+
+// forget_mult_forward(dtype, T, B, H, f[4], x[4], h0[3], h0_dtype, h[4], num_threads)
+PyObject* forget_mult_forward(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+    int64_t a[21];
+    if (!parse_ints("forget_mult_forward", args, nargs, a)) return nullptr;
     qrnn::ForgetMultForwardParams p;
-    p.seq_len = T;
-    p.batch = B;
-    p.hidden = H;
-    p.dtype = to_dtype(dtype);
-    p.f = cview(f, sf);
-    p.x = cview(x, sx);
-    p.h0 = {cptr(h0), sh0[0], sh0[1]};
-    p.h0_dtype = to_dtype(h0_dtype);
-    p.h = mview(h, sh);
-    return p;
+    int num_threads = int(a[20]);
+    return run_kernel(work_of(a[1], a[2], a[3]), [&] {
+        ArgReader r{a};
+        p.dtype = r.dtype();
+        p.seq_len = r.next();
+        p.batch = r.next();
+        p.hidden = r.next();
+        p.f = r.cview3();
+        p.x = r.cview3();
+        p.h0 = r.cview2();
+        p.h0_dtype = r.dtype();
+        p.h = r.mview3();
+        qrnn::cpu::forget_mult_forward(p, num_threads);
+    });
 }
+
+// forget_mult_backward(dtype, T, B, H, f[4], x[4], h[4], h0[3], h0_dtype, grad_h[4],
+//                      grad_f[4], grad_x[4], grad_h0[3], num_threads)
+PyObject* forget_mult_backward(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+    int64_t a[36];
+    if (!parse_ints("forget_mult_backward", args, nargs, a)) return nullptr;
+    qrnn::ForgetMultBackwardParams p;
+    int num_threads = int(a[35]);
+    return run_kernel(work_of(a[1], a[2], a[3]), [&] {
+        ArgReader r{a};
+        p.dtype = r.dtype();
+        p.seq_len = r.next();
+        p.batch = r.next();
+        p.hidden = r.next();
+        p.f = r.cview3();
+        p.x = r.cview3();
+        p.h = r.cview3();
+        p.h0 = r.cview2();
+        p.h0_dtype = r.dtype();
+        p.grad_h = r.cview3();
+        p.grad_f = r.mview3();
+        p.grad_x = r.mview3();
+        p.grad_h0 = r.mview2();
+        qrnn::cpu::forget_mult_backward(p, num_threads);
+    });
+}
+
+PyMethodDef kernel_methods[] = {
+    {"forget_mult_forward", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(forget_mult_forward)),
+     METH_FASTCALL,
+     "forget_mult_forward(dtype, T, B, H, f_ptr, f_st, f_sb, f_sh, x_ptr, x_st, x_sb, x_sh, h0_ptr, h0_sb, h0_sh, "
+     "h0_dtype, h_ptr, h_st, h_sb, h_sh, num_threads): CPU ForgetMult forward (h0_ptr 0: no h0)"},
+    {"forget_mult_backward", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(forget_mult_backward)),
+     METH_FASTCALL,
+     "forget_mult_backward(dtype, T, B, H, f[4], x[4], h[4], h0[3], h0_dtype, grad_h[4], grad_f[4], grad_x[4], "
+     "grad_h0[3], num_threads): CPU ForgetMult backward; each [n] is a pointer and its strides"},
+    {nullptr, nullptr, 0, nullptr},
+};
 
 }  // namespace
 
@@ -51,8 +148,6 @@ qrnn::ForgetMultForwardParams forward_params(int dtype, int64_t T, int64_t B, in
 // Thin wrappers over <qrnn/checkpoint.hpp>. Buffers cross as (address, bytes) integers;
 // every call that can wait or copy releases the GIL, and the writer's threads never touch
 // Python objects.
-#include <optional>
-#include <tuple>
 
 namespace {
 namespace ckpt = qrnn::checkpoint;
@@ -181,37 +276,8 @@ void bind_checkpoint(py::module_& m) {
 PYBIND11_MODULE(_C, m) {
     m.doc() = "torch-free kernels of torch-qrnn (pointers and strides in, nothing allocated)";
 
-    m.def("forget_mult_forward",
-          [](int dtype, int64_t T, int64_t B, int64_t H, uintptr_t f, const Strides3& sf, uintptr_t x,
-             const Strides3& sx, uintptr_t h0, const Strides2& sh0, int h0_dtype, uintptr_t h,
-             const Strides3& sh, int num_threads) {
-              const auto p = forward_params(dtype, T, B, H, f, sf, x, sx, h0, sh0, h0_dtype, h, sh);
-              py::gil_scoped_release release;
-              qrnn::cpu::forget_mult_forward(p, num_threads);
-          });
-
-    m.def("forget_mult_backward",
-          [](int dtype, int64_t T, int64_t B, int64_t H, uintptr_t f, const Strides3& sf, uintptr_t x,
-             const Strides3& sx, uintptr_t h, const Strides3& sh, uintptr_t h0, const Strides2& sh0,
-             int h0_dtype, uintptr_t grad_h, const Strides3& sgh, uintptr_t grad_f, const Strides3& sgf,
-             uintptr_t grad_x, const Strides3& sgx, uintptr_t grad_h0, const Strides2& sgh0, int num_threads) {
-              qrnn::ForgetMultBackwardParams p;
-              p.seq_len = T;
-              p.batch = B;
-              p.hidden = H;
-              p.dtype = to_dtype(dtype);
-              p.f = cview(f, sf);
-              p.x = cview(x, sx);
-              p.h = cview(h, sh);
-              p.h0 = {cptr(h0), sh0[0], sh0[1]};
-              p.h0_dtype = to_dtype(h0_dtype);
-              p.grad_h = cview(grad_h, sgh);
-              p.grad_f = mview(grad_f, sgf);
-              p.grad_x = mview(grad_x, sgx);
-              p.grad_h0 = {mptr(grad_h0), sgh0[0], sgh0[1]};
-              py::gil_scoped_release release;
-              qrnn::cpu::forget_mult_backward(p, num_threads);
-          });
+    for (PyMethodDef* def = kernel_methods; def->ml_name; ++def)
+        m.add_object(def->ml_name, py::reinterpret_steal<py::object>(PyCFunction_NewEx(def, nullptr, m.ptr())));
 
     m.def("build_info", [] {
         const qrnn::BuildInfo info = qrnn::build_info();
