@@ -38,23 +38,20 @@ AREA = "checkpoint"
 
 
 class QrnnLanguageModel(nn.Module):
-    """Embedding -> QRNN layers (gate projections + qrnn.forget_mult) -> tied decoder."""
+    """AWD-QRNN's shape: embedding -> qrnn.QRNNLayer stack (the last back to the embedding
+    size) -> decoder tied to the embedding."""
 
     def __init__(self, vocab: int, embedding: int, hidden: int, windows=(2, 2, 1, 1)):
         super().__init__()
         sizes = [embedding] + [hidden] * (len(windows) - 1) + [embedding]
         self.embedding = nn.Embedding(vocab, embedding)
-        self.layers = nn.ModuleList(nn.Linear(sizes[i] * w, 3 * sizes[i + 1]) for i, w in enumerate(windows))
-        self.windows = tuple(windows)
+        self.layers = nn.ModuleList(qrnn.QRNNLayer(sizes[i], sizes[i + 1], window=w) for i, w in enumerate(windows))
         self.decoder_bias = nn.Parameter(torch.zeros(vocab))
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         x = self.embedding(tokens)  # (time, batch, features)
-        for layer, window in zip(self.layers, self.windows):
-            if window == 2:
-                x = torch.cat([x, torch.cat([torch.zeros_like(x[:1]), x[:-1]])], dim=-1)
-            z, f, o = layer(x).chunk(3, dim=-1)
-            x = torch.sigmoid(o) * qrnn.forget_mult(torch.sigmoid(f), torch.tanh(z))
+        for layer in self.layers:
+            x, _ = layer(x)
         return F.linear(x, self.embedding.weight, self.decoder_bias)
 
 
