@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
+import qrnn
+
 # (atol, rtol) of a kernel's output against the float64 reference, per storage dtype.
 # 16-bit storage rounds every stored element (bf16: 8 mantissa bits, fp16: 11); the state
 # itself is carried in float32, so errors do not grow with sequence length.
