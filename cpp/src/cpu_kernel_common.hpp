@@ -103,7 +103,7 @@ constexpr bool is_16bit = std::is_same_v<T, bfloat16> || std::is_same_v<T, float
 
 // float -> IEEE half bits, the same rounding as from_float<float16> (nearest even,
 // overflow to Inf, subnormals kept, NaN quiet) but with selects instead of branches,
-// so that loops storing half vectorise.
+// so that loops storing half vectorise (where F16C is not built in).
 inline float16 to_half(float v) {
     const uint32_t bits = float_to_bits(v);
     const uint32_t sign = (bits >> 16) & 0x8000u;

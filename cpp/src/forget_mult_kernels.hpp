@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <type_traits>
 
 #include "cpu_kernel_common.hpp"
 #include "forget_mult_table.hpp"

@@ -5,4 +5,5 @@
 AREAS = {
     "forget-mult": "forget_mult",
     "layer": "layer",
+    "checkpoint": "checkpoint",
 }
