@@ -14,7 +14,7 @@ import qrnn
 from qrnn import _C, ops
 from qrnn.reference import qrnn_gates_reference
 
-from conftest import CPU_DTYPES, HAS_CUDA, TOLERANCES, assert_close_to_reference
+from conftest import CPU_DTYPES, HAS_CUDA, assert_close_to_reference
 
 # (output_gate, lengths, reverse, batch_first, zoneout mask, c0): each value of each
 # option appears with every value of every other at least once, kept short for CI.
