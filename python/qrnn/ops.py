@@ -211,3 +211,7 @@ def forget_mult(f: Tensor, x: Tensor, h0: Optional[Tensor] = None, *, batch_firs
     if _direct_call_ok(f, x, h0):
         return _kernel(FORWARD_KERNELS, f)(f, x, h0, batch_first)
     return forget_mult_op(f, x, h0, batch_first)
+
+
+# ---- CUDA kernels: ops_cuda adds its entries to the tables above when this build has them ----
+from . import ops_cuda as _ops_cuda  # noqa: E402,F401
