@@ -281,7 +281,7 @@ forward_serial(const ForgetMultForwardParams p, const int64_t vectors_per_row) {
 // from memory once, h written once. Shared memory: a and b per thread, plus the
 // incoming state double-buffered by span parity (so one barrier pair per span).
 template <typename T, int V, int U>
-__global__ void __launch_bounds__(detail::kChunkLanes * detail::kMaxChunks)
+__global__ void __launch_bounds__(detail::kChunkLanes * detail::kMaxChunks, 1)
 forward_chunked(const ForgetMultForwardParams p, const int64_t vectors_per_row) {
     using M = Math<T>;
     extern __shared__ __align__(16) unsigned char smem_bytes[];
@@ -467,7 +467,7 @@ backward_serial(const ForgetMultBackwardParams p, const int64_t vectors_per_row)
 // As forward_chunked, walking spans from the end of the sequence: chunk 0 of a span is
 // its latest, and the carried gradient flows from chunk q to chunk q + 1.
 template <typename T, int V, int U>
-__global__ void __launch_bounds__(detail::kChunkLanes * detail::kMaxChunks)
+__global__ void __launch_bounds__(detail::kChunkLanes * detail::kMaxChunks, 1)
 backward_chunked(const ForgetMultBackwardParams p, const int64_t vectors_per_row) {
     using M = Math<T>;
     extern __shared__ __align__(16) unsigned char smem_bytes[];

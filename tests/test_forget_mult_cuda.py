@@ -275,12 +275,16 @@ def test_torch_compile_reduce_overhead_fullgraph(dtype):
 @needs_kernels
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
 def test_runs_on_the_tensors_device():
+    """Tensors on cuda:1 while cuda:0 is current: the kernels must run on cuda:1 (on its
+    current stream) and leave cuda:0 current."""
     torch.cuda.set_device(0)
     f, x, h0 = make_inputs(40, 3, 64, torch.float16, "cuda:1", h0_dtype=torch.float32)
+    _check_op(f, x, h0, False, "on cuda:1, cuda:0 current")
+    assert torch.cuda.current_device() == 0, "the call must leave the current device as it was"
     side = torch.cuda.Stream(device=1)
-    with torch.cuda.stream(side):
-        _check_op(f, x, h0, False, "on cuda:1")
-    assert torch.cuda.current_device() == 0, "the call must restore the current device"
+    with torch.cuda.stream(side):  # makes cuda:1 current, with a side stream
+        _check_op(f, x, h0, False, "on a side stream of cuda:1")
+    assert torch.cuda.current_device() == 0
 
 
 @needs_kernels
