@@ -50,28 +50,28 @@ def _cuda_include():
 
 
 class Emulator:
-    """ctypes front of the emulation library; arguments as qrnn._C's CUDA functions."""
+    """ctypes front of the emulation library: the integers of qrnn._C's CUDA launchers
+    (built by qrnn.ops_cuda) and a launch plan."""
 
     def __init__(self, path: Path):
         lib = ctypes.CDLL(str(path))
-        i32, i64, ptr = ctypes.c_int, ctypes.c_int64, ctypes.c_void_p
-        s3 = s2 = ctypes.POINTER(ctypes.c_int64)
-        lib.qrnn_emulate_forward.argtypes = [i32, i64, i64, i64, ptr, s3, ptr, s3, ptr, s2, i32, ptr, s3, i32, i32]
-        lib.qrnn_emulate_backward.argtypes = [i32, i64, i64, i64, ptr, s3, ptr, s3, ptr, s3, ptr, s2, i32,
-                                              ptr, s3, ptr, s3, ptr, s3, ptr, s2, i32, i32]
+        for fn in (lib.qrnn_emulate_forward, lib.qrnn_emulate_backward):
+            fn.argtypes = [ctypes.POINTER(ctypes.c_int64), ctypes.c_int, ctypes.c_int]
         self.lib = lib
 
     @staticmethod
-    def _c(args):
-        return [(ctypes.c_int64 * len(a))(*a) if isinstance(a, tuple) else a for a in args]
+    def _ints(args):
+        return (ctypes.c_int64 * len(args))(*args)
 
     def forward(self, h, f, x, h0, batch_first, plan):
         args = ops_cuda._forward_args(h, f, x, h0, batch_first)
-        assert self.lib.qrnn_emulate_forward(*self._c(args), *plan) == 0
+        assert len(args) == 20
+        assert self.lib.qrnn_emulate_forward(self._ints(args), *plan) == 0
 
     def backward(self, grad_f, grad_x, grad_h0, grad_h, f, x, h, h0, batch_first, plan):
         args = ops_cuda._backward_args(grad_f, grad_x, grad_h0, grad_h, f, x, h, h0, batch_first)
-        assert self.lib.qrnn_emulate_backward(*self._c(args), *plan) == 0
+        assert len(args) == 35
+        assert self.lib.qrnn_emulate_backward(self._ints(args), *plan) == 0
 
 
 @pytest.fixture(scope="session")
@@ -81,7 +81,10 @@ def emulator(tmp_path_factory):
     if include is None or cxx is None:
         pytest.skip("needs the CUDA headers (CUDA_HOME or nvcc on PATH) and a C++ compiler")
     out = tmp_path_factory.mktemp("cuda_emulation") / "emulate_forget_mult.so"
-    cmd = [cxx, "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", f"-I{include}",
+    # QRNN_EMULATOR_CXXFLAGS adds flags, e.g. "-fsanitize=address" (then run pytest with
+    # LD_PRELOAD set to the compiler's libasan) to catch any access outside the tensors.
+    extra = os.environ.get("QRNN_EMULATOR_CXXFLAGS", "").split()
+    cmd = [cxx, "-std=c++20", "-O1", "-g", "-shared", "-fPIC", "-pthread", *extra, f"-I{include}",
            f"-I{REPO / 'cpp' / 'include'}", f"-I{REPO / 'cuda'}", str(SOURCE), "-o", str(out)]
     built = subprocess.run(cmd, capture_output=True, text=True)
     assert built.returncode == 0, f"building the kernel emulator failed:\n{built.stderr[-4000:]}"

@@ -53,33 +53,20 @@ def schedule(name: str):
 
 
 def _forward_args(h: Tensor, f: Tensor, x: Tensor, h0: Optional[Tensor], batch_first: bool) -> tuple:
+    """The integers of _C.forget_mult_forward (time-major sizes and strides), less num_threads."""
+    f, x, h = ops._time_major(batch_first, f, x, h)
     code = ops._DTYPE_CODES[f.dtype]
-    T, B, H = ops._sizes(f, batch_first)
-    return (
-        code, T, B, H,
-        f.data_ptr(), ops._strides3(f, batch_first),
-        x.data_ptr(), ops._strides3(x, batch_first),
-        *ops._h0_args(h0, code),
-        h.data_ptr(), ops._strides3(h, batch_first),
-    )
+    return (code, *f.shape, f.data_ptr(), *f.stride(), x.data_ptr(), *x.stride(), *ops._view2(h0),
+            code if h0 is None else ops._DTYPE_CODES[h0.dtype], h.data_ptr(), *h.stride())
 
 
 def _backward_args(grad_f, grad_x, grad_h0, grad_h, f, x, h, h0, batch_first) -> tuple:
+    """The integers of _C.forget_mult_backward, less num_threads (grad_h0 None: not written)."""
+    tf, tx, th, tgh, tgf, tgx = ops._time_major(batch_first, f, x, h, grad_h, grad_f, grad_x)
     code = ops._DTYPE_CODES[f.dtype]
-    T, B, H = ops._sizes(f, batch_first)
-    h0_ptr, h0_strides, h0_code = ops._h0_args(h0, code)
-    return (
-        code, T, B, H,
-        f.data_ptr(), ops._strides3(f, batch_first),
-        x.data_ptr(), ops._strides3(x, batch_first),
-        h.data_ptr(), ops._strides3(h, batch_first),
-        h0_ptr, h0_strides, h0_code,
-        grad_h.data_ptr(), ops._strides3(grad_h, batch_first),
-        grad_f.data_ptr(), ops._strides3(grad_f, batch_first),
-        grad_x.data_ptr(), ops._strides3(grad_x, batch_first),
-        grad_h0.data_ptr() if grad_h0 is not None else 0,
-        grad_h0.stride() if grad_h0 is not None else ops._NO_STRIDES2,
-    )
+    return (code, *tf.shape, tf.data_ptr(), *tf.stride(), tx.data_ptr(), *tx.stride(), th.data_ptr(), *th.stride(),
+            *ops._view2(h0), code if h0 is None else ops._DTYPE_CODES[h0.dtype], tgh.data_ptr(), *tgh.stride(),
+            tgf.data_ptr(), *tgf.stride(), tgx.data_ptr(), *tgx.stride(), *ops._view2(grad_h0))
 
 
 def _launch(kernel, device: torch.device, args: tuple) -> None:
@@ -93,21 +80,15 @@ def _launch(kernel, device: torch.device, args: tuple) -> None:
             kernel(*args, current_stream_handle(index), _schedule)
 
 
-# empty_like(..., contiguous_format) allocates the same fresh contiguous tensor as
-# torch.empty(shape, dtype=, device=) at under half the Python cost.
-_CONTIGUOUS = torch.contiguous_format
-
-
 def _forward_cuda(f: Tensor, x: Tensor, h0: Optional[Tensor], batch_first: bool) -> Tensor:
-    h = torch.empty_like(f, memory_format=_CONTIGUOUS)
+    h = ops._empty_contiguous(f)
     _launch(_C.cuda_forget_mult_forward, f.device, _forward_args(h, f, x, h0, batch_first))
     return h
 
 
 def _backward_cuda(grad_h, f, x, h, h0, batch_first):
-    grad_f = torch.empty_like(f, memory_format=_CONTIGUOUS)
-    grad_x = torch.empty_like(f, memory_format=_CONTIGUOUS)
-    grad_h0 = torch.empty_like(h0, memory_format=_CONTIGUOUS) if h0 is not None else None
+    grad_f, grad_x = ops._empty_contiguous(f), ops._empty_contiguous(f)
+    grad_h0 = ops._empty_contiguous(h0) if h0 is not None else None
     _launch(_C.cuda_forget_mult_backward, f.device,
             _backward_args(grad_f, grad_x, grad_h0, grad_h, f, x, h, h0, batch_first))
     return grad_f, grad_x, (grad_h0 if grad_h0 is not None else f.new_empty(0))

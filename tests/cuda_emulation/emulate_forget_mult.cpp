@@ -1,58 +1,91 @@
 // Runs the CUDA ForgetMult kernels of cuda/forget_mult_kernels.cuh on the CPU, compiled
 // by the host C++ compiler against the CUDA headers (whose half/bfloat16 conversions
-// have host versions). A grid runs one block at a time; in a chunked block every CUDA
-// thread is a std::thread and __syncthreads a barrier, so the kernels' indexing, vector
-// and tail paths and the chunked schedule's carry logic are checked on machines without
-// a GPU (tests/test_forget_mult_cuda_emulated.py builds and drives this file). A barrier
-// that not every thread reaches aborts with a message instead of hanging.
+// have host versions), so the kernels' indexing, vector and tail paths and the chunked
+// schedule's carry logic are checked on machines without a GPU
+// (tests/test_forget_mult_cuda_emulated.py builds and drives this file).
+//
+// A grid runs one block at a time. In a chunked block every CUDA thread is a fiber
+// (ucontext) with its own stack: each runs until it reaches __syncthreads, and when all
+// have arrived they all go on; the fibers run in a shuffled order every phase, so a
+// missing barrier shows as wrong results. A barrier that not every thread reaches is
+// reported as an error instead of hanging.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <ucontext.h>
 
-#include <chrono>
-#include <condition_variable>
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
+#include <cstring>
 #include <exception>
-#include <mutex>
-#include <thread>
+#include <functional>
+#include <memory>
+#include <random>
+#include <stdexcept>
 #include <vector>
 
 namespace qrnn_emu {
 
-thread_local uint3 thread_idx;
+uint3 thread_idx;
 uint3 block_idx;
 dim3 block_dim;
 
-class Barrier {
-public:
-    explicit Barrier(int count) : count_(count) {}
-    void arrive_and_wait() {
-        std::unique_lock<std::mutex> lock(mutex_);
-        const long generation = generation_;
-        if (++arrived_ == count_) {
-            arrived_ = 0;
-            ++generation_;
-            cv_.notify_all();
-            return;
-        }
-        if (!cv_.wait_for(lock, std::chrono::seconds(20), [&] { return generation_ != generation; })) {
-            std::fprintf(stderr, "emulate_forget_mult: __syncthreads not reached by every thread of block %u\n",
-                         block_idx.x);
-            std::abort();
-        }
-    }
-
-private:
-    std::mutex mutex_;
-    std::condition_variable cv_;
-    int count_, arrived_ = 0;
-    long generation_ = 0;
+struct Fiber {
+    ucontext_t context;
+    uint3 index;
+    bool waiting = false, done = false;
 };
 
-Barrier* block_barrier = nullptr;
-inline void sync_threads() { block_barrier->arrive_and_wait(); }
+ucontext_t scheduler;
+Fiber* running = nullptr;
+const std::function<void()>* body = nullptr;
+
+inline void sync_threads() {
+    running->waiting = true;
+    swapcontext(&running->context, &scheduler);
+}
+
+void fiber_main() {
+    (*body)();
+    running->done = true;  // then uc_link returns to the scheduler
+}
+
+// Runs `kernel_body` once per thread of a lanes x chunks block until every thread is done.
+void run_block(int lanes, int chunks, const std::function<void()>& kernel_body, std::mt19937& rng) {
+    constexpr size_t kStack = 256 * 1024;
+    static std::vector<std::unique_ptr<char[]>> stacks;  // reused by every block (not zeroed)
+    std::vector<Fiber> fibers(size_t(lanes) * chunks);
+    while (stacks.size() < fibers.size()) stacks.emplace_back(new char[kStack]);
+    body = &kernel_body;
+    for (int chunk = 0; chunk < chunks; ++chunk) {
+        for (int lane = 0; lane < lanes; ++lane) {
+            Fiber& f = fibers[size_t(chunk) * lanes + lane];
+            f.index = {unsigned(lane), unsigned(chunk), 0};
+            getcontext(&f.context);
+            f.context.uc_stack.ss_sp = stacks[size_t(chunk) * lanes + lane].get();
+            f.context.uc_stack.ss_size = kStack;
+            f.context.uc_link = &scheduler;
+            makecontext(&f.context, fiber_main, 0);
+        }
+    }
+    std::vector<Fiber*> order;
+    for (Fiber& f : fibers) order.push_back(&f);
+    for (;;) {
+        std::shuffle(order.begin(), order.end(), rng);
+        for (Fiber* f : order) {
+            if (f->done || f->waiting) continue;
+            running = f;
+            thread_idx = f->index;
+            swapcontext(&scheduler, &f->context);
+        }
+        size_t done = 0, waiting = 0;
+        for (const Fiber& f : fibers) done += f.done, waiting += f.waiting;
+        if (done == fibers.size()) return;
+        if (done > 0) throw std::runtime_error("__syncthreads not reached by every thread of a block");
+        for (Fiber& f : fibers) f.waiting = false;  // everyone arrived: the barrier opens
+    }
+}
 
 }  // namespace qrnn_emu
 
@@ -84,6 +117,7 @@ using namespace qrnn::cuda;
 template <typename Params>
 void run_grid(void (*kernel)(Params, int64_t), const Params& p, const detail::LaunchShape& s) {
     if (s.shared_bytes > int64_t(sizeof(kernels::smem_bytes))) throw std::runtime_error("shared memory too large");
+    std::mt19937 rng(12345);
     qrnn_emu::block_dim = dim3(unsigned(s.lanes), unsigned(s.chunks), 1);
     for (int64_t block = 0; block < s.blocks; ++block) {
         qrnn_emu::block_idx = {unsigned(block), 0, 0};
@@ -94,16 +128,8 @@ void run_grid(void (*kernel)(Params, int64_t), const Params& p, const detail::La
             }
             continue;
         }
-        qrnn_emu::Barrier barrier(s.lanes * s.chunks);
-        qrnn_emu::block_barrier = &barrier;
-        std::vector<std::thread> threads;
-        for (int chunk = 0; chunk < s.chunks; ++chunk)
-            for (int lane = 0; lane < s.lanes; ++lane)
-                threads.emplace_back([=] {
-                    qrnn_emu::thread_idx = {unsigned(lane), unsigned(chunk), 0};
-                    kernel(p, s.vectors_per_row);
-                });
-        for (auto& t : threads) t.join();
+        std::memset(kernels::smem_bytes, 0xff, sizeof(kernels::smem_bytes));  // NaN-ish: no stale summaries
+        qrnn_emu::run_block(s.lanes, s.chunks, [&] { kernel(p, s.vectors_per_row); }, rng);
     }
 }
 
@@ -151,24 +177,36 @@ void by_dtype(int dtype, Fn&& fn) {
     throw std::runtime_error("bad dtype");
 }
 
-ConstView3 cview(const void* p, const int64_t* s) { return {p, s[0], s[1], s[2]}; }
-View3 mview(void* p, const int64_t* s) { return {p, s[0], s[1], s[2]}; }
+// Reads the flat integers of qrnn._C's forget_mult entry points: a 3-D view is
+// (pointer, stride_t, stride_b, stride_h), a 2-D view (pointer, stride_b, stride_h).
+struct Reader {
+    const int64_t* a;
+    int64_t next() { return *a++; }
+    const void* cptr() { return reinterpret_cast<const void*>(static_cast<uintptr_t>(next())); }
+    void* mptr() { return reinterpret_cast<void*>(static_cast<uintptr_t>(next())); }
+    ConstView3 cview3() { auto p = cptr(); auto st = next(), sb = next(), sh = next(); return {p, st, sb, sh}; }
+    View3 mview3() { auto p = mptr(); auto st = next(), sb = next(), sh = next(); return {p, st, sb, sh}; }
+    ConstView2 cview2() { auto p = cptr(); auto sb = next(), sh = next(); return {p, sb, sh}; }
+    View2 mview2() { auto p = mptr(); auto sb = next(), sh = next(); return {p, sb, sh}; }
+};
 
 }  // namespace
 
 extern "C" {
 
-// Same arguments as qrnn._C.cuda_forget_mult_forward (strides as int64[3] / int64[2])
-// with the plan in place of stream and schedule. Returns 0, or 1 after printing an error.
-int qrnn_emulate_forward(int dtype, int64_t T, int64_t B, int64_t H, const void* f, const int64_t* sf,
-                         const void* x, const int64_t* sx, const void* h0, const int64_t* sh0, int h0_dtype,
-                         void* h, const int64_t* sh, int vector_width, int chunks) {
+// args: the 20 integers of qrnn._C.cuda_forget_mult_forward before stream and schedule
+// (dtype, T, B, H, f[4], x[4], h0[3], h0_dtype, h[4]); the plan replaces the schedule.
+// Returns 0, or 1 after printing an error.
+int qrnn_emulate_forward(const int64_t* args, int vector_width, int chunks) {
     try {
+        Reader r{args};
         ForgetMultForwardParams p;
-        p.seq_len = T, p.batch = B, p.hidden = H, p.dtype = DType(dtype);
-        p.f = cview(f, sf), p.x = cview(x, sx), p.h = mview(h, sh);
-        p.h0 = {h0, sh0[0], sh0[1]}, p.h0_dtype = DType(h0_dtype);
-        by_dtype(dtype, [&](auto t) {
+        p.dtype = DType(r.next());
+        p.seq_len = r.next(), p.batch = r.next(), p.hidden = r.next();
+        p.f = r.cview3(), p.x = r.cview3(), p.h0 = r.cview2();
+        p.h0_dtype = DType(r.next());
+        p.h = r.mview3();
+        by_dtype(int(p.dtype), [&](auto t) {
             using TT = decltype(t);
             by_width<TT>(vector_width, [&](auto v) { forward_width<TT, decltype(v)::value>(p, chunks); });
         });
@@ -179,19 +217,17 @@ int qrnn_emulate_forward(int dtype, int64_t T, int64_t B, int64_t H, const void*
     }
 }
 
-int qrnn_emulate_backward(int dtype, int64_t T, int64_t B, int64_t H, const void* f, const int64_t* sf,
-                          const void* x, const int64_t* sx, const void* h, const int64_t* sh, const void* h0,
-                          const int64_t* sh0, int h0_dtype, const void* grad_h, const int64_t* sgh, void* grad_f,
-                          const int64_t* sgf, void* grad_x, const int64_t* sgx, void* grad_h0, const int64_t* sgh0,
-                          int vector_width, int chunks) {
+// args: the 35 integers of qrnn._C.cuda_forget_mult_backward before stream and schedule.
+int qrnn_emulate_backward(const int64_t* args, int vector_width, int chunks) {
     try {
+        Reader r{args};
         ForgetMultBackwardParams p;
-        p.seq_len = T, p.batch = B, p.hidden = H, p.dtype = DType(dtype);
-        p.f = cview(f, sf), p.x = cview(x, sx), p.h = cview(h, sh);
-        p.h0 = {h0, sh0[0], sh0[1]}, p.h0_dtype = DType(h0_dtype);
-        p.grad_h = cview(grad_h, sgh), p.grad_f = mview(grad_f, sgf), p.grad_x = mview(grad_x, sgx);
-        p.grad_h0 = {grad_h0, sgh0[0], sgh0[1]};
-        by_dtype(dtype, [&](auto t) {
+        p.dtype = DType(r.next());
+        p.seq_len = r.next(), p.batch = r.next(), p.hidden = r.next();
+        p.f = r.cview3(), p.x = r.cview3(), p.h = r.cview3(), p.h0 = r.cview2();
+        p.h0_dtype = DType(r.next());
+        p.grad_h = r.cview3(), p.grad_f = r.mview3(), p.grad_x = r.mview3(), p.grad_h0 = r.mview2();
+        by_dtype(int(p.dtype), [&](auto t) {
             using TT = decltype(t);
             by_width<TT>(vector_width, [&](auto v) { backward_width<TT, decltype(v)::value>(p, chunks); });
         });
