@@ -4,5 +4,7 @@
 # Sub-command name -> module (under qrnn.bench) holding its run(quick).
 AREAS = {
     "forget-mult": "forget_mult",
+    "layer": "layer",
+    "checkpoint": "checkpoint",
     "cuda": "cuda",
 }
