@@ -18,6 +18,7 @@
 #include "qrnn/build_info.hpp"
 #include "qrnn/checkpoint.hpp"
 #include "qrnn/forget_mult.hpp"
+#include "qrnn/forget_mult_cuda.hpp"
 #include "qrnn/qrnn_gates.hpp"
 
 namespace py = pybind11;
@@ -375,6 +376,139 @@ void bind_qrnn_gates(py::module_& m) {
 }  // namespace
 // ==== end of fused QRNN gates =======================================================
 
+// ==== CUDA kernels (qrnn.ops_cuda) ==================================================
+// Built when the library has them. The launchers take the CPU entry points' integers
+// with the stream (a cudaStream_t as an integer, read by Python on every call) and the
+// schedule in place of num_threads. A launch only queues work, so the GIL stays held.
+#if defined(QRNN_WITH_CUDA)
+namespace {
+
+qrnn::cuda::Schedule schedule_of(int64_t code) {
+    if (code < 0 || code > 2) throw std::invalid_argument("schedule must be 0..2, got " + std::to_string(code));
+    return static_cast<qrnn::cuda::Schedule>(code);
+}
+
+void* stream_of(int64_t handle) { return reinterpret_cast<void*>(static_cast<uintptr_t>(handle)); }
+
+// dtype, T, B, H, f[4], x[4], h0[3], h0_dtype, h[4]: the first 20 of forget_mult_forward's.
+qrnn::ForgetMultForwardParams read_forward(const int64_t* a) {
+    qrnn::ForgetMultForwardParams p;
+    ArgReader r{a};
+    p.dtype = r.dtype();
+    p.seq_len = r.next();
+    p.batch = r.next();
+    p.hidden = r.next();
+    p.f = r.cview3();
+    p.x = r.cview3();
+    p.h0 = r.cview2();
+    p.h0_dtype = r.dtype();
+    p.h = r.mview3();
+    return p;
+}
+
+// The first 35 of forget_mult_backward's.
+qrnn::ForgetMultBackwardParams read_backward(const int64_t* a) {
+    qrnn::ForgetMultBackwardParams p;
+    ArgReader r{a};
+    p.dtype = r.dtype();
+    p.seq_len = r.next();
+    p.batch = r.next();
+    p.hidden = r.next();
+    p.f = r.cview3();
+    p.x = r.cview3();
+    p.h = r.cview3();
+    p.h0 = r.cview2();
+    p.h0_dtype = r.dtype();
+    p.grad_h = r.cview3();
+    p.grad_f = r.mview3();
+    p.grad_x = r.mview3();
+    p.grad_h0 = r.mview2();
+    return p;
+}
+
+// cuda_forget_mult_forward(<20 forward integers>, stream, schedule)
+PyObject* cuda_forget_mult_forward(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+    int64_t a[22];
+    if (!parse_ints("cuda_forget_mult_forward", args, nargs, a)) return nullptr;
+    return run_kernel(0, [&] { qrnn::cuda::forget_mult_forward(read_forward(a), stream_of(a[20]), schedule_of(a[21])); });
+}
+
+// cuda_forget_mult_backward(<35 backward integers>, stream, schedule)
+PyObject* cuda_forget_mult_backward(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+    int64_t a[37];
+    if (!parse_ints("cuda_forget_mult_backward", args, nargs, a)) return nullptr;
+    return run_kernel(0, [&] {
+        qrnn::cuda::forget_mult_backward(read_backward(a), stream_of(a[35]), schedule_of(a[36]));
+    });
+}
+
+template <typename Plan>
+PyObject* plan_tuple(Plan&& plan) {
+    try {
+        const qrnn::cuda::LaunchPlan p = plan();
+        return Py_BuildValue("(ii)", p.vector_width, p.chunks);
+    } catch (const std::invalid_argument& e) {
+        PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const std::exception& e) {
+        PyErr_SetString(PyExc_RuntimeError, e.what());
+    }
+    return nullptr;
+}
+
+// cuda_forget_mult_forward_plan(<20 forward integers>, schedule) -> (vector_width, chunks)
+PyObject* cuda_forget_mult_forward_plan(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+    int64_t a[21];
+    if (!parse_ints("cuda_forget_mult_forward_plan", args, nargs, a)) return nullptr;
+    return plan_tuple([&] { return qrnn::cuda::forget_mult_forward_plan(read_forward(a), schedule_of(a[20])); });
+}
+
+// cuda_forget_mult_backward_plan(<35 backward integers>, schedule) -> (vector_width, chunks)
+PyObject* cuda_forget_mult_backward_plan(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+    int64_t a[36];
+    if (!parse_ints("cuda_forget_mult_backward_plan", args, nargs, a)) return nullptr;
+    return plan_tuple([&] { return qrnn::cuda::forget_mult_backward_plan(read_backward(a), schedule_of(a[35])); });
+}
+
+#define QRNN_FASTCALL(fn) reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(fn)), METH_FASTCALL
+PyMethodDef cuda_kernel_methods[] = {
+    {"cuda_forget_mult_forward", QRNN_FASTCALL(cuda_forget_mult_forward),
+     "cuda_forget_mult_forward(<forget_mult_forward's integers but num_threads>, stream, schedule): launch the "
+     "CUDA forward on stream (a cudaStream_t) of the current device; schedule 0 auto, 1 serial, 2 chunked"},
+    {"cuda_forget_mult_backward", QRNN_FASTCALL(cuda_forget_mult_backward),
+     "cuda_forget_mult_backward(<forget_mult_backward's integers but num_threads>, stream, schedule)"},
+    {"cuda_forget_mult_forward_plan", QRNN_FASTCALL(cuda_forget_mult_forward_plan),
+     "cuda_forget_mult_forward_plan(<forward integers>, schedule) -> (vector_width, chunks), host-only"},
+    {"cuda_forget_mult_backward_plan", QRNN_FASTCALL(cuda_forget_mult_backward_plan),
+     "cuda_forget_mult_backward_plan(<backward integers>, schedule) -> (vector_width, chunks), host-only"},
+    {nullptr, nullptr, 0, nullptr},
+};
+#undef QRNN_FASTCALL
+
+void bind_cuda(py::module_& m) {
+    for (PyMethodDef* def = cuda_kernel_methods; def->ml_name; ++def)
+        m.add_object(def->ml_name, py::reinterpret_steal<py::object>(PyCFunction_NewEx(def, nullptr, m.ptr())));
+    // The original one-thread-per-column float32 design, for the GPU benchmark only.
+    m.def("cuda_baseline_forget_mult_forward",
+          [](uintptr_t f, uintptr_t x, uintptr_t h_with_h0, int64_t T, int64_t B, int64_t H, uintptr_t stream) {
+              qrnn::cuda::bench::baseline_forget_mult_forward(
+                  static_cast<const float*>(cptr(f)), static_cast<const float*>(cptr(x)),
+                  static_cast<float*>(mptr(h_with_h0)), T, B, H, mptr(stream));
+          });
+    m.def("cuda_baseline_forget_mult_backward",
+          [](uintptr_t f, uintptr_t x, uintptr_t h_with_h0, uintptr_t grad_h, uintptr_t grad_f, uintptr_t grad_x,
+             uintptr_t grad_h0, int64_t T, int64_t B, int64_t H, uintptr_t stream) {
+              qrnn::cuda::bench::baseline_forget_mult_backward(
+                  static_cast<const float*>(cptr(f)), static_cast<const float*>(cptr(x)),
+                  static_cast<const float*>(cptr(h_with_h0)), static_cast<const float*>(cptr(grad_h)),
+                  static_cast<float*>(mptr(grad_f)), static_cast<float*>(mptr(grad_x)),
+                  static_cast<float*>(mptr(grad_h0)), T, B, H, mptr(stream));
+          });
+}
+
+}  // namespace
+#endif  // QRNN_WITH_CUDA
+// ==== end of CUDA kernels ===========================================================
+
 PYBIND11_MODULE(_C, m) {
     m.doc() = "torch-free kernels of torch-qrnn (pointers and strides in, nothing allocated)";
 
@@ -395,4 +529,7 @@ PYBIND11_MODULE(_C, m) {
 
     bind_checkpoint(m);  // qrnn.checkpoint
     bind_qrnn_gates(m);  // qrnn.qrnn_gates (layers)
+#if defined(QRNN_WITH_CUDA)
+    bind_cuda(m);  // qrnn.ops_cuda
+#endif
 }

@@ -499,3 +499,7 @@ def qrnn_gates(gates: Tensor, c0: Optional[Tensor] = None, *, output_gate: bool 
     output, c_n, _ = qrnn_gates_op(gates, c0, forget_mask, lengths, float(forget_scale), output_gate, batch_first,
                                    reverse)
     return output, c_n
+
+
+# ---- CUDA kernels: ops_cuda adds its entries to the tables above when this build has them ----
+from . import ops_cuda as _ops_cuda  # noqa: E402,F401

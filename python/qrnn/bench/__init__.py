@@ -6,4 +6,5 @@ AREAS = {
     "forget-mult": "forget_mult",
     "layer": "layer",
     "checkpoint": "checkpoint",
+    "cuda": "cuda",
 }
