@@ -20,8 +20,9 @@ inline void check_size(const char* name, int64_t v) {
 inline int64_t checked_mul(int64_t a, int64_t b) {
     if (a == 0 || b == 0) return 0;
     const int64_t max = std::numeric_limits<int64_t>::max();
-    const int64_t ua = a < 0 ? -a : a, ub = b < 0 ? -b : b;
+    // |INT64_MIN| does not fit: reject it before negating (negating it is undefined).
     if (a == std::numeric_limits<int64_t>::min() || b == std::numeric_limits<int64_t>::min()) return -1;
+    const int64_t ua = a < 0 ? -a : a, ub = b < 0 ? -b : b;
     if (ua > max / ub) return -1;
     return ua * ub;
 }
