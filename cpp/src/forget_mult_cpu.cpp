@@ -65,6 +65,15 @@ void check_view2(const char* name, const void* data, int64_t B, int64_t H, int64
 #define QRNN_CHECK_VIEW3(p, v) check_view3(#v, (p).v.data, (p).seq_len, (p).batch, (p).hidden, \
                                            (p).v.stride_t, (p).v.stride_b, (p).v.stride_h)
 
+// The fixed entry points' time stride batch * hidden, computed only once the sizes are
+// known to be valid (a product that overflows int64 is undefined behaviour).
+int64_t contiguous_time_stride(int64_t seq_len, int64_t batch, int64_t hidden, const char* what) {
+    detail::check_size("seq_len", seq_len);
+    detail::check_size("batch", batch);
+    detail::check_size("hidden", hidden);
+    return detail::checked_numel(1, batch, hidden, what);
+}
+
 int64_t n_items(int64_t batch, int64_t hidden) {
     return batch * ((hidden + forget_mult_block - 1) / forget_mult_block);
 }
@@ -112,7 +121,7 @@ void forget_mult_backward(const ForgetMultBackwardParams& p, int num_threads) {
 
 void forget_mult(const float* f, const float* x, const float* h0, float* h,
                  int64_t seq_len, int64_t batch, int64_t hidden) {
-    const int64_t st = batch * hidden;
+    const int64_t st = contiguous_time_stride(seq_len, batch, hidden, "forget_mult");
     ForgetMultForwardParams p;
     p.seq_len = seq_len;
     p.batch = batch;
@@ -128,7 +137,7 @@ void forget_mult(const float* f, const float* x, const float* h0, float* h,
 void forget_mult_backward(const float* f, const float* x, const float* h0, const float* h,
                           const float* grad_h, float* grad_f, float* grad_x, float* grad_h0,
                           int64_t seq_len, int64_t batch, int64_t hidden) {
-    const int64_t st = batch * hidden;
+    const int64_t st = contiguous_time_stride(seq_len, batch, hidden, "forget_mult_backward");
     ForgetMultBackwardParams p;
     p.seq_len = seq_len;
     p.batch = batch;
