@@ -270,10 +270,14 @@ const Shape kShapes[] = {
 const Layout kInputLayouts[] = {kTimeMajor, kBatchFirst, kGappy, kReversed, kReversedBatchFirstGappy, kHiddenMajor,
                                 kBroadcastBatch};
 
+// Everything runs through the thread pool when `threaded_only` (the ThreadSanitizer run).
+bool threaded_only = false;
+
 template <typename T, typename S>
 void sweep(bool state_modes_with_absent) {
     int k = 0;
     for (const Shape& s : kShapes)
+        if (!threaded_only)
         for (const Layout& in : kInputLayouts) {
             const Layout& out = kOutputLayouts[size_t(k++) % std::size(kOutputLayouts)];
             if (state_modes_with_absent) {
@@ -479,7 +483,8 @@ bool cpu_has(const std::string& isa) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+    threaded_only = argc > 1 && std::string(argv[1]) == "--threaded-only";
     const char* forced = std::getenv("QRNN_SIMD");
     const std::string want = forced ? forced : "";
     const std::string level = qrnn::cpu::simd_level();
@@ -496,9 +501,11 @@ int main() {
     std::printf("test_forget_mult: kernels %s, seed %llu\n", level.c_str(), (unsigned long long)seed);
 
     all_dtypes();
-    fixed_entry_points();
-    non_finite_inputs();
-    invalid_arguments();
+    if (!threaded_only) {
+        fixed_entry_points();
+        non_finite_inputs();
+        invalid_arguments();
+    }
     concurrent_callers();
     return qrnn_test::result("test_forget_mult");
 }
