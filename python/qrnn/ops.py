@@ -45,11 +45,21 @@ def _check_device_built(t: Tensor) -> None:
         )
 
 
+def _check_dense(name: str, t: Tensor) -> None:
+    # Kernels read memory through data_ptr and strides: sparse and nested tensors have neither.
+    if t.layout != torch.strided or t.is_nested:
+        kind = "nested" if t.is_nested else str(t.layout)
+        raise TypeError(f"forget_mult: {name} must be a dense (strided) tensor, got a {kind} tensor")
+
+
 def check_forget_mult_args(f, x, h0, batch_first) -> None:
     """Raise TypeError/ValueError naming the bad argument; shared by every entry point."""
     for name, t in (("f", f), ("x", x)):
         if not isinstance(t, Tensor):
             raise TypeError(f"forget_mult: {name} must be a torch.Tensor, got {type(t).__name__}")
+        _check_dense(name, t)
+    if batch_first is not True and batch_first is not False:
+        raise TypeError(f"forget_mult: batch_first must be a bool, got {type(batch_first).__name__}")
     if f.dtype not in _DTYPE_CODES:
         raise TypeError(
             f"forget_mult: f must be float32, float64, bfloat16 or float16, got {f.dtype}"
@@ -66,6 +76,7 @@ def check_forget_mult_args(f, x, h0, batch_first) -> None:
     if h0 is not None:
         if not isinstance(h0, Tensor):
             raise TypeError(f"forget_mult: h0 must be a torch.Tensor or None, got {type(h0).__name__}")
+        _check_dense("h0", h0)
         batch, hidden = (f.shape[0], f.shape[2]) if batch_first else (f.shape[1], f.shape[2])
         if h0.shape != (batch, hidden):
             raise ValueError(
@@ -76,6 +87,21 @@ def check_forget_mult_args(f, x, h0, batch_first) -> None:
             raise TypeError(f"forget_mult: h0 must have dtype {allowed}, got {h0.dtype}")
         if h0.device != f.device:
             raise ValueError(f"forget_mult: h0 must be on f's device {f.device}, got {h0.device}")
+
+
+def check_forget_mult_backward_args(grad_h, f, x, h, h0, batch_first) -> None:
+    """The forward checks plus grad_h and h: same shape, dtype and device as f."""
+    check_forget_mult_args(f, x, h0, batch_first)
+    for name, t in (("grad_h", grad_h), ("h", h)):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"forget_mult_backward: {name} must be a torch.Tensor, got {type(t).__name__}")
+        _check_dense(name, t)
+        if t.dtype != f.dtype:
+            raise TypeError(f"forget_mult_backward: {name} must have f's dtype {f.dtype}, got {t.dtype}")
+        if t.shape != f.shape:
+            raise ValueError(f"forget_mult_backward: {name} must have f's shape {tuple(f.shape)}, got {tuple(t.shape)}")
+        if t.device != f.device:
+            raise ValueError(f"forget_mult_backward: {name} must be on f's device {f.device}, got {t.device}")
 
 
 def _sizes(f: Tensor, batch_first: bool) -> tuple:
@@ -134,6 +160,9 @@ def _kernel(table: dict, t: Tensor):
 
 @torch.library.custom_op("qrnn::forget_mult", mutates_args=())
 def forget_mult_op(f: Tensor, x: Tensor, h0: Optional[Tensor], batch_first: bool) -> Tensor:
+    # Checked again here: torch.ops.qrnn.forget_mult can be called directly, and the
+    # kernels take shapes on trust (a smaller x would be read out of bounds).
+    check_forget_mult_args(f, x, h0, batch_first)
     return _kernel(FORWARD_KERNELS, f)(f, x, h0, batch_first)
 
 
@@ -148,6 +177,7 @@ def forget_mult_backward_op(
     grad_h: Tensor, f: Tensor, x: Tensor, h: Tensor, h0: Optional[Tensor], batch_first: bool
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Returns (grad_f, grad_x, grad_h0); grad_h0 is an empty tensor when h0 is None."""
+    check_forget_mult_backward_args(grad_h, f, x, h, h0, batch_first)
     return _kernel(BACKWARD_KERNELS, f)(grad_h, f, x, h, h0, batch_first)
 
 
@@ -182,7 +212,9 @@ def _direct_call_ok(*tensors) -> bool:
         return False
     grad = torch.is_grad_enabled()
     for t in tensors:
-        if t is not None and (type(t) is not Tensor or (grad and t.requires_grad)):
+        # A negative-bit view (e.g. complex.conj().imag) stores -values: the dispatcher
+        # resolves it on the op path, the raw pointer would not.
+        if t is not None and (type(t) is not Tensor or (grad and t.requires_grad) or t.is_neg()):
             return False
     return True
 
@@ -208,6 +240,7 @@ def forget_mult(f: Tensor, x: Tensor, h0: Optional[Tensor] = None, *, batch_firs
         ``h0``; works under ``torch.compile(fullgraph=True)``.
     """
     check_forget_mult_args(f, x, h0, batch_first)
-    if _direct_call_ok(f, x, h0):
-        return _kernel(FORWARD_KERNELS, f)(f, x, h0, batch_first)
+    kernel = FORWARD_KERNELS.get(f.device.type)  # none for meta tensors: the op's fake impl serves them
+    if kernel is not None and _direct_call_ok(f, x, h0):
+        return kernel(f, x, h0, batch_first)
     return forget_mult_op(f, x, h0, batch_first)
