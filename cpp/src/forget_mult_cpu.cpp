@@ -58,7 +58,7 @@ void check_view3(const char* name, const void* data, int64_t T, int64_t B, int64
 
 void check_view2(const char* name, const void* data, int64_t B, int64_t H, int64_t sb, int64_t sh) {
     const int64_t sizes[2] = {B, H}, strides[2] = {sb, sh};
-    detail::check_pointer(name, data, B * H);
+    detail::check_pointer(name, data, detail::checked_numel(1, B, H, name));  // B * H may overflow when seq_len is 0
     detail::check_extent(name, sizes, strides, 2);
 }
 
@@ -113,7 +113,11 @@ void forget_mult_backward(const ForgetMultBackwardParams& p, int num_threads) {
     if (p.h0.data) check_view2("h0", p.h0.data, p.batch, p.hidden, p.h0.stride_b, p.h0.stride_h);
     if (p.grad_h0.data)
         check_view2("grad_h0", p.grad_h0.data, p.batch, p.hidden, p.grad_h0.stride_b, p.grad_h0.stride_h);
-    if (p.batch * p.hidden == 0) return;
+    // An empty sequence still writes grad_h0 (zeros), if asked for: batch * hidden items of
+    // nothing else. Without grad_h0 there is nothing to do (and batch * hidden may not even
+    // fit in int64 when seq_len is 0).
+    if (numel == 0 && !p.grad_h0.data) return;
+    if (detail::checked_numel(1, p.batch, p.hidden, "forget_mult_backward: grad_h0") == 0) return;
     const auto kernel = selected().table->backward[int(p.dtype)];
     detail::parallel_for(n_items(p.batch, p.hidden), detail::threads_for_work(numel, num_threads),
                          [&](int64_t begin, int64_t end) { kernel(p, begin, end); });

@@ -416,6 +416,15 @@ void invalid_arguments() {
     { auto p = bwd(); p.dtype = DType::float64; p.grad_h0 = {buf + 32, 2, 1}; p.h0_dtype = DType::float32;
       CHECK_THROWS(forget_mult_backward(p), std::invalid_argument, "h0_dtype"); }
 
+    // An empty sequence over a huge (batch, hidden) must return at once: nothing to write.
+    { auto p = bwd(); p.seq_len = 0; p.batch = int64_t(1) << 31; p.hidden = int64_t(1) << 31;
+      p.f = {}; p.x = {}; p.h = {}; p.grad_h = {}; p.grad_f = {}; p.grad_x = {};
+      CHECK_NOTHROW(forget_mult_backward(p));
+      p.batch = p.hidden = int64_t(1) << 32;  // batch * hidden overflows int64: still nothing to do
+      CHECK_NOTHROW(forget_mult_backward(p));
+      p.grad_h0 = {buf + 32, 1, 1};  // ...unless grad_h0 must be written
+      CHECK_THROWS(forget_mult_backward(p), std::invalid_argument, "overflow"); }
+
     // The fixed entry points check the same way, including sizes whose products overflow.
     CHECK_THROWS(qrnn::cpu::forget_mult(buf, buf, nullptr, buf + 8, -1, 2, 2), std::invalid_argument, "seq_len");
     CHECK_THROWS(qrnn::cpu::forget_mult(nullptr, buf, nullptr, buf + 8, 2, 2, 2), std::invalid_argument, "f");
