@@ -512,6 +512,7 @@ struct CheckpointWriter::Impl {
     std::condition_variable space_cv, stage_cv, write_cv;
     std::deque<std::shared_ptr<Job>> stage_queue, write_queue;
     int pending = 0;
+    int submitting = 0;  // accepted by submit() but not yet queued for staging
     bool closing = false;
     bool stager_finished = false;
     std::vector<PoolBuffer> pool;
@@ -526,7 +527,8 @@ struct CheckpointWriter::Impl {
             std::shared_ptr<Job> job;
             {
                 std::unique_lock<std::mutex> lock(mutex);
-                stage_cv.wait(lock, [&] { return closing || !stage_queue.empty(); });
+                // On close, saves that submit() already accepted are still staged and written.
+                stage_cv.wait(lock, [&] { return (closing && submitting == 0) || !stage_queue.empty(); });
                 if (stage_queue.empty()) {
                     stager_finished = true;
                     break;
@@ -670,6 +672,12 @@ CheckpointWriter::CheckpointWriter(WriterOptions options) : impl_(std::make_uniq
 }
 
 CheckpointWriter::~CheckpointWriter() {
+    // A forked child inherited this object but none of its threads: leak it there, since
+    // destroying joinable std::thread objects calls std::terminate.
+    if (impl_ && ::getpid() != impl_->owner_pid) {
+        (void)impl_.release();
+        return;
+    }
     try {
         close();
     } catch (...) {
@@ -706,6 +714,7 @@ std::shared_ptr<SaveStatus> CheckpointWriter::Impl::submit(SaveRequest request, 
         impl.space_cv.wait(lock, [&] { return impl.closing || impl.pending < impl.options.max_pending; });
         if (impl.closing) throw std::logic_error("CheckpointWriter is closed");
         ++impl.pending;
+        ++impl.submitting;
         if (!request.staging) {
             // A free buffer: the largest, so that growing is rare.
             int best = -1;
@@ -744,18 +753,23 @@ std::shared_ptr<SaveStatus> CheckpointWriter::Impl::submit(SaveRequest request, 
         detail::StatusAccess::of(*job->status).path = request.path;
         job->request = std::move(request);
     } catch (...) {
-        std::lock_guard<std::mutex> lock(impl.mutex);
-        --impl.pending;
-        if (job->pool_slot >= 0) impl.pool[size_t(job->pool_slot)].busy = false;
+        {
+            std::lock_guard<std::mutex> lock(impl.mutex);
+            --impl.pending;
+            --impl.submitting;
+            if (job->pool_slot >= 0) impl.pool[size_t(job->pool_slot)].busy = false;
+        }
         impl.space_cv.notify_all();
+        impl.stage_cv.notify_all();  // a closing stager may be waiting for this submit
         throw;
     }
     auto status = job->status;
     {
         std::lock_guard<std::mutex> lock(impl.mutex);
         impl.stage_queue.push_back(std::move(job));
+        --impl.submitting;
     }
-    impl.stage_cv.notify_one();
+    impl.stage_cv.notify_all();
     return status;
 }
 
@@ -765,10 +779,11 @@ void CheckpointWriter::wait_all() {
 }
 
 void CheckpointWriter::close() {
+    // A forked child has none of our threads (and a mutex may have been copied locked).
+    if (::getpid() != impl_->owner_pid) return;
     std::lock_guard<std::mutex> closing(impl_->close_mutex);
     if (impl_->closed) return;
     impl_->closed = true;
-    if (::getpid() != impl_->owner_pid) return;  // a forked child has none of our threads
     {
         std::lock_guard<std::mutex> lock(impl_->mutex);
         impl_->closing = true;
