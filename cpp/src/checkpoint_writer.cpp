@@ -665,9 +665,24 @@ CheckpointWriter::CheckpointWriter(WriterOptions options) : impl_(std::make_uniq
     sigset_t all, previous;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &previous);
-    impl_->team.start(options.copy_threads - 1);
-    impl_->stager = std::thread([impl = impl_.get()] { impl->stage_loop(); });
-    impl_->writer = std::thread([impl = impl_.get()] { impl->write_loop(); });
+    try {
+        impl_->team.start(options.copy_threads - 1);
+        impl_->stager = std::thread([impl = impl_.get()] { impl->stage_loop(); });
+        impl_->writer = std::thread([impl = impl_.get()] { impl->write_loop(); });
+    } catch (...) {
+        // Out of threads (e.g. a huge copy_threads): stop those that started, so that the
+        // error reaches the caller instead of std::terminate on a joinable std::thread.
+        pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+        {
+            std::lock_guard<std::mutex> lock(impl_->mutex);
+            impl_->closing = true;
+        }
+        impl_->stage_cv.notify_all();
+        if (impl_->stager.joinable()) impl_->stager.join();
+        if (impl_->writer.joinable()) impl_->writer.join();
+        impl_->team.stop();
+        throw;
+    }
     pthread_sigmask(SIG_SETMASK, &previous, nullptr);
 }
 
