@@ -49,6 +49,13 @@ def _check_device_built(t: Tensor) -> None:
         )
 
 
+def _check_dense(name: str, t: Tensor) -> None:
+    # Kernels read memory through data_ptr and strides: sparse and nested tensors have neither.
+    if t.layout is not torch.strided or t.is_nested:
+        kind = "nested" if t.is_nested else str(t.layout)
+        raise TypeError(f"forget_mult: {name} must be a dense (strided) tensor, got a {kind} tensor")
+
+
 def check_forget_mult_args(f, x, h0, batch_first) -> None:
     """Raise TypeError/ValueError naming the bad argument; shared by every entry point.
     Written for the common all-good case to touch each tensor attribute once."""
@@ -56,6 +63,10 @@ def check_forget_mult_args(f, x, h0, batch_first) -> None:
         raise TypeError(f"forget_mult: f must be a torch.Tensor, got {type(f).__name__}")
     if not isinstance(x, Tensor):
         raise TypeError(f"forget_mult: x must be a torch.Tensor, got {type(x).__name__}")
+    _check_dense("f", f)
+    _check_dense("x", x)
+    if batch_first is not True and batch_first is not False:
+        raise TypeError(f"forget_mult: batch_first must be a bool, got {type(batch_first).__name__}")
     dtype, shape = f.dtype, f.shape
     if dtype not in _DTYPE_CODES:
         raise TypeError(f"forget_mult: f must be float32, float64, bfloat16 or float16, got {dtype}")
@@ -73,6 +84,7 @@ def check_forget_mult_args(f, x, h0, batch_first) -> None:
         return
     if not isinstance(h0, Tensor):
         raise TypeError(f"forget_mult: h0 must be a torch.Tensor or None, got {type(h0).__name__}")
+    _check_dense("h0", h0)
     expected = (shape[0], shape[2]) if batch_first else (shape[1], shape[2])
     if h0.shape != expected:
         raise ValueError(f"forget_mult: h0 must have shape (batch, hidden) = {expected}, got {tuple(h0.shape)}")
@@ -81,6 +93,21 @@ def check_forget_mult_args(f, x, h0, batch_first) -> None:
         raise TypeError(f"forget_mult: h0 must have dtype {allowed}, got {h0.dtype}")
     if not (both_cpu and h0.is_cpu) and h0.device != f.device:
         raise ValueError(f"forget_mult: h0 must be on f's device {f.device}, got {h0.device}")
+
+
+def check_forget_mult_backward_args(grad_h, f, x, h, h0, batch_first) -> None:
+    """The forward checks plus grad_h and h: same shape, dtype and device as f."""
+    check_forget_mult_args(f, x, h0, batch_first)
+    for name, t in (("grad_h", grad_h), ("h", h)):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"forget_mult_backward: {name} must be a torch.Tensor, got {type(t).__name__}")
+        _check_dense(name, t)
+        if t.dtype != f.dtype:
+            raise TypeError(f"forget_mult_backward: {name} must have f's dtype {f.dtype}, got {t.dtype}")
+        if t.shape != f.shape:
+            raise ValueError(f"forget_mult_backward: {name} must have f's shape {tuple(f.shape)}, got {tuple(t.shape)}")
+        if t.device != f.device:
+            raise ValueError(f"forget_mult_backward: {name} must be on f's device {f.device}, got {t.device}")
 
 
 def _forward_cpu(f: Tensor, x: Tensor, h0: Optional[Tensor], batch_first: bool) -> Tensor:
@@ -123,6 +150,9 @@ def _kernel(table: dict, t: Tensor):
 
 @torch.library.custom_op("qrnn::forget_mult", mutates_args=())
 def forget_mult_op(f: Tensor, x: Tensor, h0: Optional[Tensor], batch_first: bool) -> Tensor:
+    # Checked again here: torch.ops.qrnn.forget_mult can be called directly, and the
+    # kernels take shapes on trust (a smaller x would be read out of bounds).
+    check_forget_mult_args(f, x, h0, batch_first)
     return _kernel(FORWARD_KERNELS, f)(f, x, h0, batch_first)
 
 
@@ -137,6 +167,7 @@ def forget_mult_backward_op(
     grad_h: Tensor, f: Tensor, x: Tensor, h: Tensor, h0: Optional[Tensor], batch_first: bool
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Returns (grad_f, grad_x, grad_h0); grad_h0 is an empty tensor when h0 is None."""
+    check_forget_mult_backward_args(grad_h, f, x, h, h0, batch_first)
     return _kernel(BACKWARD_KERNELS, f)(grad_h, f, x, h, h0, batch_first)
 
 
@@ -174,6 +205,12 @@ def _plain(t: Optional[Tensor], grad_enabled: bool) -> bool:
     return t is None or (type(t) is Tensor and not (grad_enabled and t.requires_grad))
 
 
+def _any_negative_bit(f: Tensor, x: Tensor, h0: Optional[Tensor]) -> bool:
+    # A negative-bit view (e.g. complex.conj().imag) stores -values: the dispatcher resolves
+    # it on the op path, the raw pointer of the direct path would not.
+    return f.is_neg() or x.is_neg() or (h0 is not None and h0.is_neg())
+
+
 def forget_mult(f: Tensor, x: Tensor, h0: Optional[Tensor] = None, *, batch_first: bool = False) -> Tensor:
     """ForgetMult: ``h[t] = f[t] * x[t] + (1 - f[t]) * h[t-1]`` with ``h[-1] = h0``.
 
@@ -197,9 +234,13 @@ def forget_mult(f: Tensor, x: Tensor, h0: Optional[Tensor] = None, *, batch_firs
     check_forget_mult_args(f, x, h0, batch_first)
     grad = torch.is_grad_enabled()
     if (type(f) is Tensor and type(x) is Tensor and _plain(h0, grad) and _nothing_to_trace()
-            and not (grad and (f.requires_grad or x.requires_grad))):
+            and not (grad and (f.requires_grad or x.requires_grad)) and not _any_negative_bit(f, x, h0)):
         # Direct call: the dispatcher and autograd machinery would cost more than the kernel.
-        return _forward_cpu(f, x, h0, batch_first) if f.is_cpu else _kernel(FORWARD_KERNELS, f)(f, x, h0, batch_first)
+        if f.is_cpu:
+            return _forward_cpu(f, x, h0, batch_first)
+        kernel = FORWARD_KERNELS.get(f.device.type)
+        if kernel is not None:  # none for meta tensors: the op's fake impl serves them
+            return kernel(f, x, h0, batch_first)
     return forget_mult_op(f, x, h0, batch_first)
 
 
