@@ -4,4 +4,5 @@
 # Sub-command name -> module (under qrnn.bench) holding its run(quick).
 AREAS = {
     "forget-mult": "forget_mult",
+    "train": "train",
 }
