@@ -24,3 +24,22 @@ def forget_mult_reference(f: Tensor, x: Tensor, h0: Optional[Tensor] = None, *,
         steps.append(h)
     out = torch.stack(steps) if steps else torch.empty_like(f)
     return out.transpose(0, 1) if batch_first else out
+
+
+def forget_mult_backward_reference(grad_h: Tensor, f: Tensor, x: Tensor, h: Tensor,
+                                   h0: Optional[Tensor] = None, *, batch_first: bool = False):
+    """Gradients (grad_f, grad_x, grad_h0) of :func:`forget_mult_reference`, by the
+    explicit reverse-time loop rather than autograd (fast enough for long sequences)."""
+    if batch_first:
+        grad_h, f, x, h = (t.transpose(0, 1) for t in (grad_h, f, x, h))
+    g = torch.zeros_like(f[0])
+    grad_f, grad_x = torch.empty_like(f), torch.empty_like(x)
+    for t in range(f.shape[0] - 1, -1, -1):
+        g = g + grad_h[t]
+        h_prev = h[t - 1] if t > 0 else (h0.to(f.dtype) if h0 is not None else torch.zeros_like(g))
+        grad_x[t] = f[t] * g
+        grad_f[t] = (x[t] - h_prev) * g
+        g = g - f[t] * g
+    if batch_first:
+        grad_f, grad_x = grad_f.transpose(0, 1), grad_x.transpose(0, 1)
+    return grad_f, grad_x, (g if h0 is not None else None)
