@@ -290,6 +290,8 @@ class Trainer:
         self.skipped_steps = 0      # of which skipped by the GradScaler (inf/NaN gradients)
         self.best_valid_loss = None
         self.history = []           # one record per (possibly partial) epoch
+        self.loss_trace = []        # [step, training loss] every `trace_every` steps (this rank's shard)
+        self.trace_every = 10
         self.carry = None
 
     # ---- one step
@@ -366,9 +368,11 @@ class Trainer:
                 tokens += n
                 self.position = index + 1
                 bar.update(1)
-                if self.progress and (index % 10 == 0 or index == len(data) - 1):
+                if self.step % self.trace_every == 0:  # a host sync, so only now and then
+                    value = loss.item()
+                    self.loss_trace.append([self.step, value])
                     elapsed = time.perf_counter() - start
-                    bar.set_postfix_str(f"loss {loss.item():.3f}, {tokens / max(elapsed, 1e-9):,.0f} tok/s",
+                    bar.set_postfix_str(f"loss {value:.3f}, {tokens / max(elapsed, 1e-9):,.0f} tok/s",
                                         refresh=False)
         seconds = time.perf_counter() - start
         if completed:
@@ -462,6 +466,7 @@ class Trainer:
             "rng": _all_gather_object(rng_state(self.device), self.dist),
             "carry": _all_gather_object(carry, self.dist),
             "history": self.history,
+            "loss_trace": self.loss_trace,
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -476,6 +481,7 @@ class Trainer:
         self.skipped_steps = progress["skipped_steps"]
         self.best_valid_loss = progress["best_valid_loss"]
         self.history = list(state.get("history") or [])
+        self.loss_trace = [list(point) for point in state.get("loss_trace") or []]
         same_world = progress.get("world", 1) == self.dist.world
         if self.position and not same_world:
             raise TrainError(f"the checkpoint was written mid-epoch by {progress['world']} processes; "

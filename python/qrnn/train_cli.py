@@ -167,11 +167,11 @@ def _format_record(record: dict, level: str) -> str:
     if loss is None:
         quality = ""
     elif level == "char":
-        quality = f" | valid bpc {loss / math.log(2):.3f}"
+        quality = f" | valid loss {loss:.3f} | valid bpc {loss / math.log(2):.3f}"
     else:
-        quality = f" | valid ppl {math.exp(min(loss, 50)):.1f}"
+        quality = f" | valid loss {loss:.3f} | valid ppl {math.exp(min(loss, 50)):.1f}"
     line = (f"epoch {record['epoch']:3d}{'' if record['complete'] else ' (partial)'} | "
-            f"train loss {record['train_loss']:.3f} | valid loss {loss:.3f}{quality} | "
+            f"train loss {record['train_loss']:.3f}{quality} | "
             f"{record['tokens_per_s']:,.0f} tok/s | {record['seconds']:.1f} s | "
             f"ckpt stall {record['checkpoint_stall_ms']:.1f} ms ({record['checkpoint_stall_pct']:.2f}%)")
     if record["precision"] == "fp16":
@@ -185,19 +185,26 @@ def write_metrics(run_dir: str, history: list) -> None:
             fh.write(json.dumps(record) + "\n")
 
 
-def plot_losses(run_dir: str, history: list, level: str) -> None:
-    """loss.png: train and validation loss per epoch (Agg canvas: no display, no global backend)."""
+def plot_losses(run_dir: str, history: list, loss_trace: list, level: str) -> None:
+    """loss.png: training loss over steps, and train / validation loss at each epoch's end
+    (drawn on an Agg canvas: no display needed, no global matplotlib backend change)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(6, 4), dpi=100)
+    fig = Figure(figsize=(7, 4.2), dpi=100)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
-    x = [r["epoch"] - (0 if r["complete"] else 0.5) for r in history]
-    ax.plot(x, [r["train_loss"] for r in history], "o-", label="train")
+    if loss_trace:
+        ax.plot([p[0] for p in loss_trace], [p[1] for p in loss_trace], color="tab:blue", alpha=0.35,
+                linewidth=1, label="train (batches)")
+    steps = [r["step"] for r in history]
+    ax.plot(steps, [r["train_loss"] for r in history], "o-", color="tab:blue", label="train (epoch mean)")
     if any(r["valid_loss"] is not None for r in history):
-        ax.plot(x, [r["valid_loss"] for r in history], "s-", label="validation")
-    ax.set_xlabel("epoch")
+        ax.plot(steps, [r["valid_loss"] for r in history], "s-", color="tab:orange", label="validation")
+    for r in history:
+        ax.annotate(f"epoch {r['epoch']}", (r["step"], r["train_loss"]), textcoords="offset points",
+                    xytext=(0, 8), ha="center", fontsize=8)
+    ax.set_xlabel("optimizer step")
     ax.set_ylabel("cross-entropy (nats per " + ("character" if level == "char" else "word") + ")")
     ax.grid(alpha=0.3)
     ax.legend()
@@ -230,9 +237,13 @@ def train_main(argv=None) -> int:
         epochs, data_path = settings["epochs"], settings["data"]
         vocab = Vocabulary.from_state_dict(checkpoint["vocab"]) if checkpoint else None
         corpus = load_corpus(data_path, settings["level"], vocab=vocab)
-        if checkpoint and _fingerprint(corpus.train) != checkpoint["data"]["fingerprint"]:
+        fingerprint = _fingerprint(corpus.train)
+        if checkpoint and fingerprint != checkpoint["data"]["fingerprint"]:
             raise TrainError(f"the training data differs from the checkpoint's ({checkpoint['data']['name']}); "
                              "resume with the --data it was trained on")
+        # Token ids live on the training device: a batch is then a slice, not a copy.
+        corpus.train, corpus.valid, corpus.test = (ids.to(dist.device) for ids in
+                                                   (corpus.train, corpus.valid, corpus.test))
         train_batches = BPTTBatches(corpus.train, settings["batch_size"], settings["bptt"], dist.rank, dist.world)
         valid_batches = BPTTBatches(corpus.valid, settings["batch_size"], settings["bptt"], dist.rank, dist.world)
         test_batches = BPTTBatches(corpus.test, settings["batch_size"], settings["bptt"], dist.rank, dist.world)
@@ -256,7 +267,7 @@ def train_main(argv=None) -> int:
 
         extra = {"format": CHECKPOINT_FORMAT, "model_config": model_config, "vocab": corpus.vocab.state_dict(),
                  "settings": settings,
-                 "data": {"name": corpus.name, "fingerprint": _fingerprint(corpus.train)}}
+                 "data": {"name": corpus.name, "fingerprint": fingerprint}}
         trainer = Trainer(model, optimizer, loss_fn, scheduler=scheduler, precision=args.precision, dist=dist,
                           clip_norm=settings["clip"], stateful=True, checkpoint_dir=run_dir,
                           keep_last=args.keep_last, checkpoint_extra=extra, progress=not args.no_progress)
@@ -280,7 +291,7 @@ def train_main(argv=None) -> int:
             say(_format_record(record, settings["level"]), flush=True)
             os.makedirs(run_dir, exist_ok=True)
             write_metrics(run_dir, trainer.history)
-            plot_losses(run_dir, trainer.history, settings["level"])
+            plot_losses(run_dir, trainer.history, trainer.loss_trace, settings["level"])
 
         trainer.fit(train_batches, valid_batches, epochs=epochs, max_steps=args.max_steps,
                     time_budget=args.time_budget, on_epoch_end=on_epoch_end)
