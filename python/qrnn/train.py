@@ -173,22 +173,33 @@ def seed_everything(seed: int) -> None:
 # --------------------------------------------------------------------------- checkpoints
 
 class CheckpointWriter:
-    """Saves through qrnn.checkpoint.AsyncCheckpointer in overlap mode and measures how long
-    training was held up by it: the blocking part of save() plus any wait for staging in
-    the next optimizer.step()."""
+    """Saves through qrnn.checkpoint.AsyncCheckpointer and measures how long training was held
+    up by it. In overlap mode the snapshot is staged while the next forward and backward run
+    and only the next ``optimizer.step()`` waits for it, so the stall is the blocking part of
+    save() plus that wait (both in ``SaveHandle.blocked_seconds``)."""
 
-    def __init__(self, directory: str, keep_last: int, optimizer: torch.optim.Optimizer):
+    def __init__(self, directory: str, keep_last: int, optimizer: Optional[torch.optim.Optimizer]):
         from qrnn.checkpoint import AsyncCheckpointer
 
         self.directory = str(directory)
         self.checkpointer = AsyncCheckpointer(self.directory, keep_last=keep_last, max_pending=1)
-        self.stall_seconds = 0.0  # accumulated; the trainer reads and resets it per epoch
+        self.overlap_with = optimizer  # None: default mode, save() returns once staged
+        self._counted = []             # [handle, seconds of its stall already counted]
         self._best_handle = None
 
+    def take_stall_seconds(self) -> float:
+        """Stall time not yet reported: save() calls and optimizer.step() waits since the last call."""
+        total = 0.0
+        for entry in self._counted:
+            handle, counted = entry
+            total += handle.blocked_seconds - counted
+            entry[1] = handle.blocked_seconds
+        self._counted = self._counted[-2:]  # at most one save is in flight (max_pending=1)
+        return total
+
     def save(self, state: dict, step: int, best: bool = False):
-        start = time.perf_counter()
-        handle = self.checkpointer.save(state, step)
-        self.stall_seconds += time.perf_counter() - start
+        handle = self.checkpointer.save(state, step, overlap_with=self.overlap_with)
+        self._counted.append([handle, 0.0])
         if best:
             self._best_handle = handle
         self.promote_best()
@@ -246,7 +257,12 @@ class Trainer:
       each epoch start. Otherwise ``model(inputs) -> outputs``.
     * data: any sequence of (inputs, targets) (len and indexing, so resume can start mid-epoch);
       a ``set_epoch(epoch)`` method, if present, is called at each epoch start.
-    * checkpoint_dir: a checkpoint every epoch (and when stopping early), written by rank 0.
+    * checkpoint_dir: a checkpoint every epoch (and when stopping early), written by rank 0
+      through :class:`qrnn.checkpoint.AsyncCheckpointer`, keeping `keep_last` and a best.pt
+      (lowest validation loss). With `checkpoint_overlap` (default) the snapshot is staged
+      while the next forward/backward run and the next optimizer.step() waits for it: safe
+      unless the forward pass changes saved tensors in place (BatchNorm running statistics,
+      an EMA updated in forward); pass False for such models.
     * Under torchrun the model is wrapped in DistributedDataParallel; each rank must get its
       own shard of every batch.
     """
@@ -255,7 +271,8 @@ class Trainer:
                  scheduler=None, precision: str = "auto", dist: Optional[Distributed] = None,
                  clip_norm: Optional[float] = None, grad_scaler: Optional[torch.amp.GradScaler] = None,
                  stateful: bool = False, checkpoint_dir: Optional[str] = None, keep_last: int = 3,
-                 checkpoint_extra: Optional[dict] = None, progress: bool = True,
+                 checkpoint_extra: Optional[dict] = None, checkpoint_overlap: bool = True,
+                 progress: bool = True,
                  log: Callable[[str], None] = print):
         self.dist = dist or Distributed(device=next(model.parameters()).device)
         self.device = self.dist.device
@@ -281,7 +298,7 @@ class Trainer:
         self.checkpoint_extra = checkpoint_extra or {}
         self.writer = None
         if checkpoint_dir is not None and self.dist.is_main:
-            self.writer = CheckpointWriter(checkpoint_dir, keep_last, optimizer)
+            self.writer = CheckpointWriter(checkpoint_dir, keep_last, optimizer if checkpoint_overlap else None)
         self.checkpoint_dir = checkpoint_dir
         # Progress, all saved in checkpoints.
         self.epoch = 0              # epoch in progress (0-based)
@@ -419,8 +436,6 @@ class Trainer:
                 if deadline is not None and time.monotonic() >= deadline:
                     break
                 epoch_start = time.perf_counter()
-                if self.writer is not None:
-                    self.writer.stall_seconds = 0.0
                 epoch = self.epoch
                 stats = self.train_epoch(train_data, max_steps=max_steps, deadline=deadline)
                 if not stats["tokens"]:
@@ -438,7 +453,9 @@ class Trainer:
                 self.history.append(record)
                 self.save_checkpoint(best=best)
                 seconds = time.perf_counter() - epoch_start
-                stall = self.writer.stall_seconds if self.writer is not None else 0.0
+                # This epoch's stall: the wait in its first optimizer.step() for the previous
+                # epoch's snapshot, plus the blocking part of its own save().
+                stall = self.writer.take_stall_seconds() if self.writer is not None else 0.0
                 record.update(seconds=seconds, checkpoint_stall_ms=stall * 1e3,
                               checkpoint_stall_pct=100 * stall / seconds)
                 if on_epoch_end is not None and self.dist.is_main:

@@ -308,6 +308,9 @@ def train_main(argv=None) -> int:
     except (TrainError, DataError) as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 2
+    except OSError as err:  # e.g. qrnn.checkpoint.CheckpointError: a full disk, an unwritable folder
+        print(f"{prog}: error: {err}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
