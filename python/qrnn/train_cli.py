@@ -320,7 +320,8 @@ def train_main(argv=None) -> int:
 
 
 def _sample(model, vocab, prompt: str, length: int, temperature: float, seed: int) -> str:
-    if not prompt:
+    shown = prompt
+    if not prompt:  # start at a line start
         prompt = "\n" if vocab.level == "char" else "<eos>"
     ids = vocab.encode(prompt)
     if ids.numel() == 0:
@@ -329,7 +330,8 @@ def _sample(model, vocab, prompt: str, length: int, temperature: float, seed: in
     generator = torch.Generator(device=device)
     generator.manual_seed(seed)
     out = generate(model, ids, length, temperature, generator)
-    return (prompt if prompt.strip() else "") + ("" if vocab.level == "char" else " ") + vocab.decode(out)
+    separator = "" if vocab.level == "char" or not shown else " "
+    return shown + separator + vocab.decode(out)
 
 
 def generate_main(argv=None) -> int:
