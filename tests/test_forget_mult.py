@@ -125,19 +125,20 @@ def test_every_element_written():
 
 
 def test_every_element_written_by_kernel():
-    """Call the kernel table directly on NaN-filled outputs (no allocator luck involved)."""
+    """Call the kernels directly on NaN-filled outputs (no allocator luck involved)."""
     T, B, H = 7, 3, 517
     f, x, h0 = make_inputs(T, B, H, torch.float32)
+
+    def view(t):
+        return (t.data_ptr(), *t.stride())
+
     h = torch.full((T, B, H), float("nan"))
-    qrnn._C.forget_mult_forward(0, T, B, H, f.data_ptr(), f.stride(), x.data_ptr(), x.stride(),
-                                h0.data_ptr(), h0.stride(), 0, h.data_ptr(), h.stride(), 2)
+    qrnn._C.forget_mult_forward(0, T, B, H, *view(f), *view(x), *view(h0), 0, *view(h), 2)
     assert not h.isnan().any()
     gf, gx, gh0 = (torch.full_like(t, float("nan")) for t in (f, x, h0))
     gh = torch.randn(T, B, H)
-    qrnn._C.forget_mult_backward(0, T, B, H, f.data_ptr(), f.stride(), x.data_ptr(), x.stride(),
-                                 h.data_ptr(), h.stride(), h0.data_ptr(), h0.stride(), 0,
-                                 gh.data_ptr(), gh.stride(), gf.data_ptr(), gf.stride(),
-                                 gx.data_ptr(), gx.stride(), gh0.data_ptr(), gh0.stride(), 2)
+    qrnn._C.forget_mult_backward(0, T, B, H, *view(f), *view(x), *view(h), *view(h0), 0, *view(gh),
+                                 *view(gf), *view(gx), *view(gh0), 2)
     assert not (gf.isnan().any() or gx.isnan().any() or gh0.isnan().any())
 
 
@@ -254,14 +255,20 @@ def test_bad_input(call, error, message):
 
 def test_core_validates_again():
     """The C++ core rejects bad sizes itself (Python's checks are not trusted)."""
+    fwd = qrnn._C.forget_mult_forward
+    views = (8, 1, 1, 1, 8, 1, 1, 1, 0, 0, 0, 0, 8, 1, 1, 1)  # f, x, no h0, h0 dtype, h
     with pytest.raises(ValueError, match="seq_len"):
-        qrnn._C.forget_mult_forward(0, -1, 1, 1, 0, (0, 0, 0), 0, (0, 0, 0), 0, (0, 0), 0, 0, (0, 0, 0), 1)
+        fwd(0, -1, 1, 1, *views, 1)
     with pytest.raises(ValueError, match="null pointer"):
-        qrnn._C.forget_mult_forward(0, 2, 1, 1, 0, (1, 1, 1), 0, (1, 1, 1), 0, (0, 0), 0, 0, (1, 1, 1), 1)
+        fwd(0, 2, 1, 1, 0, 1, 1, 1, *views[4:], 1)
     with pytest.raises(ValueError, match="overflow"):
-        qrnn._C.forget_mult_forward(0, 2**40, 2**40, 2, 8, (1, 1, 1), 8, (1, 1, 1), 0, (0, 0), 0, 8, (1, 1, 1), 1)
+        fwd(0, 2**40, 2**40, 2, *views, 1)
     with pytest.raises(ValueError, match="dtype"):
-        qrnn._C.forget_mult_forward(7, 1, 1, 1, 8, (1, 1, 1), 8, (1, 1, 1), 0, (0, 0), 0, 8, (1, 1, 1), 1)
+        fwd(7, 1, 1, 1, *views, 1)
+    with pytest.raises(TypeError, match="21 integer arguments"):
+        fwd(0, 1, 1, 1)
+    with pytest.raises(TypeError):
+        fwd(0, 1.5, 1, 1, *views, 1)
 
 
 def test_build_info():

@@ -9,6 +9,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
+
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
 
 #include "forget_mult_table.hpp"
 #include "qrnn/forget_mult.hpp"
@@ -66,6 +71,38 @@ inline void store(T* p, int64_t j, int64_t stride, M v) { p[j * stride] = from_f
 template <>
 inline void store<double, double>(double* p, int64_t j, int64_t stride, double v) { p[j * stride] = v; }
 
+// Whole-row conversions for contiguous 16-bit rows: converting a row into a float buffer
+// and computing on that keeps every loop simple enough for the compiler to vectorise.
+template <typename T>
+inline void row_to_float(const T* __restrict__ src, float* __restrict__ dst, int64_t n) {
+    for (int64_t j = 0; j < n; ++j) dst[j] = to_float(src[j]);
+}
+template <typename T>
+inline void row_from_float(const float* __restrict__ src, T* __restrict__ dst, int64_t n) {
+    for (int64_t j = 0; j < n; ++j) dst[j] = from_float<T>(src[j]);
+}
+#if defined(__F16C__)
+// The hardware half <-> float conversions, eight lanes at a time.
+template <>
+inline void row_to_float<float16>(const float16* __restrict__ src, float* __restrict__ dst, int64_t n) {
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        _mm256_storeu_ps(dst + j, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + j))));
+    for (; j < n; ++j) dst[j] = _cvtsh_ss(src[j].bits);
+}
+template <>
+inline void row_from_float<float16>(const float* __restrict__ src, float16* __restrict__ dst, int64_t n) {
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + j),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(src + j), _MM_FROUND_TO_NEAREST_INT));
+    for (; j < n; ++j) dst[j].bits = _cvtss_sh(src[j], _MM_FROUND_TO_NEAREST_INT);
+}
+#endif
+
+template <typename T>
+constexpr bool is_16bit = std::is_same_v<T, bfloat16> || std::is_same_v<T, float16>;
+
 // Contig: every hidden stride is 1, which lets the compiler vectorise the j loop.
 template <typename T, bool Contig>
 void forward_items(const ForgetMultForwardParams& p, int64_t begin, int64_t end) {
@@ -82,11 +119,19 @@ void forward_items(const ForgetMultForwardParams& p, int64_t begin, int64_t end)
         const T* __restrict__ x = at<T>(p.x.data, b * p.x.stride_b + j0 * p.x.stride_h);
         T* __restrict__ h = at<T>(p.h.data, b * p.h.stride_b + j0 * p.h.stride_h);
         for (int64_t t = 0; t < p.seq_len; ++t) {
-            for (int64_t j = 0; j < n; ++j) {
-                const M fv = load<T, M>(f, j, sf);
-                const M s = fv * load<T, M>(x, j, sx) + (M(1) - fv) * state[j];
-                state[j] = s;
-                store<T, M>(h, j, sh, s);
+            if constexpr (Contig && is_16bit<T>) {
+                float fr[kBlock], xr[kBlock];
+                row_to_float(f, fr, n);
+                row_to_float(x, xr, n);
+                for (int64_t j = 0; j < n; ++j) state[j] = fr[j] * xr[j] + (1.f - fr[j]) * state[j];
+                row_from_float(state, h, n);
+            } else {
+                for (int64_t j = 0; j < n; ++j) {
+                    const M fv = load<T, M>(f, j, sf);
+                    const M s = fv * load<T, M>(x, j, sx) + (M(1) - fv) * state[j];
+                    state[j] = s;
+                    store<T, M>(h, j, sh, s);
+                }
             }
             f += p.f.stride_t;
             x += p.x.stride_t;
@@ -124,12 +169,28 @@ void backward_items(const ForgetMultBackwardParams& p, int64_t begin, int64_t en
         T* __restrict__ df = at<T>(p.grad_f.data, last * p.grad_f.stride_t + b * p.grad_f.stride_b + j0 * p.grad_f.stride_h);
         T* __restrict__ dx = at<T>(p.grad_x.data, last * p.grad_x.stride_t + b * p.grad_x.stride_b + j0 * p.grad_x.stride_h);
         for (int64_t t = last; t >= 1; --t) {
-            for (int64_t j = 0; j < n; ++j) {
-                const M g = grad[j] + load<T, M>(dh, j, sg);
-                const M fv = load<T, M>(f, j, sf);
-                store<T, M>(dx, j, sdx, fv * g);
-                store<T, M>(df, j, sdf, (load<T, M>(x, j, sx) - load<T, M>(hprev, j, sh)) * g);
-                grad[j] = g - fv * g;
+            if constexpr (Contig && is_16bit<T>) {
+                float fr[kBlock], xr[kBlock], hr[kBlock], gr[kBlock];
+                row_to_float(f, fr, n);
+                row_to_float(x, xr, n);
+                row_to_float(hprev, hr, n);
+                row_to_float(dh, gr, n);
+                for (int64_t j = 0; j < n; ++j) {
+                    const float g = grad[j] + gr[j];
+                    xr[j] = (xr[j] - hr[j]) * g;  // grad_f, in place
+                    gr[j] = fr[j] * g;             // grad_x, in place
+                    grad[j] = g - fr[j] * g;
+                }
+                row_from_float(xr, df, n);
+                row_from_float(gr, dx, n);
+            } else {
+                for (int64_t j = 0; j < n; ++j) {
+                    const M g = grad[j] + load<T, M>(dh, j, sg);
+                    const M fv = load<T, M>(f, j, sf);
+                    store<T, M>(dx, j, sdx, fv * g);
+                    store<T, M>(df, j, sdf, (load<T, M>(x, j, sx) - load<T, M>(hprev, j, sh)) * g);
+                    grad[j] = g - fv * g;
+                }
             }
             f -= p.f.stride_t;
             x -= p.x.stride_t;

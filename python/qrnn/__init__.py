@@ -8,6 +8,7 @@ it); ``qrnn.build_info()`` says what this build contains; ``qrnn.cmake_dir()`` a
 from pathlib import Path as _Path
 
 from . import _C
+from . import checkpoint  # noqa: F401  (qrnn.checkpoint: non-blocking, crash-safe saves)
 from .ops import forget_mult
 
 __version__ = _C.build_info()["version"]

@@ -21,19 +21,23 @@ __all__ = ["forget_mult"]
 # Codes of qrnn::DType in cpp/include/qrnn/dtype.hpp.
 _DTYPE_CODES = {torch.float32: 0, torch.float64: 1, torch.bfloat16: 2, torch.float16: 3}
 _HALF_DTYPES = (torch.bfloat16, torch.float16)
-_NO_STRIDES2 = (0, 0)
+_NO_H0 = (0, 0, 0)  # pointer 0: absent
 
 
-def _strides3(t: Tensor, batch_first: bool) -> tuple:
-    """Element strides of a 3-D tensor in the kernel's (time, batch, hidden) order."""
-    s = t.stride()
-    return (s[1], s[0], s[2]) if batch_first else s
+def _view2(t: Optional[Tensor]) -> tuple:
+    """(pointer, stride_b, stride_h) of an optional (batch, hidden) tensor."""
+    return _NO_H0 if t is None else (t.data_ptr(), *t.stride())
 
 
-def _h0_args(h0: Optional[Tensor], dtype_code: int) -> tuple:
-    if h0 is None:
-        return 0, _NO_STRIDES2, dtype_code
-    return h0.data_ptr(), h0.stride(), _DTYPE_CODES[h0.dtype]
+def _time_major(batch_first: bool, *tensors) -> tuple:
+    """Zero-copy (seq_len, batch, hidden) views: the kernels only ever see time-major strides."""
+    return tuple(t.transpose(0, 1) for t in tensors) if batch_first else tensors
+
+
+def _empty_contiguous(t: Tensor) -> Tensor:
+    # empty_like without arguments is the cheapest allocation; it keeps t's strides,
+    # so only use it when those are the contiguous ones.
+    return torch.empty_like(t) if t.is_contiguous() else torch.empty_like(t, memory_format=torch.contiguous_format)
 
 
 def _check_device_built(t: Tensor) -> None:
@@ -46,75 +50,60 @@ def _check_device_built(t: Tensor) -> None:
 
 
 def check_forget_mult_args(f, x, h0, batch_first) -> None:
-    """Raise TypeError/ValueError naming the bad argument; shared by every entry point."""
-    for name, t in (("f", f), ("x", x)):
-        if not isinstance(t, Tensor):
-            raise TypeError(f"forget_mult: {name} must be a torch.Tensor, got {type(t).__name__}")
-    if f.dtype not in _DTYPE_CODES:
-        raise TypeError(
-            f"forget_mult: f must be float32, float64, bfloat16 or float16, got {f.dtype}"
-        )
-    if x.dtype != f.dtype:
-        raise TypeError(f"forget_mult: x must have f's dtype {f.dtype}, got {x.dtype}")
-    if f.dim() != 3:
+    """Raise TypeError/ValueError naming the bad argument; shared by every entry point.
+    Written for the common all-good case to touch each tensor attribute once."""
+    if not isinstance(f, Tensor):
+        raise TypeError(f"forget_mult: f must be a torch.Tensor, got {type(f).__name__}")
+    if not isinstance(x, Tensor):
+        raise TypeError(f"forget_mult: x must be a torch.Tensor, got {type(x).__name__}")
+    dtype, shape = f.dtype, f.shape
+    if dtype not in _DTYPE_CODES:
+        raise TypeError(f"forget_mult: f must be float32, float64, bfloat16 or float16, got {dtype}")
+    if x.dtype is not dtype:
+        raise TypeError(f"forget_mult: x must have f's dtype {dtype}, got {x.dtype}")
+    if len(shape) != 3:
         layout = "(batch, seq_len, hidden)" if batch_first else "(seq_len, batch, hidden)"
-        raise ValueError(f"forget_mult: f must be 3-D {layout}, got shape {tuple(f.shape)}")
-    if x.shape != f.shape:
-        raise ValueError(f"forget_mult: x must have f's shape {tuple(f.shape)}, got {tuple(x.shape)}")
-    if x.device != f.device:
+        raise ValueError(f"forget_mult: f must be 3-D {layout}, got shape {tuple(shape)}")
+    if x.shape != shape:
+        raise ValueError(f"forget_mult: x must have f's shape {tuple(shape)}, got {tuple(x.shape)}")
+    both_cpu = f.is_cpu and x.is_cpu  # cheap attribute: skips building device objects
+    if not both_cpu and x.device != f.device:
         raise ValueError(f"forget_mult: x must be on f's device {f.device}, got {x.device}")
-    if h0 is not None:
-        if not isinstance(h0, Tensor):
-            raise TypeError(f"forget_mult: h0 must be a torch.Tensor or None, got {type(h0).__name__}")
-        batch, hidden = (f.shape[0], f.shape[2]) if batch_first else (f.shape[1], f.shape[2])
-        if h0.shape != (batch, hidden):
-            raise ValueError(
-                f"forget_mult: h0 must have shape (batch, hidden) = {(batch, hidden)}, got {tuple(h0.shape)}"
-            )
-        if h0.dtype != f.dtype and not (f.dtype in _HALF_DTYPES and h0.dtype == torch.float32):
-            allowed = f"{f.dtype} or torch.float32" if f.dtype in _HALF_DTYPES else f"{f.dtype}"
-            raise TypeError(f"forget_mult: h0 must have dtype {allowed}, got {h0.dtype}")
-        if h0.device != f.device:
-            raise ValueError(f"forget_mult: h0 must be on f's device {f.device}, got {h0.device}")
-
-
-def _sizes(f: Tensor, batch_first: bool) -> tuple:
-    s = f.shape
-    return (s[1], s[0], s[2]) if batch_first else (s[0], s[1], s[2])
+    if h0 is None:
+        return
+    if not isinstance(h0, Tensor):
+        raise TypeError(f"forget_mult: h0 must be a torch.Tensor or None, got {type(h0).__name__}")
+    expected = (shape[0], shape[2]) if batch_first else (shape[1], shape[2])
+    if h0.shape != expected:
+        raise ValueError(f"forget_mult: h0 must have shape (batch, hidden) = {expected}, got {tuple(h0.shape)}")
+    if h0.dtype is not dtype and not (dtype in _HALF_DTYPES and h0.dtype is torch.float32):
+        allowed = f"{dtype} or torch.float32" if dtype in _HALF_DTYPES else f"{dtype}"
+        raise TypeError(f"forget_mult: h0 must have dtype {allowed}, got {h0.dtype}")
+    if not (both_cpu and h0.is_cpu) and h0.device != f.device:
+        raise ValueError(f"forget_mult: h0 must be on f's device {f.device}, got {h0.device}")
 
 
 def _forward_cpu(f: Tensor, x: Tensor, h0: Optional[Tensor], batch_first: bool) -> Tensor:
-    h = torch.empty(f.shape, dtype=f.dtype)
+    out = _empty_contiguous(f)
+    f, x, h = _time_major(batch_first, f, x, out)
     code = _DTYPE_CODES[f.dtype]
-    T, B, H = _sizes(f, batch_first)
     _C.forget_mult_forward(
-        code, T, B, H,
-        f.data_ptr(), _strides3(f, batch_first),
-        x.data_ptr(), _strides3(x, batch_first),
-        *_h0_args(h0, code),
-        h.data_ptr(), _strides3(h, batch_first),
+        code, *f.shape, f.data_ptr(), *f.stride(), x.data_ptr(), *x.stride(),
+        *_view2(h0), code if h0 is None else _DTYPE_CODES[h0.dtype], h.data_ptr(), *h.stride(),
         torch.get_num_threads(),
     )
-    return h
+    return out
 
 
 def _backward_cpu(grad_h, f, x, h, h0, batch_first):
-    grad_f = torch.empty(f.shape, dtype=f.dtype)
-    grad_x = torch.empty(f.shape, dtype=f.dtype)
-    grad_h0 = torch.empty(h0.shape, dtype=h0.dtype) if h0 is not None else f.new_empty(0)
+    grad_f, grad_x = _empty_contiguous(f), _empty_contiguous(f)
+    grad_h0 = _empty_contiguous(h0) if h0 is not None else f.new_empty(0)
+    tf, tx, th, tgh, tgf, tgx = _time_major(batch_first, f, x, h, grad_h, grad_f, grad_x)
     code = _DTYPE_CODES[f.dtype]
-    T, B, H = _sizes(f, batch_first)
-    h0_ptr, h0_strides, h0_code = _h0_args(h0, code)
     _C.forget_mult_backward(
-        code, T, B, H,
-        f.data_ptr(), _strides3(f, batch_first),
-        x.data_ptr(), _strides3(x, batch_first),
-        h.data_ptr(), _strides3(h, batch_first),
-        h0_ptr, h0_strides, h0_code,
-        grad_h.data_ptr(), _strides3(grad_h, batch_first),
-        grad_f.data_ptr(), _strides3(grad_f, batch_first),
-        grad_x.data_ptr(), _strides3(grad_x, batch_first),
-        grad_h0.data_ptr() if h0 is not None else 0, grad_h0.stride() if h0 is not None else _NO_STRIDES2,
+        code, *tf.shape, tf.data_ptr(), *tf.stride(), tx.data_ptr(), *tx.stride(), th.data_ptr(), *th.stride(),
+        *_view2(h0), code if h0 is None else _DTYPE_CODES[h0.dtype], tgh.data_ptr(), *tgh.stride(),
+        tgf.data_ptr(), *tgf.stride(), tgx.data_ptr(), *tgx.stride(), *_view2(grad_h0 if h0 is not None else None),
         torch.get_num_threads(),
     )
     return grad_f, grad_x, grad_h0
@@ -126,7 +115,7 @@ BACKWARD_KERNELS = {"cpu": _backward_cpu}
 
 
 def _kernel(table: dict, t: Tensor):
-    kernel = table.get(t.device.type)
+    kernel = table["cpu"] if t.is_cpu else table.get(t.device.type)
     if kernel is None:
         _check_device_built(t)
     return kernel
@@ -174,17 +163,15 @@ def _backward(ctx, grad_h):
 forget_mult_op.register_autograd(_backward, setup_context=_setup_context)
 
 
-def _direct_call_ok(*tensors) -> bool:
-    """True when no autograd, tracing, subclass or mode needs to see this call."""
-    if torch.compiler.is_compiling() or torch._C._is_torch_function_mode_enabled():
-        return False
-    if torch._C._len_torch_dispatch_stack() > 0:
-        return False
-    grad = torch.is_grad_enabled()
-    for t in tensors:
-        if t is not None and (type(t) is not Tensor or (grad and t.requires_grad)):
-            return False
-    return True
+def _nothing_to_trace() -> bool:
+    """True when no compiler, torch-function mode or dispatch mode needs to see a call."""
+    return not (torch.compiler.is_compiling() or torch._C._is_torch_function_mode_enabled()
+                or torch._C._len_torch_dispatch_stack())
+
+
+def _plain(t: Optional[Tensor], grad_enabled: bool) -> bool:
+    """A plain tensor (no subclass) that autograd does not need to track, or None."""
+    return t is None or (type(t) is Tensor and not (grad_enabled and t.requires_grad))
 
 
 def forget_mult(f: Tensor, x: Tensor, h0: Optional[Tensor] = None, *, batch_first: bool = False) -> Tensor:
@@ -208,6 +195,9 @@ def forget_mult(f: Tensor, x: Tensor, h0: Optional[Tensor] = None, *, batch_firs
         ``h0``; works under ``torch.compile(fullgraph=True)``.
     """
     check_forget_mult_args(f, x, h0, batch_first)
-    if _direct_call_ok(f, x, h0):
-        return _kernel(FORWARD_KERNELS, f)(f, x, h0, batch_first)
+    grad = torch.is_grad_enabled()
+    if (type(f) is Tensor and type(x) is Tensor and _plain(h0, grad) and _nothing_to_trace()
+            and not (grad and (f.requires_grad or x.requires_grad))):
+        # Direct call: the dispatcher and autograd machinery would cost more than the kernel.
+        return _forward_cpu(f, x, h0, batch_first) if f.is_cpu else _kernel(FORWARD_KERNELS, f)(f, x, h0, batch_first)
     return forget_mult_op(f, x, h0, batch_first)

@@ -1,0 +1,214 @@
+// Crash-safe, non-blocking checkpoint files that plain `torch.load` reads.
+//
+// A CheckpointWriter owns a staging thread, a writer thread and a bounded queue. submit()
+// takes a small serialized header (the `data.pkl` pickle) and named byte buffers; the
+// staging thread copies the buffers into a reusable staging image laid out exactly as the
+// file (torch.save's zip layout: stored records, 64-byte aligned payloads, ZIP64 end
+// records, real CRC-32s), and the writer thread writes that image to a temporary name in
+// the target folder, fsyncs it, renames it over the final name and fsyncs the folder.
+// A process killed at any moment therefore never leaves a partial file under a final name.
+//
+// Nothing here throws or prints on an I/O failure: every error (errno, operation, path)
+// arrives through the SaveStatus the submitter holds. Only misuse (bad arguments,
+// submitting after close) throws std::invalid_argument / std::logic_error from submit().
+//
+// No torch, no Python: `write_tensors()` builds the pickle for a flat name -> tensor dict
+// itself, so a C++ program can write checkpoints that Python loads with
+// `torch.load(path, weights_only=True)`.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "qrnn/dtype.hpp"  // QRNN_API
+
+namespace qrnn::checkpoint {
+
+// CRC-32 as used by zip (polynomial 0xEDB88320), continuing from `crc` (0 to start).
+// Uses carry-less multiply (PCLMULQDQ) on x86-64 CPUs that have it, slicing-by-8 otherwise.
+QRNN_API uint32_t crc32(const void* data, size_t size, uint32_t crc = 0);
+
+// Element types of tensor storages, as torch names them in a checkpoint.
+enum class ScalarType : uint8_t {
+    Float32, Float64, Float16, BFloat16, Complex64, Complex128,
+    Int8, Int16, Int32, Int64, UInt8, Bool,
+};
+QRNN_API size_t element_size(ScalarType type);
+
+namespace detail {
+struct StatusAccess;
+}
+
+// What went wrong with a save. `error_number` is the errno of the failing system call
+// (0 when the failure was not one, e.g. an exception inside the writer thread).
+struct SaveError {
+    int error_number = 0;
+    std::string operation;  // e.g. "write", "fsync", "rename", "open"
+    std::string path;       // the file or folder the operation was on
+    std::string message;    // one readable sentence with all of the above
+};
+
+// Shared between the writer threads and whoever submitted the save.
+class QRNN_API SaveStatus {
+public:
+    SaveStatus();
+    ~SaveStatus();
+    SaveStatus(const SaveStatus&) = delete;
+    SaveStatus& operator=(const SaveStatus&) = delete;
+
+    // The submitted buffers have been copied: the caller may modify or free them.
+    bool staged() const;
+    void wait_staged() const;
+    // Committed (renamed to its final name and the folder fsynced), or failed.
+    bool done() const;
+    void wait() const;
+    // Waits at most `seconds`; returns done().
+    bool wait_for(double seconds) const;
+    // After done(): true when the file is committed. error() explains a failure.
+    bool ok() const;
+    SaveError error() const;
+    // Problems that did not affect the new checkpoint (e.g. an old file rotation could
+    // not delete), one sentence each.
+    std::vector<std::string> warnings() const;
+    // Final path of the checkpoint file.
+    const std::string& path() const;
+    // Seconds from submit() to staged and to done (-1 before).
+    double staged_seconds() const;
+    double done_seconds() const;
+
+private:
+    friend struct detail::StatusAccess;
+    struct State;
+    std::unique_ptr<State> state_;
+};
+
+// A latch the writer waits on before reading bytes the caller puts into the staging image
+// itself (e.g. an asynchronous GPU->host copy). open() when they are there; fail() with a
+// reason when they never will be (the save then fails with that reason).
+class QRNN_API Gate {
+public:
+    Gate();
+    ~Gate();
+    Gate(const Gate&) = delete;
+    Gate& operator=(const Gate&) = delete;
+    void open();
+    void fail(const std::string& reason);
+    bool is_open() const;
+    // Blocks until open() or fail(); returns "" when opened, else the reason.
+    std::string wait() const;
+
+private:
+    struct State;
+    std::unique_ptr<State> state_;
+};
+
+// A named byte buffer to store as one record of the archive, e.g. {"data/0", ptr, n}.
+// `data` may be null when the caller copies the bytes into the staging image itself
+// (see SaveRequest::gate); the record then occupies `size` bytes there.
+struct Record {
+    std::string name;
+    const void* data = nullptr;
+    uint64_t size = 0;
+};
+
+// Delete older checkpoints after a commit: files in the same folder named
+// prefix + <decimal step> + suffix, keeping the `keep_last` highest steps. The file just
+// committed is never deleted. keep_last == 0 keeps everything.
+struct Retention {
+    int keep_last = 0;
+    std::string prefix;
+    std::string suffix;
+};
+
+struct SaveRequest {
+    std::string path;              // final file name; its folder must exist
+    std::string pickle;            // the data.pkl record (pickle protocol 2)
+    std::vector<Record> records;   // stored after the fixed torch records, in this order
+    Retention retention;
+    // Optional caller-owned staging image (>= staging_size() of this request, any
+    // alignment); by default the writer allocates its own and reuses it for later saves.
+    void* staging = nullptr;
+    uint64_t staging_capacity = 0;
+    // Optional: the writer waits for it before reading records whose data is null.
+    std::shared_ptr<Gate> gate;
+    // Threads copying this request's buffers (0: the writer's copy_threads).
+    int copy_threads = 0;
+};
+
+// Testing hook: make the writer fail as if the disk did.
+struct FaultInjection {
+    uint64_t fail_after_bytes = UINT64_MAX;  // the write crossing this many bytes fails
+    int error_number = 0;                    // with this errno (e.g. ENOSPC)...
+    bool throw_exception = false;            // ...or by throwing inside the writer thread
+};
+
+struct WriterOptions {
+    int max_pending = 1;    // saves submitted but not yet committed; submit() waits beyond
+    int copy_threads = 2;   // threads for the staging copy (the staging thread included)
+    bool direct_io = true;  // write with O_DIRECT where the file system allows it
+    bool sync = true;       // fsync the file and the folder (off only for tests)
+    FaultInjection fault;
+};
+
+class QRNN_API CheckpointWriter {
+public:
+    explicit CheckpointWriter(WriterOptions options = {});
+    // Finishes every submitted save, then joins its threads.
+    ~CheckpointWriter();
+    CheckpointWriter(const CheckpointWriter&) = delete;
+    CheckpointWriter& operator=(const CheckpointWriter&) = delete;
+
+    // Queues a save; blocks while max_pending saves are in flight.
+    std::shared_ptr<SaveStatus> submit(SaveRequest request);
+    // Same, but returns nullptr instead of waiting when the queue is full.
+    std::shared_ptr<SaveStatus> try_submit(SaveRequest request);
+    // Blocks until every submitted save is done (committed or failed).
+    void wait_all();
+    // wait_all(), then stops the threads. Later submits throw std::logic_error.
+    void close();
+    const WriterOptions& options() const;
+
+    struct Impl;
+
+private:
+    std::unique_ptr<Impl> impl_;
+};
+
+// Where a request's records land in the file (and in its staging image, which mirrors the
+// file byte for byte): offsets of each Record's payload, and the sizes to provide.
+struct ArchiveLayout {
+    std::vector<uint64_t> record_offsets;  // one per SaveRequest::records entry
+    uint64_t file_size = 0;
+    uint64_t staging_size = 0;             // file_size rounded up for aligned writes
+};
+QRNN_API ArchiveLayout plan_archive(const SaveRequest& request);
+
+// ---- Tensors -----------------------------------------------------------------------
+
+// A tensor to save. `storage` points at the start of its storage; the whole storage
+// (`storage_bytes`, or just what the view reaches when 0) is written. Tensors with the
+// same storage pointer share one stored storage, as torch.save does for views.
+struct TensorRef {
+    std::string name;
+    ScalarType dtype = ScalarType::Float32;
+    std::vector<int64_t> shape;
+    std::vector<int64_t> strides;  // in elements; empty means contiguous
+    const void* storage = nullptr;
+    int64_t storage_offset = 0;    // in elements
+    uint64_t storage_bytes = 0;
+    bool requires_grad = false;
+};
+
+// The data.pkl pickle and records of a flat {name: tensor} dict as torch.save writes them.
+// Throws std::invalid_argument naming the tensor on inconsistent input.
+QRNN_API SaveRequest tensor_dict_request(const std::string& path, const std::vector<TensorRef>& tensors);
+
+// Convenience: queue a {name: tensor} checkpoint on `writer`.
+QRNN_API std::shared_ptr<SaveStatus> write_tensors(CheckpointWriter& writer, const std::string& path,
+                                                   const std::vector<TensorRef>& tensors,
+                                                   Retention retention = {});
+
+}  // namespace qrnn::checkpoint
