@@ -78,7 +78,8 @@ class QRNNLanguageModel(nn.Module):
         return self.decoder(x), new_state
 
 
-# The two functions below are the only places that know the qrnn.QRNN API.
+# The two functions below are the only places that know the qrnn.QRNN API. A layer's carried
+# state is kept as a plain (cell state, input tail) tuple so checkpoints hold only tensors.
 
 def _make_layer(input_size: int, hidden_size: int, window: int) -> nn.Module:
     return qrnn.QRNN(input_size, hidden_size, window=window)
@@ -86,7 +87,9 @@ def _make_layer(input_size: int, hidden_size: int, window: int) -> nn.Module:
 
 def _layer_forward(layer: nn.Module, x: Tensor, state) -> tuple:
     """One layer over a chunk, taking and returning its carried (cell, input tail) state."""
-    return layer.forward_with_state(x, state)
+    hx = layer.initial_state() if state is None else qrnn.QRNNState(state[0], (state[1],))
+    output, new_state = layer(x, hx)
+    return output, (new_state.c, new_state.x_tails[0])
 
 
 @torch.no_grad()
