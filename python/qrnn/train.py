@@ -380,9 +380,8 @@ class Trainer:
                     break
                 inputs, targets = data[index]
                 loss = self.train_step(inputs, targets)
-                n = targets.numel() * self.dist.world
-                loss_sum += loss.double() * n
-                tokens += n
+                loss_sum += loss.double() * targets.numel()
+                tokens += targets.numel() * self.dist.world  # every rank runs a shard this size
                 self.position = index + 1
                 bar.update(1)
                 if self.step % self.trace_every == 0:  # a host sync, so only now and then
@@ -392,11 +391,14 @@ class Trainer:
                     bar.set_postfix_str(f"loss {value:.3f}, {tokens / max(elapsed, 1e-9):,.0f} tok/s",
                                         refresh=False)
         seconds = time.perf_counter() - start
+        if self.dist.enabled:  # the mean over every rank's shard
+            torch.distributed.all_reduce(loss_sum)
         if completed:
             self.epoch += 1
             self.position = 0
             self.carry = None
-        return {"train_loss": (loss_sum.item() / tokens) if tokens else float("nan"), "tokens": tokens,
+        mean_loss = loss_sum.item() / tokens if tokens else float("nan")
+        return {"train_loss": mean_loss, "tokens": tokens,
                 "train_seconds": seconds, "completed": completed}
 
     @torch.no_grad()
