@@ -23,8 +23,8 @@ from .train import (PRECISIONS, Trainer, TrainError, choose_precision, init_dist
 CHECKPOINT_FORMAT = "qrnn-lm/1"
 
 # Defaults: on a 2-core CPU the default run takes about two minutes.
-DEFAULTS = dict(data=None, level="char", epochs=3, batch_size=32, bptt=64, layers=3, hidden=256,
-                emsize=128, dropout=0.1, lr=2e-3, optimizer="adam", warmup=100, clip=0.25, seed=1234)
+DEFAULTS = dict(data=None, level="char", epochs=4, batch_size=16, bptt=64, layers=3, hidden=256,
+                emsize=128, dropout=0.1, lr=5e-3, optimizer="adam", warmup=100, clip=0.25, seed=1234)
 # Settings a checkpoint fixes: resuming with a different explicit value is an error.
 FIXED_ON_RESUME = ("level", "batch_size", "bptt", "layers", "hidden", "emsize", "dropout", "lr",
                    "optimizer", "warmup", "clip", "seed")

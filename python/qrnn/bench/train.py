@@ -63,7 +63,7 @@ def step_speed(device, low, hidden, quick) -> list:
 
 # The default qrnn-train model, and AWD-QRNN's word-level PTB model (where the 28 s per epoch
 # on a GPU comes from) for the GPU comparison.
-DEFAULT_MODEL = dict(vocab=104, emsize=128, hidden=256, layers=3, batch=32, bptt=64)
+DEFAULT_MODEL = dict(vocab=104, emsize=128, hidden=256, layers=3, batch=16, bptt=64)
 AWD_QRNN_PTB = dict(vocab=10000, emsize=400, hidden=1550, layers=4, batch=20, bptt=70)
 
 
