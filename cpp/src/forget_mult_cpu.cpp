@@ -1,10 +1,9 @@
 // CPU ForgetMult entry points: validate, pick the instruction set once, split the
 // (batch row, hidden block) items over threads.
-#include <cstdlib>
-#include <cstring>
 #include <string>
 
 #include "check.hpp"
+#include "cpu_isa.hpp"
 #include "forget_mult_table.hpp"
 #include "parallel.hpp"
 #include "qrnn/forget_mult.hpp"
@@ -14,30 +13,13 @@ namespace {
 
 using detail::fail;
 
-struct Selected {
-    const KernelTable* table;
-    const char* name;
-};
-
-// QRNN_SIMD=generic|avx2|avx512 forces a path (tests use it to cover each one).
-Selected select_isa() {
-    const char* forced = std::getenv("QRNN_SIMD");
-    const std::string want = forced ? forced : "";
+const KernelTable& selected() {
 #if defined(QRNN_HAVE_X86_KERNELS)
-    __builtin_cpu_init();
-    const bool has_avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-    const bool has_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                          __builtin_cpu_supports("f16c");
-    if (has_avx512 && (want.empty() || want == "avx512")) return {&avx512::table, "avx512"};
-    if (has_avx2 && (want.empty() || want == "avx512" || want == "avx2")) return {&avx2::table, "avx2"};
+    static const KernelTable& table = select_table(generic::table, &avx2::table, &avx512::table);
+#else
+    static const KernelTable& table = generic::table;
 #endif
-    return {&generic::table, "generic"};
-}
-
-const Selected& selected() {
-    static const Selected s = select_isa();
-    return s;
+    return table;
 }
 
 void check_dtypes(DType dtype, DType h0_dtype, bool has_h0) {
@@ -49,21 +31,8 @@ void check_dtypes(DType dtype, DType h0_dtype, bool has_h0) {
              (sixteen_bit ? " or float32" : "") + ", got " + dtype_name(h0_dtype));
 }
 
-void check_view3(const char* name, const void* data, int64_t T, int64_t B, int64_t H,
-                 int64_t st, int64_t sb, int64_t sh) {
-    const int64_t sizes[3] = {T, B, H}, strides[3] = {st, sb, sh};
-    detail::check_pointer(name, data, T * B * H);
-    detail::check_extent(name, sizes, strides, 3);
-}
-
-void check_view2(const char* name, const void* data, int64_t B, int64_t H, int64_t sb, int64_t sh) {
-    const int64_t sizes[2] = {B, H}, strides[2] = {sb, sh};
-    detail::check_pointer(name, data, B * H);
-    detail::check_extent(name, sizes, strides, 2);
-}
-
-#define QRNN_CHECK_VIEW3(p, v) check_view3(#v, (p).v.data, (p).seq_len, (p).batch, (p).hidden, \
-                                           (p).v.stride_t, (p).v.stride_b, (p).v.stride_h)
+#define QRNN_CHECK_VIEW3(p, v) detail::check_view3(#v, (p).v.data, (p).seq_len, (p).batch, (p).hidden, \
+                                                   (p).v.stride_t, (p).v.stride_b, (p).v.stride_h)
 
 int64_t n_items(int64_t batch, int64_t hidden) {
     return batch * ((hidden + forget_mult_block - 1) / forget_mult_block);
@@ -71,7 +40,7 @@ int64_t n_items(int64_t batch, int64_t hidden) {
 
 }  // namespace
 
-const char* simd_level() { return selected().name; }
+const char* simd_level() { return isa_name(selected_isa()); }
 
 void forget_mult_forward(const ForgetMultForwardParams& p, int num_threads) {
     detail::check_size("seq_len", p.seq_len);
@@ -82,9 +51,9 @@ void forget_mult_forward(const ForgetMultForwardParams& p, int num_threads) {
     QRNN_CHECK_VIEW3(p, f);
     QRNN_CHECK_VIEW3(p, x);
     QRNN_CHECK_VIEW3(p, h);
-    if (p.h0.data) check_view2("h0", p.h0.data, p.batch, p.hidden, p.h0.stride_b, p.h0.stride_h);
+    if (p.h0.data) detail::check_view2("h0", p.h0.data, p.batch, p.hidden, p.h0.stride_b, p.h0.stride_h);
     if (numel == 0) return;
-    const auto kernel = selected().table->forward[int(p.dtype)];
+    const auto kernel = selected().forward[int(p.dtype)];
     detail::parallel_for(n_items(p.batch, p.hidden), detail::threads_for_work(numel, num_threads),
                          [&](int64_t begin, int64_t end) { kernel(p, begin, end); });
 }
@@ -101,11 +70,11 @@ void forget_mult_backward(const ForgetMultBackwardParams& p, int num_threads) {
     QRNN_CHECK_VIEW3(p, grad_h);
     QRNN_CHECK_VIEW3(p, grad_f);
     QRNN_CHECK_VIEW3(p, grad_x);
-    if (p.h0.data) check_view2("h0", p.h0.data, p.batch, p.hidden, p.h0.stride_b, p.h0.stride_h);
+    if (p.h0.data) detail::check_view2("h0", p.h0.data, p.batch, p.hidden, p.h0.stride_b, p.h0.stride_h);
     if (p.grad_h0.data)
-        check_view2("grad_h0", p.grad_h0.data, p.batch, p.hidden, p.grad_h0.stride_b, p.grad_h0.stride_h);
+        detail::check_view2("grad_h0", p.grad_h0.data, p.batch, p.hidden, p.grad_h0.stride_b, p.grad_h0.stride_h);
     if (p.batch * p.hidden == 0) return;
-    const auto kernel = selected().table->backward[int(p.dtype)];
+    const auto kernel = selected().backward[int(p.dtype)];
     detail::parallel_for(n_items(p.batch, p.hidden), detail::threads_for_work(numel, num_threads),
                          [&](int64_t begin, int64_t end) { kernel(p, begin, end); });
 }

@@ -10,10 +10,13 @@ from pathlib import Path as _Path
 from . import _C
 from . import checkpoint  # noqa: F401  (qrnn.checkpoint: non-blocking, crash-safe saves)
 from .ops import forget_mult
+from .modules import QRNN, QRNNLayer, QRNNState, qrnn_layer
+from .ops import qrnn_gates
 
 __version__ = _C.build_info()["version"]
 
-__all__ = ["forget_mult", "build_info", "cmake_dir", "include_dir", "__version__"]
+__all__ = ["forget_mult", "build_info", "cmake_dir", "include_dir", "__version__",
+           "QRNN", "QRNNLayer", "QRNNState", "qrnn_layer", "qrnn_gates"]
 
 
 def build_info() -> dict:

@@ -16,7 +16,7 @@ from torch import Tensor
 
 from . import _C
 
-__all__ = ["forget_mult"]
+__all__ = ["forget_mult", "qrnn_gates", "qrnn_gates_unfused"]
 
 # Codes of qrnn::DType in cpp/include/qrnn/dtype.hpp.
 _DTYPE_CODES = {torch.float32: 0, torch.float64: 1, torch.bfloat16: 2, torch.float16: 3}
@@ -201,3 +201,325 @@ def forget_mult(f: Tensor, x: Tensor, h0: Optional[Tensor] = None, *, batch_firs
         # Direct call: the dispatcher and autograd machinery would cost more than the kernel.
         return _forward_cpu(f, x, h0, batch_first) if f.is_cpu else _kernel(FORWARD_KERNELS, f)(f, x, h0, batch_first)
     return forget_mult_op(f, x, h0, batch_first)
+
+
+# =====================================================================================
+# Fused QRNN gates (layers): activations + ForgetMult + output gate in one kernel.
+# =====================================================================================
+#
+# ``qrnn::qrnn_gates`` reads the gate pre-activations G = (Z | F | O) that a QRNN
+# layer's single GEMM produced, in place through strides, and writes the layer output
+# and final state in one pass; its backward recomputes the activations and writes
+# grad G in G's own (time, batch, gates) form, the layout the GEMM backward reads.
+# Devices without a fused kernel use :func:`qrnn_gates_unfused` (PyTorch activations +
+# ``qrnn.forget_mult``), which is also the reference the fused kernel is tested against.
+
+
+def _state_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Carried state dtype: float32 next to 16-bit data, the data's dtype otherwise."""
+    return torch.float32 if dtype in _HALF_DTYPES else dtype
+
+
+def _gate_count(output_gate: bool) -> int:
+    return 3 if output_gate else 2
+
+
+def check_qrnn_gates_args(gates, c0, forget_mask, forget_scale, lengths, output_gate, batch_first) -> int:
+    """Raise TypeError/ValueError naming the bad argument; returns the hidden size."""
+    if not isinstance(gates, Tensor):
+        raise TypeError(f"qrnn_gates: gates must be a torch.Tensor, got {type(gates).__name__}")
+    if gates.dtype not in _DTYPE_CODES:
+        raise TypeError(f"qrnn_gates: gates must be float32, float64, bfloat16 or float16, got {gates.dtype}")
+    layout = "(batch, seq_len, gates * hidden)" if batch_first else "(seq_len, batch, gates * hidden)"
+    n_gates = _gate_count(output_gate)
+    if gates.dim() != 3 or gates.shape[-1] % n_gates != 0:
+        raise ValueError(
+            f"qrnn_gates: gates must be 3-D {layout} with the last size a multiple of {n_gates} "
+            f"({'Z, F, O' if output_gate else 'Z, F'} blocks), got shape {tuple(gates.shape)}"
+        )
+    hidden = gates.shape[-1] // n_gates
+    batch = gates.shape[0] if batch_first else gates.shape[1]
+    out_shape = tuple(gates.shape[:-1]) + (hidden,)
+    if c0 is not None:
+        if not isinstance(c0, Tensor):
+            raise TypeError(f"qrnn_gates: c0 must be a torch.Tensor or None, got {type(c0).__name__}")
+        if tuple(c0.shape) != (batch, hidden):
+            raise ValueError(f"qrnn_gates: c0 must have shape (batch, hidden) = {(batch, hidden)}, "
+                             f"got {tuple(c0.shape)}")
+        if c0.dtype != gates.dtype and not (gates.dtype in _HALF_DTYPES and c0.dtype == torch.float32):
+            allowed = f"{gates.dtype} or torch.float32" if gates.dtype in _HALF_DTYPES else f"{gates.dtype}"
+            raise TypeError(f"qrnn_gates: c0 must have dtype {allowed}, got {c0.dtype}")
+        if c0.device != gates.device:
+            raise ValueError(f"qrnn_gates: c0 must be on gates' device {gates.device}, got {c0.device}")
+    if forget_mask is not None:
+        if not isinstance(forget_mask, Tensor):
+            raise TypeError(f"qrnn_gates: forget_mask must be a torch.Tensor or None, got {type(forget_mask).__name__}")
+        if tuple(forget_mask.shape) != out_shape:
+            raise ValueError(f"qrnn_gates: forget_mask must have the output's shape {out_shape}, "
+                             f"got {tuple(forget_mask.shape)}")
+        if forget_mask.dtype != gates.dtype:
+            raise TypeError(f"qrnn_gates: forget_mask must have gates' dtype {gates.dtype}, got {forget_mask.dtype}")
+        if forget_mask.device != gates.device:
+            raise ValueError(f"qrnn_gates: forget_mask must be on gates' device {gates.device}, "
+                             f"got {forget_mask.device}")
+    if not isinstance(forget_scale, (int, float)) or not 0.0 <= forget_scale <= 1.0:
+        raise ValueError(f"qrnn_gates: forget_scale must be a number in [0, 1], got {forget_scale!r}")
+    if lengths is not None:
+        if not isinstance(lengths, Tensor) or lengths.dtype != torch.int64 or lengths.shape != (batch,):
+            raise ValueError(f"qrnn_gates: lengths must be an int64 tensor of shape (batch,) = ({batch},), got "
+                             + (f"{lengths.dtype} {tuple(lengths.shape)}" if isinstance(lengths, Tensor)
+                                else type(lengths).__name__))
+        if lengths.device != gates.device:
+            raise ValueError(f"qrnn_gates: lengths must be on gates' device {gates.device}, got {lengths.device}")
+    return hidden
+
+
+# Argument helpers of the gate kernels' pybind11 bindings (strides passed as tuples).
+_NO_STRIDES2 = (0, 0)
+
+
+def _strides3(t: Tensor, batch_first: bool) -> tuple:
+    s = t.stride()
+    return (s[1], s[0], s[2]) if batch_first else s
+
+
+def _direct_call_ok(*tensors) -> bool:
+    """True when no autograd, tracing, subclass or mode needs to see this call."""
+    grad = torch.is_grad_enabled()
+    return all(_plain(t, grad) for t in tensors) and _nothing_to_trace()
+
+
+def _gates_sizes(gates: Tensor, output_gate: bool, batch_first: bool) -> tuple:
+    T, B = (gates.shape[1], gates.shape[0]) if batch_first else (gates.shape[0], gates.shape[1])
+    return T, B, gates.shape[-1] // _gate_count(output_gate)
+
+
+def _view_args(t: Optional[Tensor], batch_first: bool) -> tuple:
+    """(pointer, strides) of an optional 3-D tensor, null when absent."""
+    if t is None or t.numel() == 0:
+        return 0, (0, 0, 0)
+    return t.data_ptr(), _strides3(t, batch_first)
+
+
+def _state_args(t: Optional[Tensor], default_code: int) -> tuple:
+    if t is None or t.numel() == 0:
+        return 0, _NO_STRIDES2, default_code
+    return t.data_ptr(), t.stride(), _DTYPE_CODES[t.dtype]
+
+
+def _lengths_args(lengths: Optional[Tensor]) -> tuple:
+    return (0, 1) if lengths is None else (lengths.data_ptr(), lengths.stride(0))
+
+
+def _qrnn_gates_forward_cpu(gates, c0, forget_mask, lengths, forget_scale, output_gate, batch_first, reverse,
+                            need_states=True):
+    T, B, H = _gates_sizes(gates, output_gate, batch_first)
+    out_shape = tuple(gates.shape[:-1]) + (H,)
+    output = torch.empty(out_shape, dtype=gates.dtype)
+    # The backward needs every c[t]; without an output gate that is the output itself.
+    states = torch.empty(out_shape, dtype=gates.dtype) if (output_gate and need_states) else gates.new_empty(0)
+    code = _DTYPE_CODES[gates.dtype]
+    state_dtype = _state_dtype(gates.dtype)
+    c_n = torch.empty((B, H), dtype=state_dtype)
+    _C.qrnn_gates_forward(
+        code, T, B, H, output_gate,
+        gates.data_ptr(), _strides3(gates, batch_first), H * gates.stride(-1),
+        *_view_args(forget_mask, batch_first), float(forget_scale),
+        *_state_args(c0, code),
+        *_lengths_args(lengths), reverse,
+        output.data_ptr(), _strides3(output, batch_first),
+        *_view_args(states, batch_first),
+        c_n.data_ptr(), c_n.stride(), _DTYPE_CODES[state_dtype],
+        torch.get_num_threads(),
+    )
+    return output, c_n, states
+
+
+def _qrnn_gates_backward_cpu(grad_output, grad_c_n, gates, states, c0, forget_mask, lengths, forget_scale,
+                             output_gate, batch_first, reverse):
+    T, B, H = _gates_sizes(gates, output_gate, batch_first)
+    grad_gates = torch.empty(gates.shape, dtype=gates.dtype)
+    grad_c0 = torch.empty(c0.shape, dtype=c0.dtype) if c0 is not None else gates.new_empty(0)
+    code = _DTYPE_CODES[gates.dtype]
+    c0_ptr, c0_strides, c0_code = _state_args(c0, code)
+    gcn_ptr, gcn_strides, gcn_code = _state_args(grad_c_n, _DTYPE_CODES[_state_dtype(gates.dtype)])
+    _C.qrnn_gates_backward(
+        code, T, B, H, output_gate,
+        gates.data_ptr(), _strides3(gates, batch_first), H * gates.stride(-1),
+        *_view_args(forget_mask, batch_first), float(forget_scale),
+        c0_ptr, c0_strides, c0_code,
+        *_lengths_args(lengths), reverse,
+        states.data_ptr(), _strides3(states, batch_first),
+        *_view_args(grad_output, batch_first),
+        gcn_ptr, gcn_strides, gcn_code,
+        grad_gates.data_ptr(), _strides3(grad_gates, batch_first), H * grad_gates.stride(-1),
+        *_state_args(grad_c0, code)[:2],
+        torch.get_num_threads(),
+    )
+    return grad_gates, grad_c0
+
+
+# Fused kernels per device type. A device listed here runs qrnn_gates fused; any other
+# falls back to qrnn_gates_unfused. The CUDA backend adds its pair with two lines.
+QRNN_GATES_FORWARD_KERNELS = {"cpu": _qrnn_gates_forward_cpu}
+QRNN_GATES_BACKWARD_KERNELS = {"cpu": _qrnn_gates_backward_cpu}
+
+
+def has_fused_qrnn_gates(device) -> bool:
+    """Whether ``device`` (a torch.device or its type name) has a fused gate kernel."""
+    return getattr(device, "type", device) in QRNN_GATES_FORWARD_KERNELS
+
+
+@torch.library.custom_op("qrnn::qrnn_gates", mutates_args=())
+def qrnn_gates_op(gates: Tensor, c0: Optional[Tensor], forget_mask: Optional[Tensor], lengths: Optional[Tensor],
+                  forget_scale: float, output_gate: bool, batch_first: bool, reverse: bool
+                  ) -> tuple[Tensor, Tensor, Tensor]:
+    """Returns (output, c_n, states); states (every c[t], for the backward) is an empty
+    tensor without an output gate, where the output is c itself."""
+    return _kernel(QRNN_GATES_FORWARD_KERNELS, gates)(gates, c0, forget_mask, lengths, forget_scale, output_gate,
+                                                      batch_first, reverse)
+
+
+@qrnn_gates_op.register_fake
+def _(gates, c0, forget_mask, lengths, forget_scale, output_gate, batch_first, reverse):
+    hidden = gates.shape[-1] // _gate_count(output_gate)
+    out_shape = tuple(gates.shape[:-1]) + (hidden,)
+    batch = gates.shape[0] if batch_first else gates.shape[1]
+    output = gates.new_empty(out_shape)
+    states = gates.new_empty(out_shape) if output_gate else gates.new_empty(0)
+    return output, gates.new_empty((batch, hidden), dtype=_state_dtype(gates.dtype)), states
+
+
+@torch.library.custom_op("qrnn::qrnn_gates_backward", mutates_args=())
+def qrnn_gates_backward_op(grad_output: Optional[Tensor], grad_c_n: Optional[Tensor], gates: Tensor,
+                           states: Tensor, c0: Optional[Tensor], forget_mask: Optional[Tensor],
+                           lengths: Optional[Tensor], forget_scale: float, output_gate: bool, batch_first: bool,
+                           reverse: bool) -> tuple[Tensor, Tensor]:
+    """Returns (grad_gates, grad_c0); grad_c0 is an empty tensor when c0 is None."""
+    return _kernel(QRNN_GATES_BACKWARD_KERNELS, gates)(grad_output, grad_c_n, gates, states, c0, forget_mask,
+                                                       lengths, forget_scale, output_gate, batch_first, reverse)
+
+
+@qrnn_gates_backward_op.register_fake
+def _(grad_output, grad_c_n, gates, states, c0, forget_mask, lengths, forget_scale, output_gate, batch_first,
+      reverse):
+    grad_c0 = torch.empty_like(c0, memory_format=torch.contiguous_format) if c0 is not None else gates.new_empty(0)
+    return torch.empty_like(gates, memory_format=torch.contiguous_format), grad_c0
+
+
+def _gates_setup_context(ctx, inputs, output):
+    gates, c0, forget_mask, lengths, forget_scale, output_gate, batch_first, reverse = inputs
+    out, _, states = output
+    ctx.save_for_backward(gates, states if output_gate else out, c0, forget_mask, lengths)
+    ctx.options = (forget_scale, output_gate, batch_first, reverse)
+    ctx.set_materialize_grads(False)  # an unused output's gradient stays None: no zeros pass
+
+
+def _gates_backward(ctx, grad_output, grad_c_n, _grad_states):
+    gates, states, c0, forget_mask, lengths = ctx.saved_tensors
+    if grad_output is None and grad_c_n is None:
+        return (None,) * 8
+    grad_gates, grad_c0 = qrnn_gates_backward_op(grad_output, grad_c_n, gates, states, c0, forget_mask, lengths,
+                                                 *ctx.options)
+    return grad_gates, (grad_c0 if c0 is not None else None), None, None, None, None, None, None
+
+
+qrnn_gates_op.register_autograd(_gates_backward, setup_context=_gates_setup_context)
+
+
+def qrnn_gates_unfused(gates: Tensor, c0: Optional[Tensor] = None, *, output_gate: bool = True,
+                       forget_mask: Optional[Tensor] = None, forget_scale: float = 1.0,
+                       lengths: Optional[Tensor] = None, batch_first: bool = False,
+                       reverse: bool = False) -> tuple[Tensor, Tensor]:
+    """:func:`qrnn_gates` composed of PyTorch activations and ``qrnn.forget_mult``: the
+    path for devices without a fused kernel, and the fused kernel's reference in tests.
+    Same arguments and results (its 16-bit ``c_n`` passes through the 16-bit sequence)."""
+    hidden = check_qrnn_gates_args(gates, c0, forget_mask, forget_scale, lengths, output_gate, batch_first)
+    time_dim = 1 if batch_first else 0
+    T, B, H = _gates_sizes(gates, output_gate, batch_first)
+    z = torch.tanh(gates[..., :hidden])
+    f = torch.sigmoid(gates[..., hidden:2 * hidden])
+    if forget_mask is not None:
+        f = f * forget_mask
+    if forget_scale != 1.0:
+        f = f * forget_scale
+    state_dtype = _state_dtype(gates.dtype)
+    c0_state = c0 if c0 is not None else gates.new_zeros((B, H), dtype=state_dtype)
+    if lengths is None:
+        if reverse:
+            f, z = f.flip(time_dim), z.flip(time_dim)
+        c = forget_mult(f, z, c0, batch_first=batch_first)
+        c_n = c.select(time_dim, T - 1).to(state_dtype) if T > 0 else c0_state.to(state_dtype)
+        if reverse:
+            c = c.flip(time_dim)
+    else:
+        steps = torch.arange(T, device=gates.device).unsqueeze(1)  # (T, 1)
+        valid = steps < lengths.unsqueeze(0)                       # (T, B)
+        # Time index each step reads: the sequence mirrored within its own length when
+        # reversed (an involution, so the same gather maps the result back), padding kept.
+        order = torch.where(valid, lengths.unsqueeze(0) - 1 - steps, steps) if reverse else None
+
+        def to_tbh(index):  # (T, B) -> gather index in the tensors' layout
+            index = index.t() if batch_first else index
+            return index.unsqueeze(-1).expand(*index.shape, H)
+
+        if reverse:
+            f, z = f.gather(time_dim, to_tbh(order)), z.gather(time_dim, to_tbh(order))
+        c = forget_mult(f, z, c0, batch_first=batch_first)
+        if T > 0:
+            last = (lengths - 1).clamp(min=0).unsqueeze(0)  # (1, B): each sequence's last step
+            c_last = c.gather(time_dim, to_tbh(last)).squeeze(time_dim).to(state_dtype)
+            c_n = torch.where((lengths > 0).unsqueeze(1), c_last, c0_state.to(state_dtype))
+        else:
+            c_n = c0_state.to(state_dtype)
+        if reverse:
+            c = c.gather(time_dim, to_tbh(order))
+        keep = valid.t() if batch_first else valid
+        c = torch.where(keep.unsqueeze(-1), c, c.new_zeros(()))
+    output = torch.sigmoid(gates[..., 2 * hidden:]) * c if output_gate else c
+    return output, c_n
+
+
+def qrnn_gates(gates: Tensor, c0: Optional[Tensor] = None, *, output_gate: bool = True,
+               forget_mask: Optional[Tensor] = None, forget_scale: float = 1.0,
+               lengths: Optional[Tensor] = None, batch_first: bool = False,
+               reverse: bool = False) -> tuple[Tensor, Tensor]:
+    """The QRNN pointwise step, fused: from gate pre-activations to the layer output.
+
+    ``z = tanh(G_z)``, ``f = sigmoid(G_f) * forget_mask * forget_scale``,
+    ``c[t] = f * z + (1 - f) * c[t-1]`` (``c[-1] = c0``), ``output = sigmoid(G_o) * c``
+    (or ``c`` without an output gate).
+
+    Args:
+        gates: pre-activations ``(seq_len, batch, 3 * hidden)`` (``(batch, seq_len, ...)``
+            with ``batch_first``), blocks Z, F, O in that order (Z, F without an output
+            gate); float32, float64, bfloat16 or float16; any strides, read in place.
+        c0: initial state ``(batch, hidden)``, gates' dtype or float32 (16-bit gates).
+        output_gate: whether gates has the O block.
+        forget_mask: zoneout keep mask in the output's shape and gates' dtype (0/1,
+            unscaled), or None.
+        forget_scale: multiplies f; ``1 - p`` for zoneout at evaluation.
+        lengths: int64 ``(batch,)`` valid steps per sequence on gates' device; outputs
+            past each end are zero and ``c_n`` is each sequence's state after its last
+            valid step.
+        batch_first: layout of gates and the output.
+        reverse: run each sequence from its own last valid step back to step 0.
+
+    Returns:
+        ``(output, c_n)``: output in gates' dtype with ``hidden`` features; ``c_n``
+        ``(batch, hidden)`` in float32 for 16-bit gates, gates' dtype otherwise.
+        Differentiable in gates and c0; fused on devices that have the kernel (the CPU),
+        :func:`qrnn_gates_unfused` elsewhere.
+    """
+    check_qrnn_gates_args(gates, c0, forget_mask, forget_scale, lengths, output_gate, batch_first)
+    if not has_fused_qrnn_gates(gates.device):
+        return qrnn_gates_unfused(gates, c0, output_gate=output_gate, forget_mask=forget_mask,
+                                  forget_scale=forget_scale, lengths=lengths, batch_first=batch_first,
+                                  reverse=reverse)
+    if _direct_call_ok(gates, c0, forget_mask):
+        output, c_n, _ = QRNN_GATES_FORWARD_KERNELS[gates.device.type](
+            gates, c0, forget_mask, lengths, forget_scale, output_gate, batch_first, reverse, need_states=False)
+        return output, c_n
+    output, c_n, _ = qrnn_gates_op(gates, c0, forget_mask, lengths, float(forget_scale), output_gate, batch_first,
+                                   reverse)
+    return output, c_n

@@ -43,3 +43,77 @@ def forget_mult_backward_reference(grad_h: Tensor, f: Tensor, x: Tensor, h: Tens
     if batch_first:
         grad_f, grad_x = grad_f.transpose(0, 1), grad_x.transpose(0, 1)
     return grad_f, grad_x, (g if h0 is not None else None)
+
+
+# ---- QRNN layer (layers) --------------------------------------------------------------
+
+
+def qrnn_gates_reference(gates: Tensor, c0: Optional[Tensor] = None, *, output_gate: bool = True,
+                         forget_mask: Optional[Tensor] = None, forget_scale: float = 1.0,
+                         lengths: Optional[Tensor] = None, batch_first: bool = False,
+                         reverse: bool = False) -> tuple:
+    """The fused QRNN pointwise step (``qrnn.qrnn_gates``), one sequence and one step at a
+    time in the inputs' dtype: ``(output, c_n)``."""
+    if batch_first:
+        gates = gates.transpose(0, 1)
+        forget_mask = None if forget_mask is None else forget_mask.transpose(0, 1)
+    T, B = gates.shape[0], gates.shape[1]
+    H = gates.shape[2] // (3 if output_gate else 2)
+    output = gates.new_zeros(T, B, H)
+    c_n = gates.new_zeros(B, H)
+    for b in range(B):
+        valid = T if lengths is None else int(lengths[b])
+        c = gates.new_zeros(H) if c0 is None else c0[b].to(gates.dtype)
+        for t in (range(valid - 1, -1, -1) if reverse else range(valid)):
+            g = gates[t, b]
+            z, f = torch.tanh(g[:H]), torch.sigmoid(g[H:2 * H]) * forget_scale
+            if forget_mask is not None:
+                f = f * forget_mask[t, b]
+            c = f * z + (1 - f) * c
+            output[t, b] = torch.sigmoid(g[2 * H:]) * c if output_gate else c
+        c_n[b] = c
+    return (output.transpose(0, 1) if batch_first else output), c_n
+
+
+def qrnn_layer_reference(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None, c0: Optional[Tensor] = None,
+                         x_tail: Optional[Tensor] = None, *, window: int = 1, output_gate: bool = True,
+                         forget_mask: Optional[Tensor] = None, forget_scale: float = 1.0,
+                         lengths: Optional[Tensor] = None, batch_first: bool = False,
+                         reverse: bool = False) -> tuple:
+    """One direction of a QRNN layer from its definition, one sequence and one step at a
+    time: each step's window of inputs (newest first, zeros or ``x_tail`` before the
+    start, zeros past a reversed sequence's end) through the weights, then the gates and
+    the recurrence. Returns ``(output, c_n, x_tail_n)``; x_tail_n is None for window 1 or
+    in reverse."""
+    if batch_first:
+        x = x.transpose(0, 1)
+        forget_mask = None if forget_mask is None else forget_mask.transpose(0, 1)
+        x_tail = None if x_tail is None else x_tail.transpose(0, 1)
+    T, B, I = x.shape
+    H = weight.shape[0] // (3 if output_gate else 2)
+    output = x.new_zeros(T, B, H)
+    c_n = x.new_zeros(B, H)
+    tails = []
+    for b in range(B):
+        valid = T if lengths is None else int(lengths[b])
+        c = x.new_zeros(H) if c0 is None else c0[b].to(x.dtype)
+        # Inputs seen so far in walking order, most recent last; the tail comes first.
+        seen = [] if (reverse or x_tail is None) else [x_tail[j, b] for j in range(window - 1)]
+        seen = [x.new_zeros(I)] * (window - 1 - len(seen)) + seen
+        for t in (range(valid - 1, -1, -1) if reverse else range(valid)):
+            seen.append(x[t, b])
+            source = torch.cat([seen[-1 - j] for j in range(window)])
+            g = weight @ source + (0 if bias is None else bias)
+            z, f = torch.tanh(g[:H]), torch.sigmoid(g[H:2 * H]) * forget_scale
+            if forget_mask is not None:
+                f = f * forget_mask[t, b]
+            c = f * z + (1 - f) * c
+            output[t, b] = torch.sigmoid(g[2 * H:]) * c if output_gate else c
+        c_n[b] = c
+        if window > 1:
+            tails.append(torch.stack(seen[len(seen) - (window - 1):]))
+    x_tail_n = None
+    if window > 1 and not reverse:
+        x_tail_n = torch.stack(tails, 1) if B > 0 else x.new_zeros(window - 1, 0, I)
+        x_tail_n = x_tail_n.transpose(0, 1) if batch_first else x_tail_n
+    return (output.transpose(0, 1) if batch_first else output), c_n, x_tail_n

@@ -10,14 +10,9 @@
 #include <cstdint>
 
 #include "qrnn/dtype.hpp"
+#include "qrnn/view.hpp"
 
 namespace qrnn {
-
-// Strided views. `data == nullptr` marks an optional array as absent.
-struct ConstView3 { const void* data = nullptr; int64_t stride_t = 0, stride_b = 0, stride_h = 0; };
-struct View3 { void* data = nullptr; int64_t stride_t = 0, stride_b = 0, stride_h = 0; };
-struct ConstView2 { const void* data = nullptr; int64_t stride_b = 0, stride_h = 0; };
-struct View2 { void* data = nullptr; int64_t stride_b = 0, stride_h = 0; };
 
 struct ForgetMultForwardParams {
     int64_t seq_len = 0, batch = 0, hidden = 0;

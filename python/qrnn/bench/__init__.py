@@ -4,5 +4,6 @@
 # Sub-command name -> module (under qrnn.bench) holding its run(quick).
 AREAS = {
     "forget-mult": "forget_mult",
+    "layer": "layer",
     "train": "train",
 }

@@ -1,0 +1,459 @@
+"""QRNN layers: :class:`QRNN`, a drop-in for ``torch.nn.GRU``, the single-direction
+:class:`QRNNLayer`, and the functional form :func:`qrnn_layer` they are built on.
+
+A QRNN layer with window k computes, for each step t,
+
+    G = W [x[t], x[t-1], ..., x[t-k+1]] + b,   split into Z, F, O (in that order)
+    z = tanh(Z), f = sigmoid(F), o = sigmoid(O)
+    c[t] = f * z + (1 - f) * c[t-1]
+    h[t] = o * c[t]        (or c[t] without the output gate)
+
+with one GEMM for every step at once, then the fused pointwise kernel
+(:func:`qrnn.ops.qrnn_gates`) reading G where the GEMM wrote it. The carried state is
+c (before the output gate) and, for k > 1, the last k - 1 inputs; both travel
+explicitly (:class:`QRNNState`), never as hidden module state, so chunked truncated
+BPTT, ``torch.compile`` and DDP see plain inputs and outputs.
+
+Weights use the layout of salesforce/pytorch-qrnn (``linear.weight`` of shape
+``(gates * hidden, window * input)``, gate blocks Z, F, O, window inputs newest
+first), so its unidirectional checkpoints load with ``load_state_dict``.
+"""
+
+from __future__ import annotations
+
+import numbers
+import warnings
+from typing import NamedTuple, Optional, Sequence, Union
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
+
+from . import ops
+
+__all__ = ["QRNN", "QRNNLayer", "QRNNState", "qrnn_layer"]
+
+
+class QRNNState(NamedTuple):
+    """Everything a QRNN carries from one chunk of a sequence to the next.
+
+    ``c``: the cell state after the last step, ``(num_layers * num_directions, batch,
+    hidden)`` ordered like ``nn.GRU``'s ``h_n``, float32 for 16-bit computation; or None
+    for zeros. ``x_tails``: per layer, the last ``window - 1`` inputs of that layer
+    (``(window - 1, batch, features)``, batch first when the model is), or None (window
+    1, or zeros). ``QRNNState()`` is the all-zero start.
+    """
+
+    c: Optional[Tensor] = None
+    x_tails: tuple = ()
+
+    def detach(self) -> "QRNNState":
+        """The same state cut from the autograd graph (truncated BPTT between chunks)."""
+        return QRNNState(None if self.c is None else self.c.detach(),
+                         tuple(None if t is None else t.detach() for t in self.x_tails))
+
+
+# ---- The functional layer -----------------------------------------------------------
+
+
+def _low_precision_dtype(device_type: str) -> Optional[torch.dtype]:
+    """The autocast dtype when autocast is on for this device, else None."""
+    if torch.is_autocast_enabled(device_type):
+        return torch.get_autocast_dtype(device_type)
+    return None
+
+
+def _window_inputs(x: Tensor, x_tail: Optional[Tensor], window: int, lengths: Optional[Tensor],
+                   time_dim: int, reverse: bool) -> tuple:
+    """``concat(x[t], x[t-1], ..., x[t-window+1])`` on the feature axis (one copy), and the
+    new input tail. In reverse the previous inputs are x[t+1], ..., zero past each end."""
+    T = x.shape[time_dim]
+    pad_shape = list(x.shape)
+    pad_shape[time_dim] = window - 1
+    if reverse:
+        if lengths is not None:  # inputs past a sequence's end are not part of it
+            steps = torch.arange(T, device=x.device).unsqueeze(1) < lengths.unsqueeze(0)  # (T, B)
+            x = x * (steps.t() if time_dim == 1 else steps).unsqueeze(-1).to(x.dtype)
+        padded = torch.cat([x, x.new_zeros(pad_shape)], time_dim)
+        parts = [padded.narrow(time_dim, j, T) for j in range(window)]
+        return torch.cat(parts, -1), None
+    tail = x.new_zeros(pad_shape) if x_tail is None else x_tail.to(x.dtype)
+    padded = torch.cat([tail, x], time_dim)
+    parts = [padded.narrow(time_dim, window - 1 - j, T) for j in range(window)]
+    if lengths is None:
+        new_tail = padded.narrow(time_dim, T, window - 1).clone()
+    else:  # each sequence's own last window - 1 inputs: padded rows lengths[b] .. lengths[b] + window - 2
+        rows = lengths.unsqueeze(0) + torch.arange(window - 1, device=x.device).unsqueeze(1)  # (window-1, B)
+        rows = rows.t() if time_dim == 1 else rows
+        new_tail = padded.gather(time_dim, rows.unsqueeze(-1).expand(*rows.shape, x.shape[-1]))
+    return torch.cat(parts, -1), new_tail
+
+
+def qrnn_layer(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None, c0: Optional[Tensor] = None,
+               x_tail: Optional[Tensor] = None, *, window: int = 1, output_gate: bool = True,
+               zoneout: float = 0.0, training: bool = False, lengths: Optional[Tensor] = None,
+               batch_first: bool = False, reverse: bool = False) -> tuple:
+    """One direction of one QRNN layer, functional: state in, state out.
+
+    Args:
+        input: ``(seq_len, batch, input_size)``, or ``(batch, seq_len, input_size)`` with
+            ``batch_first``.
+        weight, bias: ``(gates * hidden, window * input_size)`` and ``(gates * hidden,)``
+            (gates = 3 with the output gate, else 2), blocks Z, F, O.
+        c0: initial cell state ``(batch, hidden)`` or None for zeros.
+        x_tail: the ``window - 1`` inputs before ``input`` (oldest first, in input's
+            layout), or None for zeros. Ignored in reverse, where the inputs "before"
+            a step are the ones after it, zero past the sequence's end.
+        window: how many inputs each step reads (>= 1).
+        zoneout: probability p of keeping an element's previous state: in training f is
+            multiplied by an unscaled Bernoulli(1 - p) mask per element and step, at
+            evaluation by 1 - p.
+        lengths: int64 ``(batch,)`` valid steps per sequence (values already checked).
+        reverse: walk each sequence from its own last valid step back to step 0.
+
+    Returns:
+        ``(output, c_n, x_tail_n)``: the output in the GEMM's dtype (the autocast dtype
+        under autocast), ``c_n`` each sequence's state after its last valid step (float32
+        for 16-bit), and the input tail to pass to the next chunk (None for window 1 or
+        in reverse).
+    """
+    time_dim = 1 if batch_first else 0
+    if window > 1:
+        low = _low_precision_dtype(input.device.type)
+        if low is not None and input.dtype == torch.float32:
+            input = input.to(low)  # the GEMM casts anyway: cast once, before the window copy
+        source, x_tail_n = _window_inputs(input, x_tail, window, lengths, time_dim, reverse)
+    else:
+        source, x_tail_n = input, None
+    gates = F.linear(source, weight, bias)
+    if c0 is not None and c0.dtype != gates.dtype and not (gates.dtype in ops._HALF_DTYPES
+                                                             and c0.dtype == torch.float32):
+        c0 = c0.to(ops._state_dtype(gates.dtype))
+    forget_mask, forget_scale = None, 1.0
+    if zoneout > 0.0:
+        if training:
+            shape = gates.shape[:-1] + (gates.shape[-1] // (3 if output_gate else 2),)
+            forget_mask = torch.empty(shape, dtype=gates.dtype, device=gates.device).bernoulli_(1.0 - zoneout)
+        else:
+            forget_scale = 1.0 - zoneout
+    if lengths is not None and lengths.device != gates.device:
+        lengths = lengths.to(gates.device)
+    output, c_n = ops.qrnn_gates(gates, c0, output_gate=output_gate, forget_mask=forget_mask,
+                                 forget_scale=forget_scale, lengths=lengths, batch_first=batch_first,
+                                 reverse=reverse)
+    return output, c_n, x_tail_n
+
+
+# ---- Argument checks ----------------------------------------------------------------
+
+
+def _check_positive_int(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    return int(value)
+
+
+def _check_probability(name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= value < 1.0:
+        raise ValueError(f"{name} must be a number in [0, 1), got {value!r}")
+    return float(value)
+
+
+def _check_lengths(lengths, batch: int, seq_len: int) -> Optional[Tensor]:
+    """lengths as an int64 CPU-checked tensor: shape (batch,), values in 0..seq_len."""
+    if lengths is None:
+        return None
+    if not isinstance(lengths, Tensor):
+        lengths = torch.as_tensor(lengths)
+    if lengths.dim() != 1 or lengths.shape[0] != batch:
+        raise ValueError(f"lengths must have shape (batch,) = ({batch},), got {tuple(lengths.shape)}")
+    if lengths.dtype.is_floating_point or lengths.dtype.is_complex or lengths.dtype == torch.bool:
+        raise ValueError(f"lengths must hold integers, got {lengths.dtype}")
+    lengths = lengths.to(torch.int64)
+    if not torch.compiler.is_compiling() and batch > 0:  # data-dependent: eager only
+        low, high = int(lengths.min()), int(lengths.max())
+        if low < 0 or high > seq_len:
+            raise ValueError(f"lengths must be in 0..seq_len ({seq_len}), got values from {low} to {high}")
+    return lengths
+
+
+# ---- Modules ------------------------------------------------------------------------
+
+
+class QRNNLayer(nn.Module):
+    """One single-direction QRNN layer, state-dict compatible with
+    salesforce/pytorch-qrnn's ``QRNNLayer`` (``linear.weight``, ``linear.bias``).
+
+    Args:
+        input_size: features of each input step.
+        hidden_size: features of the state and output (default: input_size).
+        window: inputs each step reads, x[t], x[t-1], ... (>= 1; pytorch-qrnn had 1 or 2).
+        output_gate: h = sigmoid(O) * c when True (QRNN-fo), h = c when False (QRNN-f).
+        zoneout: probability of keeping an element's previous state (see :func:`qrnn_layer`).
+        bias: whether the gate GEMM has a bias.
+
+    ``forward(input, hx=None, lengths=None)`` takes time-major ``(seq_len, batch,
+    input_size)`` input (or unbatched ``(seq_len, input_size)``) and returns
+    ``(output, h_n)`` with ``h_n`` of shape ``(1, batch, hidden)``, the cell state after
+    the last step, like a one-layer ``nn.GRU``. ``hx`` may be ``(1, batch, hidden)``,
+    ``(batch, hidden)``, or a :class:`QRNNState` (then a QRNNState is returned, with the
+    input tail for ``window > 1``: this replaces pytorch-qrnn's ``save_prev_x`` and
+    ``reset()``).
+    """
+
+    def __init__(self, input_size: int, hidden_size: Optional[int] = None, window: int = 1,
+                 output_gate: bool = True, zoneout: float = 0.0, bias: bool = True, *, device=None, dtype=None):
+        super().__init__()
+        self.input_size = _check_positive_int("input_size", input_size)
+        self.hidden_size = _check_positive_int("hidden_size", hidden_size if hidden_size is not None else input_size)
+        self.window = _check_positive_int("window", window)
+        self.output_gate = bool(output_gate)
+        self.zoneout = _check_probability("zoneout", zoneout)
+        gates = 3 if self.output_gate else 2
+        self.linear = nn.Linear(self.window * self.input_size, gates * self.hidden_size, bias=bias,
+                                device=device, dtype=dtype)
+
+    def extra_repr(self) -> str:
+        return (f"{self.input_size}, {self.hidden_size}, window={self.window}, output_gate={self.output_gate}, "
+                f"zoneout={self.zoneout}, bias={self.linear.bias is not None}")
+
+    def run(self, input: Tensor, c0: Optional[Tensor] = None, x_tail: Optional[Tensor] = None, *,
+            lengths: Optional[Tensor] = None, batch_first: bool = False, reverse: bool = False) -> tuple:
+        """:func:`qrnn_layer` with this layer's weights and options: ``(output, c_n, x_tail_n)``."""
+        return qrnn_layer(input, self.linear.weight, self.linear.bias, c0, x_tail, window=self.window,
+                          output_gate=self.output_gate, zoneout=self.zoneout, training=self.training,
+                          lengths=lengths, batch_first=batch_first, reverse=reverse)
+
+    def forward(self, input: Tensor, hx: Union[Tensor, QRNNState, None] = None,
+                lengths: Optional[Tensor] = None):
+        if not isinstance(input, Tensor) or input.dim() not in (2, 3):
+            raise ValueError("input must be a 3-D tensor (seq_len, batch, input_size) or 2-D (seq_len, input_size), "
+                             f"got {_describe(input)}")
+        unbatched = input.dim() == 2
+        if unbatched:
+            input = input.unsqueeze(1)
+        if input.shape[-1] != self.input_size:
+            raise ValueError(f"input must have input_size = {self.input_size} features, got {input.shape[-1]}")
+        T, B = input.shape[0], input.shape[1]
+        lengths = _check_lengths(lengths, B, T)
+        as_state = isinstance(hx, QRNNState)
+        c0, x_tail = (hx.c, (hx.x_tails[0] if hx.x_tails else None)) if as_state else (hx, None)
+        if c0 is not None:
+            if unbatched and not as_state:
+                c0 = c0.unsqueeze(-2)
+            c0 = _layer_state(c0, B, self.hidden_size, "hx.c" if as_state else "hx")
+        if x_tail is not None:
+            _check_tail(x_tail, self.window, B, self.input_size, False, "hx.x_tails[0]")
+        output, c_n, x_tail_n = self.run(input, c0, x_tail, lengths=lengths)
+        if unbatched:
+            output = output.squeeze(1)
+        if as_state:
+            return output, QRNNState(c_n.unsqueeze(0), (x_tail_n,))
+        h_n = c_n.unsqueeze(0)
+        if _low_precision_dtype(input.device.type) is None:
+            h_n = h_n.to(output.dtype)
+        return output, (h_n.squeeze(1) if unbatched else h_n)
+
+
+def _describe(x) -> str:
+    return f"shape {tuple(x.shape)}" if isinstance(x, Tensor) else type(x).__name__
+
+
+def _layer_state(c0: Tensor, batch: int, hidden: int, name: str) -> Tensor:
+    """A single layer's (batch, hidden) initial state from (1, batch, hidden) or (batch, hidden)."""
+    if not isinstance(c0, Tensor):
+        raise ValueError(f"{name} must be a tensor, got {type(c0).__name__}")
+    if c0.dim() == 3 and c0.shape[0] == 1:
+        c0 = c0[0]
+    if tuple(c0.shape) != (batch, hidden):
+        raise ValueError(f"{name} must have shape (1, batch, hidden) = (1, {batch}, {hidden}), got {tuple(c0.shape)}")
+    return c0
+
+
+def _check_tail(tail, window: int, batch: int, features: int, batch_first: bool, name: str) -> None:
+    if window == 1:
+        raise ValueError(f"{name}: a window-1 layer carries no input tail, got {_describe(tail)}")
+    expected = (batch, window - 1, features) if batch_first else (window - 1, batch, features)
+    if not isinstance(tail, Tensor) or tuple(tail.shape) != expected:
+        raise ValueError(f"{name} must have shape {expected}, got {_describe(tail)}")
+
+
+class QRNN(nn.Module):
+    """A multi-layer Quasi-Recurrent Neural Network: a drop-in for ``torch.nn.GRU``.
+
+    Same constructor arguments as ``nn.GRU`` plus the QRNN ones, same
+    ``forward(input, hx=None) -> (output, h_n)`` with the same shapes, PackedSequence in
+    and out, dropout between layers (not after the last), bidirectional layers stacked
+    as ``nn.GRU`` stacks them (each layer reads both directions of the layer below).
+
+    Args:
+        input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional:
+            as for ``nn.GRU``.
+        window: inputs each step reads (x[t], x[t-1], ...): an int for every layer, or
+            one per layer (AWD-QRNN uses ``[2, 1, 1, 1]``).
+        zoneout: probability of keeping an element's previous state (training: unscaled
+            Bernoulli(1 - p) keep mask on f per element and step; evaluation: f * (1 - p)).
+        output_gate: h = sigmoid(O) * c (True) or h = c (False).
+
+    ``forward(input, hx=None, lengths=None)``:
+        input: ``(seq_len, batch, input_size)`` (``(batch, seq_len, input_size)`` with
+            ``batch_first``), unbatched ``(seq_len, input_size)``, or a PackedSequence.
+        hx: ``(num_layers * num_directions, batch, hidden_size)`` initial cell states, or a
+            :class:`QRNNState` (chunked BPTT: then the result's second element is the
+            QRNNState to feed the next chunk, with each layer's input tail).
+        lengths: valid steps per sequence ``(batch,)`` for padded input: outputs past each
+            end are zero, ``h_n`` is each sequence's state after its last valid step, and
+            the reverse direction starts at each sequence's own end. Need not be sorted.
+
+    Returns ``(output, h_n)``: output ``(seq_len, batch, num_directions * hidden_size)`` (or
+    a PackedSequence), h_n ``(num_layers * num_directions, batch, hidden_size)``, the cell
+    state (before the output gate) after each sequence's last step. Output dtype: the
+    input's, or the autocast dtype under ``torch.autocast`` (parameters and the carried
+    state stay float32; h_n is then float32).
+
+    The state dict of a unidirectional model matches salesforce/pytorch-qrnn's ``QRNN``
+    (``layers.{i}.linear.weight`` / ``.bias``). Bidirectional models keep layer ``l``
+    direction ``d`` at ``layers.{l * 2 + d}``, the index of its state in ``h_n``.
+    """
+
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
+                 batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
+                 window: Union[int, Sequence[int]] = 1, zoneout: float = 0.0, output_gate: bool = True,
+                 device=None, dtype=None):
+        super().__init__()
+        self.input_size = _check_positive_int("input_size", input_size)
+        self.hidden_size = _check_positive_int("hidden_size", hidden_size)
+        self.num_layers = _check_positive_int("num_layers", num_layers)
+        self.bias = bool(bias)
+        self.batch_first = bool(batch_first)
+        self.dropout = _check_probability("dropout", dropout)
+        self.bidirectional = bool(bidirectional)
+        self.zoneout = _check_probability("zoneout", zoneout)
+        self.output_gate = bool(output_gate)
+        windows = [window] * self.num_layers if isinstance(window, numbers.Integral) else list(window)
+        if len(windows) != self.num_layers:
+            raise ValueError(f"window must be an int or one per layer ({self.num_layers}), got {window!r}")
+        self.windows = [_check_positive_int("window", w) for w in windows]
+        if self.dropout > 0 and self.num_layers == 1:
+            warnings.warn("dropout option adds dropout after all but last layer, so non-zero dropout expects "
+                          f"num_layers greater than 1, but got dropout={self.dropout} and num_layers=1",
+                          stacklevel=2)
+        directions = 2 if self.bidirectional else 1
+        self.layers = nn.ModuleList(
+            QRNNLayer(self.input_size if layer == 0 else self.hidden_size * directions, self.hidden_size,
+                      window=self.windows[layer], output_gate=self.output_gate, zoneout=self.zoneout, bias=self.bias,
+                      device=device, dtype=dtype)
+            for layer in range(self.num_layers) for _ in range(directions))
+
+    @property
+    def num_directions(self) -> int:
+        return 2 if self.bidirectional else 1
+
+    def extra_repr(self) -> str:
+        s = f"{self.input_size}, {self.hidden_size}, num_layers={self.num_layers}"
+        if not self.bias:
+            s += ", bias=False"
+        if self.batch_first:
+            s += ", batch_first=True"
+        if self.dropout:
+            s += f", dropout={self.dropout}"
+        if self.bidirectional:
+            s += ", bidirectional=True"
+        return s + f", window={self.windows}, zoneout={self.zoneout}, output_gate={self.output_gate}"
+
+    def flatten_parameters(self) -> None:
+        """No-op, for code written for cuDNN RNNs (the gate weights are already one GEMM each)."""
+
+    def initial_state(self) -> QRNNState:
+        """The all-zero carried state (for chunked BPTT: ``model(chunk, model.initial_state())``)."""
+        return QRNNState(None, (None,) * self.num_layers)
+
+    def forward(self, input, hx: Union[Tensor, QRNNState, None] = None, lengths: Optional[Tensor] = None):
+        packed = isinstance(input, PackedSequence)
+        if packed:
+            if lengths is not None:
+                raise ValueError("lengths must be None for a PackedSequence input (it carries its own lengths)")
+            sorted_indices, unsorted_indices = input.sorted_indices, input.unsorted_indices
+            input, lengths = pad_packed_sequence(input, batch_first=self.batch_first)  # original batch order
+        elif not isinstance(input, Tensor):
+            raise ValueError(f"input must be a Tensor or PackedSequence, got {type(input).__name__}")
+        if input.dim() not in (2, 3):
+            layout = "(batch, seq_len, input_size)" if self.batch_first else "(seq_len, batch, input_size)"
+            raise ValueError(f"input must be 3-D {layout} or 2-D (seq_len, input_size), got shape {tuple(input.shape)}")
+        unbatched = input.dim() == 2
+        if unbatched:
+            input = input.unsqueeze(1 if not self.batch_first else 0)
+        if input.shape[-1] != self.input_size:
+            raise ValueError(f"input must have input_size = {self.input_size} features, got {input.shape[-1]}")
+        time_dim = 1 if self.batch_first else 0
+        T, B = input.shape[time_dim], input.shape[1 - time_dim]
+        lengths = _check_lengths(lengths, B, T)
+        as_state = isinstance(hx, QRNNState)
+        c0, tails = self._unpack_state(hx, B, unbatched, as_state)
+
+        D = self.num_directions
+        states, new_tails = [], []
+        x = input
+        for layer in range(self.num_layers):
+            outputs = []
+            for direction in range(D):
+                index = layer * D + direction
+                out, c_n, tail = self.layers[index].run(
+                    x, None if c0 is None else c0[index], tails[layer] if direction == 0 else None,
+                    lengths=lengths, batch_first=self.batch_first, reverse=direction == 1)
+                outputs.append(out)
+                states.append(c_n)
+                if direction == 0:
+                    new_tails.append(tail)
+            x = outputs[0] if D == 1 else torch.cat(outputs, -1)
+            if self.dropout > 0 and self.training and layer < self.num_layers - 1:
+                x = F.dropout(x, self.dropout, training=True)
+        h_n = torch.stack(states) if states else None
+
+        if packed:
+            x = self._pack_like(x, lengths, sorted_indices, unsorted_indices)
+        elif unbatched:
+            x = x.squeeze(time_dim ^ 1)
+        if as_state:
+            return x, QRNNState(h_n, tuple(new_tails))
+        if _low_precision_dtype(input.device.type) is None:
+            h_n = h_n.to(x.data.dtype if packed else x.dtype)
+        return x, (h_n.squeeze(1) if unbatched else h_n)
+
+    def _unpack_state(self, hx, batch: int, unbatched: bool, as_state: bool) -> tuple:
+        """(c0 of shape (layers * directions, batch, hidden) or None, tails per layer)."""
+        expected = (self.num_layers * self.num_directions, batch, self.hidden_size)
+        if as_state:
+            c0, tails = hx.c, tuple(hx.x_tails) if hx.x_tails else (None,) * self.num_layers
+            if len(tails) != self.num_layers:
+                raise ValueError(f"hx.x_tails must have one entry per layer ({self.num_layers}), got {len(tails)}")
+            for layer, tail in enumerate(tails):
+                if tail is not None:
+                    features = self.input_size if layer == 0 else self.hidden_size * self.num_directions
+                    _check_tail(tail, self.windows[layer], batch, features, self.batch_first, f"hx.x_tails[{layer}]")
+            name = "hx.c"
+        else:
+            c0, tails, name = hx, (None,) * self.num_layers, "hx"
+        if c0 is None:
+            return None, tails
+        if not isinstance(c0, Tensor):
+            raise ValueError(f"{name} must be a Tensor, a QRNNState or None, got {type(c0).__name__}")
+        if unbatched and not as_state:
+            if c0.dim() != 2:
+                raise ValueError(f"{name} must have shape {(expected[0], expected[2])} for unbatched input, "
+                                 f"got {tuple(c0.shape)}")
+            c0 = c0.unsqueeze(1)
+        if tuple(c0.shape) != expected:
+            raise ValueError(f"{name} must have shape (num_layers * num_directions, batch, hidden_size) = {expected}, "
+                             f"got {tuple(c0.shape)}")
+        return c0, tails
+
+    def _pack_like(self, padded: Tensor, lengths: Tensor, sorted_indices, unsorted_indices) -> PackedSequence:
+        """Pack the padded output with the input's batch sizes and orderings."""
+        batch_dim = 0 if self.batch_first else 1
+        if sorted_indices is not None:
+            padded = padded.index_select(batch_dim, sorted_indices)
+            lengths = lengths.index_select(0, sorted_indices.cpu())
+        data, batch_sizes, _, _ = pack_padded_sequence(padded, lengths.cpu(), batch_first=self.batch_first)
+        return PackedSequence(data, batch_sizes, sorted_indices, unsorted_indices)
