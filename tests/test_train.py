@@ -10,13 +10,7 @@ import torch
 from torch import nn
 
 import qrnn
-
-# TEMPORARY until the layers and checkpoint issues land on main (then removed).
-pytest.importorskip("qrnn.checkpoint", reason="qrnn.checkpoint has not landed yet")
-if not hasattr(qrnn, "QRNN"):
-    pytest.skip("qrnn.QRNN has not landed yet", allow_module_level=True)
-
-from qrnn.checkpoint import load  # noqa: E402
+from qrnn.checkpoint import load
 from qrnn.data import BPTTBatches, Vocabulary, default_text, load_corpus, split_text
 from qrnn.train import Trainer, choose_precision
 from qrnn.train_cli import generate_main, train_main
