@@ -13,7 +13,6 @@ saved model. ``torchrun --nproc_per_node=N -m qrnn.train ...`` trains on N proce
 
 from __future__ import annotations
 
-import math
 import os
 import random
 import time
@@ -39,22 +38,24 @@ class TrainError(RuntimeError):
 
 def cpu_bf16_support() -> tuple:
     """(native, what was checked): whether this CPU executes bfloat16 dot products natively
-    (AVX512-BF16 or AMX-BF16), which is what makes bf16 autocast faster than float32."""
-    checks = {}
-    for name in ("_is_amx_tile_supported", "_is_avx512_bf16_supported"):
-        probe = getattr(torch.cpu, name, None)  # private helpers; absent in some torch versions
-        if probe is not None:
-            checks[name.strip("_").replace("is_", "").replace("_supported", "")] = bool(probe())
-    if not checks:
-        try:
-            with open("/proc/cpuinfo") as fh:
-                flags = next((line.split(":", 1)[1].split() for line in fh if line.startswith("flags")), [])
-        except OSError:
-            flags = []
-        checks = {"amx_bf16 flag": "amx_bf16" in flags, "avx512_bf16 flag": "avx512_bf16" in flags}
-    found = [name for name, ok in checks.items() if ok]
-    what = ("CPU has " + " and ".join(found)) if found else ("CPU lacks " + " and ".join(checks) or "unknown CPU")
-    return bool(found), what
+    (AVX512-BF16 or AMX-BF16 instructions), which is what makes bf16 autocast faster than
+    float32. Reads the CPU flags in /proc/cpuinfo, else asks torch's CPU probes."""
+    wanted = ("avx512_bf16", "amx_bf16")
+    try:
+        with open("/proc/cpuinfo") as fh:
+            flags = next((line.split(":", 1)[1].split() for line in fh if line.startswith("flags")), None)
+    except OSError:
+        flags = None
+    if flags is not None:
+        found = [flag for flag in wanted if flag in flags]
+        source = "/proc/cpuinfo"
+    else:  # not Linux: torch's private probes, where this torch has them
+        probes = {"avx512_bf16": "_is_avx512_bf16_supported", "amx_bf16": "_is_amx_tile_supported"}
+        found = [flag for flag, probe in probes.items() if getattr(torch.cpu, probe, lambda: False)()]
+        source = "torch.cpu probes"
+    if found:
+        return True, f"CPU has {' and '.join(found)} ({source})"
+    return False, f"CPU has neither {' nor '.join(wanted)} ({source})"
 
 
 def choose_precision(requested: str, device: torch.device) -> tuple:
@@ -111,6 +112,8 @@ def init_distributed(device: Optional[str] = None) -> Distributed:
             raise TrainError(f"--device {device}: torch sees no CUDA device")
         if dev.index is None:
             dev = torch.device("cuda", local_rank if world > 1 else torch.cuda.current_device())
+        if dev.index >= torch.cuda.device_count():
+            raise TrainError(f"--device {dev}: torch sees {torch.cuda.device_count()} CUDA device(s)")
         torch.cuda.set_device(dev)
     if world > 1 and not torch.distributed.is_initialized():
         backend = "nccl" if dev.type == "cuda" else "gloo"

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from .data import BPTTBatches, DataError, Vocabulary, load_corpus
 from .lm import QRNNLanguageModel, generate
-from .train import (PRECISIONS, Trainer, TrainError, choose_precision, init_distributed,
+from .train import (PRECISIONS, Trainer, TrainError, init_distributed,
                     load_checkpoint, seed_everything)
 
 CHECKPOINT_FORMAT = "qrnn-lm/1"
