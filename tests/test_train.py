@@ -12,7 +12,7 @@ from torch import nn
 import qrnn
 from qrnn.checkpoint import load
 from qrnn.data import BPTTBatches, Vocabulary, default_text, load_corpus, split_text
-from qrnn.train import Trainer, choose_precision
+from qrnn.train import Trainer, choose_precision, fit
 from qrnn.train_cli import generate_main, train_main
 
 TINY = ["--layers", "2", "--hidden", "32", "--emsize", "16", "--batch-size", "8", "--bptt", "16",
@@ -130,6 +130,22 @@ def test_fp16_skipped_step_does_not_update_or_advance_the_schedule():
     for p, q in zip(trainer.module.parameters(), control.module.parameters()):
         assert torch.isfinite(p).all()
         torch.testing.assert_close(p, q)
+
+
+def test_fit_any_model_with_checkpoints(tmp_path):
+    """The library form on a user's own (stateless) model: history, rotation, best.pt."""
+    torch.manual_seed(0)
+    data = [(torch.randn(16, 4), torch.randn(16, 1)) for _ in range(5)]
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    history = fit(model, data, optimizer, nn.functional.mse_loss, valid_data=data[:2], epochs=3,
+                  precision="fp32", checkpoint_dir=str(tmp_path), keep_last=2, progress=False)
+    assert [r["epoch"] for r in history] == [1, 2, 3] and all(r["complete"] for r in history)
+    assert history[-1]["valid_loss"] < history[0]["valid_loss"]
+    assert sorted(os.listdir(tmp_path)) == ["best.pt", "ckpt-000000000010.pt", "ckpt-000000000015.pt"]
+    saved = load(tmp_path / "ckpt-000000000015.pt")
+    assert saved["progress"]["epoch"] == 3 and saved["progress"]["position"] == 0
+    assert torch.equal(saved["model"]["0.weight"], model[0].weight)
 
 
 # ---------------------------------------------------------------- end to end

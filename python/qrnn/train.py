@@ -299,10 +299,10 @@ class Trainer:
         self.progress = progress and self.dist.is_main
         self.log = log if self.dist.is_main else (lambda message: None)
         self.checkpoint_extra = checkpoint_extra or {}
-        self.writer = None
-        if checkpoint_dir is not None and self.dist.is_main:
-            self.writer = CheckpointWriter(checkpoint_dir, keep_last, optimizer if checkpoint_overlap else None)
         self.checkpoint_dir = checkpoint_dir
+        self.keep_last = keep_last
+        self.checkpoint_overlap = checkpoint_overlap
+        self.writer = None  # rank 0's CheckpointWriter, opened by the first save, closed by close()
         # Progress, all saved in checkpoints.
         self.epoch = 0              # epoch in progress (0-based)
         self.position = 0           # next batch index within it
@@ -468,9 +468,14 @@ class Trainer:
                 if not stats["completed"]:
                     break
         finally:
-            if self.writer is not None:
-                self.writer.close()
+            self.close()
         return self.history
+
+    def close(self) -> None:
+        """Wait for pending checkpoints to be committed (best.pt included); fit() calls it."""
+        if self.writer is not None:
+            writer, self.writer = self.writer, None
+            writer.close()
 
     # ---- checkpoints
     def state_dict(self) -> dict:
@@ -517,11 +522,16 @@ class Trainer:
             self.carry = None
 
     def save_checkpoint(self, best: bool = False):
+        """Checkpoint the full training state (plus `checkpoint_extra`) as step `self.step`;
+        with `best`, best.pt becomes this checkpoint once committed. Call on every rank."""
         if self.checkpoint_dir is None:
             return None
         state = self.state_dict()  # collective under DDP
-        if self.writer is None:
+        if not self.dist.is_main:
             return None
+        if self.writer is None:
+            self.writer = CheckpointWriter(self.checkpoint_dir, self.keep_last,
+                                           self.optimizer if self.checkpoint_overlap else None)
         state.update(self.checkpoint_extra)
         return self.writer.save(state, self.step, best=best)
 

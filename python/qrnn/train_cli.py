@@ -47,6 +47,16 @@ def _positive(kind):
     return parse
 
 
+def _non_negative_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an int >= 0, got {text!r}")
+    return value
+
+
 def _fraction(text):
     try:
         value = float(text)
@@ -67,23 +77,23 @@ def build_parser() -> argparse.ArgumentParser:
                       "text file split 90/5/5 (default: the reference text in Python's pydoc_data)")
     data.add_argument("--level", choices=("char", "word"), help=f"tokens (default: {d['level']})")
     model = p.add_argument_group("model")
-    model.add_argument("--layers", type=pos_int, help=f"QRNN layers (default: {d['layers']})")
-    model.add_argument("--hidden", type=pos_int, help=f"QRNN hidden size (default: {d['hidden']})")
-    model.add_argument("--emsize", type=pos_int, help=f"embedding size (default: {d['emsize']})")
-    model.add_argument("--dropout", type=_fraction, help=f"embedding and inter-layer dropout (default: {d['dropout']})")
+    model.add_argument("--layers", type=pos_int, metavar="N", help=f"QRNN layers (default: {d['layers']})")
+    model.add_argument("--hidden", type=pos_int, metavar="N", help=f"QRNN hidden size (default: {d['hidden']})")
+    model.add_argument("--emsize", type=pos_int, metavar="N", help=f"embedding size (default: {d['emsize']})")
+    model.add_argument("--dropout", type=_fraction, metavar="P", help=f"embedding and inter-layer dropout (default: {d['dropout']})")
     train = p.add_argument_group("training")
-    train.add_argument("--epochs", type=pos_int, help=f"total epochs, counting resumed ones (default: {d['epochs']})")
-    train.add_argument("--max-steps", type=pos_int, help="stop after this many optimizer steps in all")
+    train.add_argument("--epochs", type=pos_int, metavar="N", help=f"total epochs, counting resumed ones (default: {d['epochs']})")
+    train.add_argument("--max-steps", type=pos_int, metavar="N", help="stop after this many optimizer steps in all")
     train.add_argument("--time-budget", type=pos_float, metavar="SECONDS", help="stop after this many seconds")
-    train.add_argument("--batch-size", type=pos_int, help=f"global batch size (default: {d['batch_size']})")
-    train.add_argument("--bptt", type=pos_int, help=f"truncated-BPTT chunk length (default: {d['bptt']})")
-    train.add_argument("--lr", type=pos_float, help=f"learning rate (default: {d['lr']})")
+    train.add_argument("--batch-size", type=pos_int, metavar="N", help=f"global batch size (default: {d['batch_size']})")
+    train.add_argument("--bptt", type=pos_int, metavar="N", help=f"truncated-BPTT chunk length (default: {d['bptt']})")
+    train.add_argument("--lr", type=pos_float, metavar="LR", help=f"learning rate (default: {d['lr']})")
     train.add_argument("--optimizer", choices=("adam", "sgd"), help=f"(default: {d['optimizer']})")
-    train.add_argument("--warmup", type=pos_int, help=f"linear warm-up steps (default: {d['warmup']})")
-    train.add_argument("--clip", type=pos_float, help=f"gradient-norm clip (default: {d['clip']})")
+    train.add_argument("--warmup", type=pos_int, metavar="N", help=f"linear warm-up steps (default: {d['warmup']})")
+    train.add_argument("--clip", type=pos_float, metavar="NORM", help=f"gradient-norm clip (default: {d['clip']})")
     train.add_argument("--precision", choices=PRECISIONS, default="auto",
                        help="autocast precision; auto: fp16 on CUDA, bf16 on a CPU with native bf16, else fp32")
-    train.add_argument("--seed", type=int, help=f"random seed (default: {d['seed']})")
+    train.add_argument("--seed", type=int, metavar="N", help=f"random seed (default: {d['seed']})")
     train.add_argument("--device", help="cpu, cuda, cuda:N (default: cuda when available)")
     ckpt = p.add_argument_group("checkpoints and output")
     ckpt.add_argument("--checkpoint-dir", metavar="DIR", help="run folder: checkpoints, best.pt, metrics.jsonl, "
@@ -91,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     ckpt.add_argument("--keep-last", type=pos_int, default=3, metavar="N", help="checkpoints kept (default: 3)")
     ckpt.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in "
                       "--checkpoint-dir (default: the newest run under runs/)")
-    ckpt.add_argument("--sample-length", type=int, default=300, metavar="N",
+    ckpt.add_argument("--sample-length", type=_non_negative_int, default=300, metavar="N",
                       help="tokens generated at the end (default: 300; 0: none)")
     ckpt.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
@@ -341,7 +351,7 @@ def generate_main(argv=None) -> int:
     p.add_argument("--prompt", default="", help="text to continue (default: start of a line)")
     p.add_argument("--length", type=_positive(int), default=300, help="tokens to generate (default: 300)")
     p.add_argument("--temperature", type=_positive(float), default=0.8, help="softmax temperature (default: 0.8)")
-    p.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
+    p.add_argument("--seed", type=int, metavar="N", default=0, help="sampling seed (default: 0)")
     p.add_argument("--device", default="cpu", help="device (default: cpu)")
     args = p.parse_args(argv)
     try:
