@@ -188,11 +188,12 @@ class CheckpointWriter:
         self.checkpointer = AsyncCheckpointer(self.directory, keep_last=keep_last, max_pending=1)
         self.overlap_with = optimizer  # None: default mode, save() returns once staged
         self._counted = []             # [handle, seconds of its stall already counted]
+        self._preparing = 0.0          # seconds spent gathering states for save(), not yet reported
         self._best_handle = None
 
     def take_stall_seconds(self) -> float:
         """Stall time not yet reported: save() calls and optimizer.step() waits since the last call."""
-        total = 0.0
+        total, self._preparing = self._preparing, 0.0
         for entry in self._counted:
             handle, counted = entry
             total += handle.blocked_seconds - counted
@@ -200,7 +201,9 @@ class CheckpointWriter:
         self._counted = self._counted[-2:]  # at most one save is in flight (max_pending=1)
         return total
 
-    def save(self, state: dict, step: int, best: bool = False):
+    def save(self, state: dict, step: int, best: bool = False, prepare_seconds: float = 0.0):
+        """Save `state` as `step`; `prepare_seconds` (building `state`) counts as stall too."""
+        self._preparing += prepare_seconds
         handle = self.checkpointer.save(state, step, overlap_with=self.overlap_with)
         self._counted.append([handle, 0.0])
         if best:
@@ -526,6 +529,7 @@ class Trainer:
         with `best`, best.pt becomes this checkpoint once committed. Call on every rank."""
         if self.checkpoint_dir is None:
             return None
+        start = time.perf_counter()
         state = self.state_dict()  # collective under DDP
         if not self.dist.is_main:
             return None
@@ -533,7 +537,7 @@ class Trainer:
             self.writer = CheckpointWriter(self.checkpoint_dir, self.keep_last,
                                            self.optimizer if self.checkpoint_overlap else None)
         state.update(self.checkpoint_extra)
-        return self.writer.save(state, self.step, best=best)
+        return self.writer.save(state, self.step, best=best, prepare_seconds=time.perf_counter() - start)
 
 
 def fit(model: nn.Module, train_data: Sequence, optimizer: torch.optim.Optimizer, loss_fn: Callable, *,
