@@ -1,7 +1,14 @@
 """Shared test fixtures: per-dtype tolerances, fresh random inputs, device parametrisation."""
 
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
+
+import qrnn
 
 # (atol, rtol) of a kernel's output against the float64 reference, per storage dtype.
 # 16-bit storage rounds every stored element (bf16: 8 mantissa bits, fp16: 11); the state
@@ -41,3 +48,28 @@ def _fresh_seed(request):
     torch.manual_seed(seed)
     request.node.user_properties.append(("seed", seed))
     yield
+
+
+CONSUMER = Path(__file__).parent / "cpp_consumer"
+
+
+def _cmake():
+    exe = shutil.which("cmake")
+    if exe is None:
+        pytest.skip("cmake is not installed (pip install cmake)")
+    return exe
+
+
+@pytest.fixture(scope="session")
+def consumer_build(tmp_path_factory):
+    build = tmp_path_factory.mktemp("consumer")
+    cmake = _cmake()
+    cmake_dir = subprocess.run([sys.executable, "-m", "qrnn", "--cmake-dir"], check=True,
+                               capture_output=True, text=True).stdout.strip()
+    assert cmake_dir == qrnn.cmake_dir() and Path(cmake_dir, "qrnnConfig.cmake").is_file()
+    generator = ["-G", "Ninja"] if shutil.which("ninja") else []
+    subprocess.run([cmake, "-S", str(CONSUMER), "-B", str(build), *generator, "-DCMAKE_BUILD_TYPE=Release",
+                    f"-Dqrnn_DIR={cmake_dir}"], check=True, capture_output=True, text=True)
+    proc = subprocess.run([cmake, "--build", str(build)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return build

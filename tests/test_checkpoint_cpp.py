@@ -7,7 +7,6 @@ import subprocess
 import sys
 import zipfile
 
-from test_cpp_consumer import consumer_build  # noqa: F401  (fixture: builds tests/cpp_consumer)
 
 READER = r"""
 import json, sys, torch
@@ -21,7 +20,7 @@ print(json.dumps(out))
 """
 
 
-def test_checkpoint_written_from_cpp_loads_in_python(consumer_build, tmp_path):  # noqa: F811
+def test_checkpoint_written_from_cpp_loads_in_python(consumer_build, tmp_path):
     exe = consumer_build / "checkpoint_consumer"
     proc = subprocess.run([str(exe), str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -227,8 +227,9 @@ void bind_checkpoint(py::module_& m) {
 
     py::class_<ckpt::CheckpointWriter>(m, "CheckpointWriter")
         .def(py::init([](int max_pending, int copy_threads, bool direct_io, bool sync, uint64_t fail_after_bytes,
-                         int fail_errno, bool fail_throw) {
+                         int fail_errno, bool fail_throw, int writer_nice) {
                  ckpt::WriterOptions o;
+                 o.writer_nice = writer_nice;
                  o.max_pending = max_pending;
                  o.copy_threads = copy_threads;
                  o.direct_io = direct_io;
@@ -240,7 +241,7 @@ void bind_checkpoint(py::module_& m) {
              }),
              py::arg("max_pending") = 1, py::arg("copy_threads") = 2, py::arg("direct_io") = true,
              py::arg("sync") = true, py::arg("fail_after_bytes") = UINT64_MAX, py::arg("fail_errno") = 0,
-             py::arg("fail_throw") = false)
+             py::arg("fail_throw") = false, py::arg("writer_nice") = 10)
         .def("plan",
              [](ckpt::CheckpointWriter&, const std::string& path, const py::bytes& pickle,
                 const std::vector<Source>& sources) {

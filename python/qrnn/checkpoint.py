@@ -167,13 +167,19 @@ class _StatePickler(pickle.Pickler):
         return torch._utils._rebuild_tensor_v3, args + (obj.dtype,)
 
     def persistent_id(self, obj):
-        if type(obj) is _StorageRef:
+        # Called for every object pickled: exact type checks only (isinstance on torch's
+        # legacy storage classes goes through a Python metaclass and costs microseconds).
+        kind = type(obj)
+        if kind is _StorageRef:
             return obj.pid
-        if isinstance(obj, torch.storage.TypedStorage):
+        if kind in _STORAGE_TYPES:
+            if kind is torch.UntypedStorage:
+                return self._ref(obj, torch.uint8).pid
             return self._ref(obj._untyped_storage, obj.dtype).pid
-        if isinstance(obj, torch.UntypedStorage):
-            return self._ref(obj, torch.uint8).pid
         return None
+
+
+_STORAGE_TYPES = frozenset([torch.UntypedStorage, torch.storage.TypedStorage, *_LEGACY_STORAGE.values()])
 
 
 def _pickle_state(state) -> tuple[bytes, list[_Stored]]:
@@ -329,6 +335,7 @@ class _CudaWaiter(threading.Thread):
             except BaseException as error:  # noqa: BLE001 - the save must fail, not hang
                 gate.fail(f"GPU copy failed: {error!r}")
             finally:
+                handle._status.wait_staged()  # the CPU part may still be copying from its storages
                 handle._sources = None
 
 

@@ -15,6 +15,19 @@
 // No torch, no Python: `write_tensors()` builds the pickle for a flat name -> tensor dict
 // itself, so a C++ program can write checkpoints that Python loads with
 // `torch.load(path, weights_only=True)`.
+//
+// POSIX (Linux, macOS). The writer's threads block all signals, so a file-size limit makes
+// the write fail with EFBIG instead of delivering SIGXFSZ. Buffers passed to submit() must
+// stay unchanged until SaveStatus::staged(); a Gate must be opened or failed before close().
+//
+//   qrnn::checkpoint::CheckpointWriter writer;                  // one per process is enough
+//   auto status = qrnn::checkpoint::write_tensors(writer, "run/ckpt-000010.pt",
+//       {{"weight", qrnn::checkpoint::ScalarType::Float32, {rows, cols}, {}, w.data()}},
+//       {/*keep_last=*/3, "ckpt-", ".pt"});
+//   status->wait_staged();                                     // w may change from here on
+//   ...
+//   status->wait();
+//   if (!status->ok()) report(status->error().message);
 #pragma once
 
 #include <cstddef>
@@ -150,6 +163,9 @@ struct WriterOptions {
     int copy_threads = 2;   // threads for the staging copy (the staging thread included)
     bool direct_io = true;  // write with O_DIRECT where the file system allows it
     bool sync = true;       // fsync the file and the folder (off only for tests)
+    // Linux: the writer thread (CRC, write, fsync) runs at this nice value so that training
+    // threads win the CPU when both want it; the staging copy keeps normal priority.
+    int writer_nice = 10;
     FaultInjection fault;
 };
 
