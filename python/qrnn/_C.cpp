@@ -389,6 +389,8 @@ qrnn::cuda::Schedule schedule_of(int64_t code) {
 }
 
 void* stream_of(int64_t handle) { return reinterpret_cast<void*>(static_cast<uintptr_t>(handle)); }
+const void* cptr(uintptr_t p) { return reinterpret_cast<const void*>(p); }
+void* mptr(uintptr_t p) { return reinterpret_cast<void*>(p); }
 
 // dtype, T, B, H, f[4], x[4], h0[3], h0_dtype, h[4]: the first 20 of forget_mult_forward's.
 qrnn::ForgetMultForwardParams read_forward(const int64_t* a) {
