@@ -20,8 +20,9 @@ inline void check_size(const char* name, int64_t v) {
 inline int64_t checked_mul(int64_t a, int64_t b) {
     if (a == 0 || b == 0) return 0;
     const int64_t max = std::numeric_limits<int64_t>::max();
-    const int64_t ua = a < 0 ? -a : a, ub = b < 0 ? -b : b;
+    // |INT64_MIN| does not fit: reject it before negating (negating it is undefined).
     if (a == std::numeric_limits<int64_t>::min() || b == std::numeric_limits<int64_t>::min()) return -1;
+    const int64_t ua = a < 0 ? -a : a, ub = b < 0 ? -b : b;
     if (ua > max / ub) return -1;
     return ua * ub;
 }
@@ -60,7 +61,7 @@ inline void check_view3(const char* name, const void* data, int64_t T, int64_t B
 
 inline void check_view2(const char* name, const void* data, int64_t B, int64_t H, int64_t sb, int64_t sh) {
     const int64_t sizes[2] = {B, H}, strides[2] = {sb, sh};
-    check_pointer(name, data, B * H);
+    check_pointer(name, data, checked_numel(1, B, H, name));  // B * H may overflow when seq_len is 0
     check_extent(name, sizes, strides, 2);
 }
 

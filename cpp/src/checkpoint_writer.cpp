@@ -524,6 +524,7 @@ struct CheckpointWriter::Impl {
     std::condition_variable space_cv, stage_cv, write_cv;
     std::deque<std::shared_ptr<Job>> stage_queue, write_queue;
     int pending = 0;
+    int submitting = 0;  // accepted by submit() but not yet queued for staging
     bool closing = false;
     bool stager_finished = false;
     std::vector<PoolBuffer> pool;
@@ -538,7 +539,8 @@ struct CheckpointWriter::Impl {
             std::shared_ptr<Job> job;
             {
                 std::unique_lock<std::mutex> lock(mutex);
-                stage_cv.wait(lock, [&] { return closing || !stage_queue.empty(); });
+                // On close, saves that submit() already accepted are still staged and written.
+                stage_cv.wait(lock, [&] { return (closing && submitting == 0) || !stage_queue.empty(); });
                 if (stage_queue.empty()) {
                     stager_finished = true;
                     break;
@@ -683,13 +685,34 @@ CheckpointWriter::CheckpointWriter(WriterOptions options) : impl_(std::make_uniq
     sigset_t all, previous;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &previous);
-    impl_->team.start(options.copy_threads - 1);
-    impl_->stager = std::thread([impl = impl_.get()] { impl->stage_loop(); });
-    impl_->writer = std::thread([impl = impl_.get()] { impl->write_loop(); });
+    try {
+        impl_->team.start(options.copy_threads - 1);
+        impl_->stager = std::thread([impl = impl_.get()] { impl->stage_loop(); });
+        impl_->writer = std::thread([impl = impl_.get()] { impl->write_loop(); });
+    } catch (...) {
+        // Out of threads (e.g. a huge copy_threads): stop those that started, so that the
+        // error reaches the caller instead of std::terminate on a joinable std::thread.
+        pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+        {
+            std::lock_guard<std::mutex> lock(impl_->mutex);
+            impl_->closing = true;
+        }
+        impl_->stage_cv.notify_all();
+        if (impl_->stager.joinable()) impl_->stager.join();
+        if (impl_->writer.joinable()) impl_->writer.join();
+        impl_->team.stop();
+        throw;
+    }
     pthread_sigmask(SIG_SETMASK, &previous, nullptr);
 }
 
 CheckpointWriter::~CheckpointWriter() {
+    // A forked child inherited this object but none of its threads: leak it there, since
+    // destroying joinable std::thread objects calls std::terminate.
+    if (impl_ && ::getpid() != impl_->owner_pid) {
+        (void)impl_.release();
+        return;
+    }
     try {
         close();
     } catch (...) {
@@ -726,6 +749,7 @@ std::shared_ptr<SaveStatus> CheckpointWriter::Impl::submit(SaveRequest request, 
         impl.space_cv.wait(lock, [&] { return impl.closing || impl.pending < impl.options.max_pending; });
         if (impl.closing) throw std::logic_error("CheckpointWriter is closed");
         ++impl.pending;
+        ++impl.submitting;
         if (!request.staging) {
             // A free buffer: the largest, so that growing is rare.
             int best = -1;
@@ -764,18 +788,23 @@ std::shared_ptr<SaveStatus> CheckpointWriter::Impl::submit(SaveRequest request, 
         detail::StatusAccess::of(*job->status).path = request.path;
         job->request = std::move(request);
     } catch (...) {
-        std::lock_guard<std::mutex> lock(impl.mutex);
-        --impl.pending;
-        if (job->pool_slot >= 0) impl.pool[size_t(job->pool_slot)].busy = false;
+        {
+            std::lock_guard<std::mutex> lock(impl.mutex);
+            --impl.pending;
+            --impl.submitting;
+            if (job->pool_slot >= 0) impl.pool[size_t(job->pool_slot)].busy = false;
+        }
         impl.space_cv.notify_all();
+        impl.stage_cv.notify_all();  // a closing stager may be waiting for this submit
         throw;
     }
     auto status = job->status;
     {
         std::lock_guard<std::mutex> lock(impl.mutex);
         impl.stage_queue.push_back(std::move(job));
+        --impl.submitting;
     }
-    impl.stage_cv.notify_one();
+    impl.stage_cv.notify_all();
     return status;
 }
 
@@ -785,10 +814,11 @@ void CheckpointWriter::wait_all() {
 }
 
 void CheckpointWriter::close() {
+    // A forked child has none of our threads (and a mutex may have been copied locked).
+    if (::getpid() != impl_->owner_pid) return;
     std::lock_guard<std::mutex> closing(impl_->close_mutex);
     if (impl_->closed) return;
     impl_->closed = true;
-    if (::getpid() != impl_->owner_pid) return;  // a forked child has none of our threads
     {
         std::lock_guard<std::mutex> lock(impl_->mutex);
         impl_->closing = true;

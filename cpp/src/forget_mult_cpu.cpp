@@ -34,6 +34,15 @@ void check_dtypes(DType dtype, DType h0_dtype, bool has_h0) {
 #define QRNN_CHECK_VIEW3(p, v) detail::check_view3(#v, (p).v.data, (p).seq_len, (p).batch, (p).hidden, \
                                                    (p).v.stride_t, (p).v.stride_b, (p).v.stride_h)
 
+// The fixed entry points' time stride batch * hidden, computed only once the sizes are
+// known to be valid (a product that overflows int64 is undefined behaviour).
+int64_t contiguous_time_stride(int64_t seq_len, int64_t batch, int64_t hidden, const char* what) {
+    detail::check_size("seq_len", seq_len);
+    detail::check_size("batch", batch);
+    detail::check_size("hidden", hidden);
+    return detail::checked_numel(1, batch, hidden, what);
+}
+
 int64_t n_items(int64_t batch, int64_t hidden) {
     return batch * ((hidden + forget_mult_block - 1) / forget_mult_block);
 }
@@ -73,7 +82,11 @@ void forget_mult_backward(const ForgetMultBackwardParams& p, int num_threads) {
     if (p.h0.data) detail::check_view2("h0", p.h0.data, p.batch, p.hidden, p.h0.stride_b, p.h0.stride_h);
     if (p.grad_h0.data)
         detail::check_view2("grad_h0", p.grad_h0.data, p.batch, p.hidden, p.grad_h0.stride_b, p.grad_h0.stride_h);
-    if (p.batch * p.hidden == 0) return;
+    // An empty sequence still writes grad_h0 (zeros), if asked for: batch * hidden items of
+    // nothing else. Without grad_h0 there is nothing to do (and batch * hidden may not even
+    // fit in int64 when seq_len is 0).
+    if (numel == 0 && !p.grad_h0.data) return;
+    if (detail::checked_numel(1, p.batch, p.hidden, "forget_mult_backward: grad_h0") == 0) return;
     const auto kernel = selected().backward[int(p.dtype)];
     detail::parallel_for(n_items(p.batch, p.hidden), detail::threads_for_work(numel, num_threads),
                          [&](int64_t begin, int64_t end) { kernel(p, begin, end); });
@@ -81,7 +94,7 @@ void forget_mult_backward(const ForgetMultBackwardParams& p, int num_threads) {
 
 void forget_mult(const float* f, const float* x, const float* h0, float* h,
                  int64_t seq_len, int64_t batch, int64_t hidden) {
-    const int64_t st = batch * hidden;
+    const int64_t st = contiguous_time_stride(seq_len, batch, hidden, "forget_mult");
     ForgetMultForwardParams p;
     p.seq_len = seq_len;
     p.batch = batch;
@@ -97,7 +110,7 @@ void forget_mult(const float* f, const float* x, const float* h0, float* h,
 void forget_mult_backward(const float* f, const float* x, const float* h0, const float* h,
                           const float* grad_h, float* grad_f, float* grad_x, float* grad_h0,
                           int64_t seq_len, int64_t batch, int64_t hidden) {
-    const int64_t st = batch * hidden;
+    const int64_t st = contiguous_time_stride(seq_len, batch, hidden, "forget_mult_backward");
     ForgetMultBackwardParams p;
     p.seq_len = seq_len;
     p.batch = batch;

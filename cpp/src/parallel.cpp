@@ -14,6 +14,11 @@
 namespace qrnn::detail {
 namespace {
 
+// Set while this thread runs a range of a pool job. A nested parallel_for then runs
+// serially: the caller thread already holds the pool's busy mutex, and try_lock on a
+// std::mutex the thread owns is undefined behaviour.
+thread_local bool t_in_pool_job = false;
+
 class ThreadPool {
 public:
     ~ThreadPool() {
@@ -61,6 +66,8 @@ private:
     void run_range(int r) {
         const int64_t begin = r * chunk_;
         const int64_t end = std::min(n_items_, begin + chunk_);
+        t_in_pool_job = true;
+        struct Reset { ~Reset() { t_in_pool_job = false; } } reset;
         try {
             (*job_)(begin, end);
         } catch (...) {
@@ -128,7 +135,7 @@ void parallel_for(int64_t n_items, int num_threads,
                   const std::function<void(int64_t, int64_t)>& fn) {
     if (n_items <= 0) return;
     num_threads = int(std::min<int64_t>(std::max(1, num_threads), n_items));
-    if (num_threads == 1 || !pool().run(n_items, num_threads, fn)) fn(0, n_items);
+    if (num_threads == 1 || t_in_pool_job || !pool().run(n_items, num_threads, fn)) fn(0, n_items);
 }
 
 }  // namespace qrnn::detail

@@ -99,6 +99,10 @@ _LEGACY_STORAGE = {
     torch.bfloat16: "BFloat16Storage", torch.complex64: "ComplexFloatStorage",
     torch.complex128: "ComplexDoubleStorage", torch.int8: "CharStorage", torch.int16: "ShortStorage",
     torch.int32: "IntStorage", torch.int64: "LongStorage", torch.uint8: "ByteStorage", torch.bool: "BoolStorage",
+    # Quantized tensors reduce through torch's own code, whose storages must keep their typed
+    # class: as an UntypedStorage they load as uint8 and the tensor cannot be rebuilt.
+    torch.qint8: "QInt8Storage", torch.quint8: "QUInt8Storage", torch.qint32: "QInt32Storage",
+    torch.quint4x2: "QUInt4x2Storage", torch.quint2x4: "QUInt2x4Storage",
 }
 _LEGACY_STORAGE = {dt: getattr(torch, name) for dt, name in _LEGACY_STORAGE.items()}
 
@@ -353,7 +357,9 @@ class AsyncCheckpointer:
             raise ValueError(f"keep_last must be an int >= 1 or None, got {keep_last!r}")
         if not isinstance(max_pending, int) or max_pending < 1:
             raise ValueError(f"max_pending must be an int >= 1, got {max_pending!r}")
-        if not prefix or os.sep in prefix or prefix.startswith("."):
+        if not isinstance(prefix, str):
+            raise TypeError(f"prefix must be a str, got {type(prefix).__name__}")
+        if not prefix or os.sep in prefix or "\0" in prefix or prefix.startswith("."):
             raise ValueError(f"prefix must be a plain file-name start, got {prefix!r}")
         if copy_threads is None:
             copy_threads = max(1, min(4, os.cpu_count() or 1))

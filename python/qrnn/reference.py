@@ -17,7 +17,7 @@ def forget_mult_reference(f: Tensor, x: Tensor, h0: Optional[Tensor] = None, *,
     """``h[t] = f[t] * x[t] + (1 - f[t]) * h[t-1]``, computed in the inputs' dtype."""
     if batch_first:
         f, x = f.transpose(0, 1), x.transpose(0, 1)
-    h = torch.zeros_like(f[0]) if h0 is None else h0.to(f.dtype)
+    h = f.new_zeros(f.shape[1:]) if h0 is None else h0.to(f.dtype)
     steps = []
     for t in range(f.shape[0]):
         h = f[t] * x[t] + (1 - f[t]) * h
@@ -32,7 +32,7 @@ def forget_mult_backward_reference(grad_h: Tensor, f: Tensor, x: Tensor, h: Tens
     explicit reverse-time loop rather than autograd (fast enough for long sequences)."""
     if batch_first:
         grad_h, f, x, h = (t.transpose(0, 1) for t in (grad_h, f, x, h))
-    g = torch.zeros_like(f[0])
+    g = f.new_zeros(f.shape[1:])
     grad_f, grad_x = torch.empty_like(f), torch.empty_like(x)
     for t in range(f.shape[0] - 1, -1, -1):
         g = g + grad_h[t]

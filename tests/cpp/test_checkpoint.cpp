@@ -1,0 +1,379 @@
+// The checkpoint writer under concurrency, for ThreadSanitizer and AddressSanitizer:
+// several threads submitting to one writer, buffers changed right after staging, close()
+// racing submit() and close(), wait_all() racing submits, injected write failures, and a
+// forked child destroying a writer it inherited. Every file that reports ok must hold
+// exactly the bytes that were submitted (the snapshot), at the offsets the plan gives.
+#include <qrnn/checkpoint.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <dirent.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "test_check.hpp"
+
+namespace ckpt = qrnn::checkpoint;
+
+namespace {
+
+std::string g_folder;
+
+std::string make_folder() {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/qrnn-test-checkpoint-XXXXXX";
+    std::vector<char> buf(pattern.begin(), pattern.end());
+    buf.push_back('\0');
+    if (!::mkdtemp(buf.data())) {
+        std::perror("mkdtemp");
+        std::exit(1);
+    }
+    return buf.data();
+}
+
+std::vector<std::string> list_folder() {
+    std::vector<std::string> names;
+    if (DIR* dir = ::opendir(g_folder.c_str())) {
+        while (const dirent* e = ::readdir(dir))
+            if (std::strcmp(e->d_name, ".") && std::strcmp(e->d_name, "..")) names.push_back(e->d_name);
+        ::closedir(dir);
+    }
+    return names;
+}
+
+void remove_folder() {
+    for (const auto& name : list_folder()) ::unlink((g_folder + "/" + name).c_str());
+    ::rmdir(g_folder.c_str());
+}
+
+size_t temporaries() {
+    size_t n = 0;
+    for (const auto& name : list_folder()) n += name.find(".tmp-") != std::string::npos;
+    return n;
+}
+
+std::vector<uint8_t> read_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
+}
+
+// A save of a few float32 tensors with recognisable contents (seeded by `tag`).
+struct Payload {
+    std::vector<std::vector<float>> tensors;
+    std::vector<ckpt::TensorRef> refs;
+
+    Payload(uint32_t tag, const std::vector<int64_t>& sizes) {
+        for (size_t i = 0; i < sizes.size(); ++i) {
+            std::vector<float> t(size_t(sizes[i]));
+            for (size_t k = 0; k < t.size(); ++k) t[k] = float(tag) * 1000.0f + float(i) + float(k % 977) * 1e-3f;
+            tensors.push_back(std::move(t));
+        }
+        for (size_t i = 0; i < sizes.size(); ++i) {
+            ckpt::TensorRef r;
+            r.name = "t" + std::to_string(i);
+            r.dtype = ckpt::ScalarType::Float32;
+            r.shape = {sizes[i]};
+            r.storage = tensors[i].data();
+            r.storage_bytes = uint64_t(sizes[i]) * 4;
+            refs.push_back(r);
+        }
+    }
+    void scribble() {  // the caller reuses its buffers once the save is staged
+        for (auto& t : tensors) std::fill(t.begin(), t.end(), -1.0f);
+    }
+};
+
+// The file at `path` holds `expected` record payloads at the offsets the plan gives.
+bool file_matches(const std::string& path, const ckpt::SaveRequest& request,
+                  const std::vector<std::vector<uint8_t>>& expected) {
+    const ckpt::ArchiveLayout layout = ckpt::plan_archive(request);
+    const std::vector<uint8_t> bytes = read_file(path);
+    if (bytes.size() != layout.file_size) return false;
+    if (bytes.size() < 4 || std::memcmp(bytes.data(), "PK\x03\x04", 4) != 0) return false;
+    for (size_t i = 0; i < expected.size(); ++i) {
+        const uint64_t off = layout.record_offsets[i];
+        if (off + expected[i].size() > bytes.size()) return false;
+        if (std::memcmp(bytes.data() + off, expected[i].data(), expected[i].size()) != 0) return false;
+    }
+    return true;
+}
+
+std::vector<std::vector<uint8_t>> snapshot(const ckpt::SaveRequest& request) {
+    std::vector<std::vector<uint8_t>> out;
+    for (const auto& r : request.records) {
+        const auto* p = static_cast<const uint8_t*>(r.data);
+        out.emplace_back(p, p + r.size);
+    }
+    return out;
+}
+
+ckpt::WriterOptions test_options(int max_pending, int copy_threads) {
+    ckpt::WriterOptions o;
+    o.max_pending = max_pending;
+    o.copy_threads = copy_threads;
+    o.sync = false;  // durability is not under test here; speed is
+    return o;
+}
+
+// ---- tests -------------------------------------------------------------------------------
+
+void crc32_known_values() {
+    CHECK(ckpt::crc32("", 0) == 0);
+    CHECK(ckpt::crc32("123456789", 9) == 0xCBF43926u);  // the standard check value
+    std::vector<uint8_t> big(100003);
+    for (size_t i = 0; i < big.size(); ++i) big[i] = uint8_t(i * 7 + 3);
+    const uint32_t whole = ckpt::crc32(big.data(), big.size());
+    const uint32_t parts = ckpt::crc32(big.data() + 5000, big.size() - 5000, ckpt::crc32(big.data(), 5000));
+    CHECK(whole == parts);
+}
+
+// Several threads share one writer; each waits for staging, then overwrites its buffers.
+void concurrent_saves() {
+    qrnn_test::Context ctx("concurrent saves");
+    ckpt::CheckpointWriter writer(test_options(2, 3));
+    const int n_threads = 4, saves_each = 4;
+    std::atomic<int> bad{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < n_threads; ++t)
+        threads.emplace_back([&, t] {
+            for (int s = 0; s < saves_each; ++s) {
+                // One large tensor (> the 4 MiB parallel-copy share) now and then.
+                Payload p(uint32_t(t * 100 + s), s == 1 ? std::vector<int64_t>{3, (5 << 20) / 4, 17}
+                                                        : std::vector<int64_t>{1, 1000, 33});
+                const std::string path = g_folder + "/c" + std::to_string(t) + "-" + std::to_string(s) + ".pt";
+                ckpt::SaveRequest req = ckpt::tensor_dict_request(path, p.refs);
+                const auto expected = snapshot(req);
+                auto status = writer.submit(req);
+                status->wait_staged();
+                p.scribble();
+                if (!status->wait_for(120) || !status->ok() || !file_matches(path, req, expected)) ++bad;
+            }
+        });
+    for (auto& th : threads) th.join();
+    writer.close();
+    CHECK(bad == 0);
+    CHECK(temporaries() == 0);
+}
+
+// Many saves to the same final name from several threads: the last rename wins, and
+// whatever is there is one complete, consistent file.
+void same_path_overwrites() {
+    qrnn_test::Context ctx("saves to one path");
+    ckpt::CheckpointWriter writer(test_options(3, 2));
+    const std::string path = g_folder + "/same.pt";
+    std::vector<std::thread> threads;
+    std::atomic<int> failed{0};
+    for (int t = 0; t < 3; ++t)
+        threads.emplace_back([&, t] {
+            for (int s = 0; s < 3; ++s) {
+                Payload p(uint32_t(t * 10 + s), {64, 5});
+                auto status = writer.submit(ckpt::tensor_dict_request(path, p.refs));
+                if (!status->wait_for(120) || !status->ok()) ++failed;
+            }
+        });
+    for (auto& th : threads) th.join();
+    writer.wait_all();
+    CHECK(failed == 0);
+    const auto bytes = read_file(path);
+    CHECK(bytes.size() > 4 && std::memcmp(bytes.data(), "PK\x03\x04", 4) == 0);
+    CHECK(temporaries() == 0);
+}
+
+// close() while other threads keep submitting: each submit either returns a status that
+// finishes (ok, with the right bytes) or throws std::logic_error. Nothing hangs.
+void close_races_submit() {
+    for (int round = 0; round < 6; ++round) {
+        qrnn_test::Context ctx("close racing submit, round " + std::to_string(round));
+        auto writer = std::make_unique<ckpt::CheckpointWriter>(test_options(2, 2));
+        std::atomic<int> lost{0}, wrong{0}, refused{0}, other_error{0};
+        std::atomic<bool> go{false};
+        std::vector<std::thread> threads;
+        for (int t = 0; t < 3; ++t)
+            threads.emplace_back([&, t] {
+                while (!go) std::this_thread::yield();
+                for (int s = 0; s < 20; ++s) {
+                    Payload p(uint32_t(round * 1000 + t * 100 + s), {256, 3});
+                    const std::string path = g_folder + "/r" + std::to_string(round) + "-" + std::to_string(t) +
+                                             "-" + std::to_string(s) + ".pt";
+                    ckpt::SaveRequest req = ckpt::tensor_dict_request(path, p.refs);
+                    const auto expected = snapshot(req);
+                    std::shared_ptr<ckpt::SaveStatus> status;
+                    try {
+                        status = writer->submit(req);
+                    } catch (const std::logic_error&) {
+                        ++refused;
+                        return;
+                    } catch (...) {
+                        ++other_error;
+                        return;
+                    }
+                    if (!status->wait_for(60)) {
+                        ++lost;  // accepted but never finished: the submitter would hang
+                        return;
+                    }
+                    if (!status->ok() || !file_matches(path, req, expected)) ++wrong;
+                }
+            });
+        std::thread closer([&] {
+            while (!go) std::this_thread::yield();
+            std::this_thread::sleep_for(std::chrono::microseconds(200 * round));
+            writer->close();
+        });
+        go = true;
+        closer.join();
+        for (auto& th : threads) th.join();
+        writer->close();  // idempotent
+        writer.reset();
+        CHECK(lost == 0);
+        CHECK(wrong == 0);
+        CHECK(other_error == 0);
+        CHECK(temporaries() == 0);
+    }
+}
+
+// close() from several threads at once, and wait_all() racing submits.
+void concurrent_close_and_wait_all() {
+    qrnn_test::Context ctx("concurrent close / wait_all");
+    ckpt::CheckpointWriter writer(test_options(2, 2));
+    std::vector<std::shared_ptr<ckpt::SaveStatus>> statuses;
+    std::vector<Payload> payloads;
+    for (int s = 0; s < 4; ++s) payloads.emplace_back(uint32_t(s), std::vector<int64_t>{512});
+    std::thread submitter([&] {
+        for (int s = 0; s < 4; ++s)
+            statuses.push_back(writer.submit(ckpt::tensor_dict_request(g_folder + "/w" + std::to_string(s) + ".pt",
+                                                                       payloads[size_t(s)].refs)));
+    });
+    std::thread waiter([&] {
+        for (int i = 0; i < 20; ++i) writer.wait_all();
+    });
+    submitter.join();
+    waiter.join();
+    std::vector<std::thread> closers;
+    for (int c = 0; c < 3; ++c) closers.emplace_back([&] { writer.close(); });
+    for (auto& th : closers) th.join();
+    for (const auto& s : statuses) CHECK(s->done() && s->ok());
+    bool refused = false;
+    try {
+        writer.submit(ckpt::tensor_dict_request(g_folder + "/late.pt", payloads[0].refs));
+    } catch (const std::logic_error&) {
+        refused = true;
+    }
+    CHECK(refused);
+}
+
+// A failing disk (injected) fails that save through its status, leaves no temporary file,
+// and the writer keeps working for the next one... of a healthy writer.
+void injected_failures() {
+    for (bool throw_exception : {false, true}) {
+        qrnn_test::Context ctx(throw_exception ? "exception in the writer thread" : "ENOSPC on write");
+        auto options = test_options(1, 2);
+        options.fault.fail_after_bytes = 1000;
+        options.fault.error_number = ENOSPC;
+        options.fault.throw_exception = throw_exception;
+        ckpt::CheckpointWriter writer(options);
+        Payload p(7, {100000});
+        const std::string path = g_folder + "/fail.pt";
+        std::vector<std::shared_ptr<ckpt::SaveStatus>> statuses;
+        std::vector<std::thread> threads;
+        std::mutex m;
+        for (int t = 0; t < 2; ++t)
+            threads.emplace_back([&] {
+                auto s = writer.submit(ckpt::tensor_dict_request(path, p.refs));
+                std::lock_guard<std::mutex> lock(m);
+                statuses.push_back(s);
+            });
+        for (auto& th : threads) th.join();
+        writer.close();
+        for (const auto& s : statuses) {
+            CHECK(s->done() && !s->ok());
+            const ckpt::SaveError e = s->error();
+            CHECK(!e.message.empty());
+            if (!throw_exception) CHECK(e.error_number == ENOSPC);
+        }
+        CHECK(::access(path.c_str(), F_OK) != 0);
+        CHECK(temporaries() == 0);
+    }
+}
+
+// Bad requests throw std::invalid_argument from submit() and leave the writer usable.
+void invalid_requests() {
+    qrnn_test::Context ctx("invalid requests");
+    ckpt::CheckpointWriter writer(test_options(1, 1));
+    ckpt::SaveRequest no_data;
+    no_data.path = g_folder + "/bad.pt";
+    no_data.records.push_back({"data/0", nullptr, 16});
+    CHECK_THROWS(writer.submit(no_data), std::invalid_argument, "data/0");
+    ckpt::SaveRequest bad_keep = ckpt::tensor_dict_request(g_folder + "/bad.pt", Payload(1, {4}).refs);
+    bad_keep.retention.keep_last = -1;
+    CHECK_THROWS(writer.submit(bad_keep), std::invalid_argument, "keep_last");
+    CHECK_THROWS(ckpt::CheckpointWriter(test_options(0, 1)), std::invalid_argument, "max_pending");
+    CHECK_THROWS(ckpt::CheckpointWriter(test_options(1, 0)), std::invalid_argument, "copy_threads");
+    // Still usable: the refused requests did not take a queue slot.
+    Payload p(3, {10});
+    auto status = writer.submit(ckpt::tensor_dict_request(g_folder + "/after-bad.pt", p.refs));
+    CHECK(status->wait_for(60) && status->ok());
+}
+
+// A forked child (e.g. a data-loader worker) that destroys the writer it inherited must
+// neither hang nor abort: the writer's threads exist only in the parent.
+void fork_child_destroys_writer() {
+    qrnn_test::Context ctx("fork");
+    auto writer = std::make_unique<ckpt::CheckpointWriter>(test_options(1, 2));
+    Payload p(5, {100});
+    writer->submit(ckpt::tensor_dict_request(g_folder + "/before-fork.pt", p.refs))->wait();
+    std::fflush(nullptr);
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+        writer.reset();
+        std::_Exit(0);
+    }
+    int status = 0;
+    bool exited = false;
+    for (int i = 0; i < 600 && !exited; ++i) {  // at most 60 s
+        if (::waitpid(pid, &status, WNOHANG) == pid) exited = true;
+        else std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    if (!exited) {
+        ::kill(pid, SIGKILL);
+        ::waitpid(pid, &status, 0);
+    }
+    CHECK_MSG(exited && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+              "child destroying an inherited writer: " + std::string(exited ? "" : "hung, ") +
+                  (WIFSIGNALED(status) ? "killed by signal " + std::to_string(WTERMSIG(status))
+                                       : "exit status " + std::to_string(WEXITSTATUS(status))));
+    // The parent's writer still works.
+    auto again = writer->submit(ckpt::tensor_dict_request(g_folder + "/after-fork.pt", p.refs));
+    CHECK(again->wait_for(60) && again->ok());
+}
+
+}  // namespace
+
+int main() {
+    g_folder = make_folder();
+    crc32_known_values();
+    concurrent_saves();
+    same_path_overwrites();
+    close_races_submit();
+    concurrent_close_and_wait_all();
+    injected_failures();
+    invalid_requests();
+    fork_child_destroys_writer();
+    remove_folder();
+    return qrnn_test::result("test_checkpoint");
+}

@@ -1,0 +1,520 @@
+// ForgetMult forward/backward through the public C++ API against a double-precision loop.
+//
+// Every array lives in its own exactly-sized heap buffer, laid out with odd strides
+// (batch-first, hidden-major, gaps, reversed time via a negative time stride, broadcast
+// stride-0 inputs), so AddressSanitizer catches any read or write outside the view.
+// Gaps between elements hold NaN: an input gap read by mistake poisons the result, an
+// output gap written by mistake no longer holds its canary bit pattern. Outputs start
+// as NaN so every element must be written.
+//
+// The instruction set comes from QRNN_SIMD (generic|avx2|avx512); ctest runs this binary
+// once per path. Exit code 77 (skipped) only when the CPU really lacks a forced path.
+#include <qrnn/build_info.hpp>
+#include <qrnn/forget_mult.hpp>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "test_check.hpp"
+
+using qrnn::DType;
+using qrnn::bfloat16;
+using qrnn::float16;
+
+namespace {
+
+std::mt19937_64 rng;
+
+// ---- element conversions ---------------------------------------------------------------
+template <typename T> double get(T v) { return double(qrnn::to_float(v)); }
+template <typename T> T put(double v) { return qrnn::from_float<T>(float(v)); }
+template <> double put<double>(double v) { return v; }
+
+// NaN bit patterns with a payload, so "still the canary" is a bitwise comparison.
+template <typename T> T canary();
+template <> float canary<float>() { return qrnn::bits_to_float(0x7fc0beefu); }
+template <> double canary<double>() { uint64_t u = 0x7ff8dead0000beefull; double d; std::memcpy(&d, &u, 8); return d; }
+template <> bfloat16 canary<bfloat16>() { return bfloat16{0x7fc5}; }
+template <> float16 canary<float16>() { return float16{0x7e05}; }
+template <typename T> bool is_canary(const T& v) { T c = canary<T>(); return std::memcmp(&v, &c, sizeof(T)) == 0; }
+
+template <typename T> const char* name_of() { return qrnn::dtype_name(qrnn::dtype_of<T>::value); }
+
+// (atol, rtol) against the double loop, as tests/conftest.py TOLERANCES.
+template <typename T> std::array<double, 2> tolerance();
+template <> std::array<double, 2> tolerance<double>() { return {1e-12, 1e-12}; }
+template <> std::array<double, 2> tolerance<float>() { return {2e-5, 2e-5}; }
+template <> std::array<double, 2> tolerance<bfloat16>() { return {3e-2, 2e-2}; }
+template <> std::array<double, 2> tolerance<float16>() { return {4e-3, 3e-3}; }
+
+// ---- strided arrays --------------------------------------------------------------------
+// How an array of logical shape (time, batch, hidden) is laid out in memory.
+struct Layout {
+    const char* name;
+    std::array<int, 3> order;        // dims from outermost to innermost (0 time, 1 batch, 2 hidden)
+    std::array<int64_t, 3> spread;   // stride multiplier per dim: > 1 leaves gaps
+    bool reverse_time = false;       // negative time stride, data pointer at the last step
+    bool broadcast_batch = false;    // stride 0 over batch (inputs only)
+};
+
+const Layout kTimeMajor{"time-major", {0, 1, 2}, {1, 1, 1}};
+const Layout kBatchFirst{"batch-first", {1, 0, 2}, {1, 1, 1}};
+const Layout kGappy{"gaps", {0, 1, 2}, {2, 3, 2}};
+const Layout kReversed{"reversed-time", {0, 1, 2}, {1, 1, 1}, true};
+const Layout kReversedBatchFirstGappy{"reversed-batch-first-gaps", {1, 0, 2}, {1, 2, 3}, true};
+const Layout kHiddenMajor{"hidden-outermost", {2, 0, 1}, {1, 1, 1}};
+const Layout kBroadcastBatch{"broadcast-batch", {0, 1, 2}, {1, 1, 1}, false, true};
+const Layout kOutputLayouts[] = {kTimeMajor, kBatchFirst, kGappy, kReversed, kReversedBatchFirstGappy, kHiddenMajor};
+
+template <typename E>
+struct Strided {
+    int64_t size[3];
+    int64_t stride[3] = {0, 0, 0};
+    int64_t base = 0;
+    std::vector<E> buf;           // exactly as long as the view reaches: ASan sees any overrun
+    std::vector<char> in_view;    // which buffer slots belong to the view (the rest are gaps)
+
+    // A 2-D (batch, hidden) array is a 3-D one with one time step.
+    Strided(int64_t T, int64_t B, int64_t H, const Layout& layout) : size{T, B, H} {
+        int64_t running = 1;
+        for (int k = 2; k >= 0; --k) {
+            const int d = layout.order[k];
+            if (d == 1 && layout.broadcast_batch) continue;
+            stride[d] = running * layout.spread[d];
+            running = stride[d] * std::max<int64_t>(size[d], 1);
+        }
+        if (layout.reverse_time && T > 0) {
+            base = (T - 1) * stride[0];
+            stride[0] = -stride[0];
+        }
+        const bool empty = T == 0 || B == 0 || H == 0;
+        const int64_t n = empty ? 0 : 1 + (T - 1) * std::abs(stride[0]) + (B - 1) * stride[1] + (H - 1) * stride[2];
+        buf.assign(size_t(n), canary<E>());
+        in_view.assign(size_t(n), 0);
+        for_each([&](int64_t, int64_t, int64_t, int64_t o) { in_view[size_t(o)] = 1; });
+    }
+
+    int64_t offset(int64_t t, int64_t b, int64_t h) const {
+        return base + t * stride[0] + b * stride[1] + h * stride[2];
+    }
+    template <typename F> void for_each(F fn) const {
+        for (int64_t t = 0; t < size[0]; ++t)
+            for (int64_t b = 0; b < size[1]; ++b)
+                for (int64_t h = 0; h < size[2]; ++h) fn(t, b, h, offset(t, b, h));
+    }
+    double at(int64_t t, int64_t b, int64_t h) const { return get(buf[size_t(offset(t, b, h))]); }
+    double at2(int64_t b, int64_t h) const { return at(0, b, h); }
+
+    void fill_random(double lo, double hi) {
+        std::uniform_real_distribution<double> dist(lo, hi);
+        for_each([&](int64_t, int64_t, int64_t, int64_t o) { buf[size_t(o)] = put<E>(dist(rng)); });
+    }
+    // Empty views pass a null pointer: the core must not touch it.
+    E* ptr() { return buf.empty() ? nullptr : buf.data() + base; }
+    qrnn::ConstView3 cview3() { return {ptr(), stride[0], stride[1], stride[2]}; }
+    qrnn::View3 view3() { return {ptr(), stride[0], stride[1], stride[2]}; }
+    qrnn::ConstView2 cview2() { return {ptr(), stride[1], stride[2]}; }
+    qrnn::View2 view2() { return {ptr(), stride[1], stride[2]}; }
+
+    // Every view element written and close to `expected`; every gap left alone.
+    template <typename Ref>
+    void check_output(const char* what, Ref expected) const {
+        const auto tol = tolerance<E>();
+        int bad = 0;
+        for_each([&](int64_t t, int64_t b, int64_t h, int64_t o) {
+            const double got = get(buf[size_t(o)]), want = expected(t, b, h);
+            const bool ok = std::abs(got - want) <= tol[0] + tol[1] * std::abs(want);  // false for NaN
+            if (!ok && bad++ < 3)
+                CHECK_MSG(false, std::string(what) + "[t=" + std::to_string(t) + ",b=" + std::to_string(b) + ",h=" +
+                                     std::to_string(h) + "] = " + std::to_string(got) + ", expected " + std::to_string(want));
+        });
+        for (size_t i = 0; i < buf.size(); ++i)
+            if (!in_view[i] && !is_canary(buf[i])) {
+                CHECK_MSG(false, std::string(what) + ": gap element " + std::to_string(i) + " was overwritten");
+                break;
+            }
+    }
+};
+
+// ---- the double-precision reference -------------------------------------------------------
+template <typename T, typename S>
+std::vector<double> reference_forward(const Strided<T>& f, const Strided<T>& x, const Strided<S>* h0) {
+    const int64_t T_ = f.size[0], B = f.size[1], H = f.size[2];
+    std::vector<double> h(size_t(T_ * B * H));
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t j = 0; j < H; ++j) {
+            double state = h0 ? h0->at2(b, j) : 0.0;
+            for (int64_t t = 0; t < T_; ++t) {
+                const double fv = f.at(t, b, j);
+                state = fv * x.at(t, b, j) + (1 - fv) * state;
+                h[size_t((t * B + b) * H + j)] = state;
+            }
+        }
+    return h;
+}
+
+struct BackwardRef {
+    std::vector<double> grad_f, grad_x, grad_h0;
+};
+
+template <typename T, typename S>
+BackwardRef reference_backward(const Strided<T>& f, const Strided<T>& x, const Strided<T>& h,
+                               const Strided<S>* h0, const Strided<T>& grad_h) {
+    const int64_t T_ = f.size[0], B = f.size[1], H = f.size[2];
+    BackwardRef r{std::vector<double>(size_t(T_ * B * H)), std::vector<double>(size_t(T_ * B * H)),
+                  std::vector<double>(size_t(B * H))};
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t j = 0; j < H; ++j) {
+            double g = 0;
+            for (int64_t t = T_ - 1; t >= 0; --t) {
+                g += grad_h.at(t, b, j);
+                const double fv = f.at(t, b, j);
+                const double prev = t > 0 ? h.at(t - 1, b, j) : (h0 ? h0->at2(b, j) : 0.0);
+                r.grad_x[size_t((t * B + b) * H + j)] = fv * g;
+                r.grad_f[size_t((t * B + b) * H + j)] = (x.at(t, b, j) - prev) * g;
+                g -= fv * g;
+            }
+            r.grad_h0[size_t(b * H + j)] = g;
+        }
+    return r;
+}
+
+// ---- one case ---------------------------------------------------------------------------
+struct Shape { int64_t T, B, H; };
+
+std::string describe(const char* dir, const char* dtype, const char* state_dtype, Shape s, const Layout& in,
+                     const Layout& out, bool has_h0, bool has_grad_h0, int threads) {
+    return std::string(dir) + " dtype=" + dtype + " T=" + std::to_string(s.T) + " B=" + std::to_string(s.B) +
+           " H=" + std::to_string(s.H) + " inputs=" + in.name + " outputs=" + out.name +
+           " h0=" + (has_h0 ? state_dtype : "absent") + " grad_h0=" + (has_grad_h0 ? state_dtype : "absent") +
+           " threads=" + std::to_string(threads);
+}
+
+// T: sequence dtype; S: h0 / grad_h0 dtype (T, or float for a 16-bit T).
+template <typename T, typename S>
+void forward_case(Shape s, const Layout& in, const Layout& out, bool has_h0, int threads) {
+    qrnn_test::Context ctx(describe("forward", name_of<T>(), name_of<S>(), s, in, out, has_h0, false, threads));
+    Strided<T> f(s.T, s.B, s.H, in), x(s.T, s.B, s.H, in), h(s.T, s.B, s.H, out);
+    Strided<S> h0(1, s.B, s.H, in);
+    f.fill_random(0.05, 0.95);
+    x.fill_random(-2, 2);
+    h0.fill_random(-1, 1);
+    qrnn::ForgetMultForwardParams p;
+    p.seq_len = s.T;
+    p.batch = s.B;
+    p.hidden = s.H;
+    p.dtype = qrnn::dtype_of<T>::value;
+    p.f = f.cview3();
+    p.x = x.cview3();
+    if (has_h0) p.h0 = h0.cview2();
+    p.h0_dtype = qrnn::dtype_of<S>::value;
+    p.h = h.view3();
+    CHECK_NOTHROW(qrnn::cpu::forget_mult_forward(p, threads));
+    const auto ref = reference_forward<T, S>(f, x, has_h0 ? &h0 : nullptr);
+    h.check_output("h", [&](int64_t t, int64_t b, int64_t j) { return ref[size_t((t * s.B + b) * s.H + j)]; });
+}
+
+template <typename T, typename S>
+void backward_case(Shape s, const Layout& in, const Layout& out, bool has_h0, bool has_grad_h0, int threads) {
+    qrnn_test::Context ctx(describe("backward", name_of<T>(), name_of<S>(), s, in, out, has_h0, has_grad_h0, threads));
+    Strided<T> f(s.T, s.B, s.H, in), x(s.T, s.B, s.H, in), h(s.T, s.B, s.H, in), grad_h(s.T, s.B, s.H, in);
+    Strided<T> grad_f(s.T, s.B, s.H, out), grad_x(s.T, s.B, s.H, out);
+    Strided<S> h0(1, s.B, s.H, in), grad_h0(1, s.B, s.H, out);
+    f.fill_random(0.05, 0.95);
+    x.fill_random(-2, 2);
+    h.fill_random(-1, 1);  // any h: the backward formulas hold for whatever forward output is given
+    h0.fill_random(-1, 1);
+    grad_h.fill_random(-1, 1);
+    qrnn::ForgetMultBackwardParams p;
+    p.seq_len = s.T;
+    p.batch = s.B;
+    p.hidden = s.H;
+    p.dtype = qrnn::dtype_of<T>::value;
+    p.f = f.cview3();
+    p.x = x.cview3();
+    p.h = h.cview3();
+    if (has_h0) p.h0 = h0.cview2();
+    p.h0_dtype = qrnn::dtype_of<S>::value;
+    p.grad_h = grad_h.cview3();
+    p.grad_f = grad_f.view3();
+    p.grad_x = grad_x.view3();
+    if (has_grad_h0) p.grad_h0 = grad_h0.view2();
+    CHECK_NOTHROW(qrnn::cpu::forget_mult_backward(p, threads));
+    const auto ref = reference_backward<T, S>(f, x, h, has_h0 ? &h0 : nullptr, grad_h);
+    auto idx = [&](int64_t t, int64_t b, int64_t j) { return size_t((t * s.B + b) * s.H + j); };
+    grad_f.check_output("grad_f", [&](int64_t t, int64_t b, int64_t j) { return ref.grad_f[idx(t, b, j)]; });
+    grad_x.check_output("grad_x", [&](int64_t t, int64_t b, int64_t j) { return ref.grad_x[idx(t, b, j)]; });
+    if (has_grad_h0)
+        grad_h0.check_output("grad_h0", [&](int64_t, int64_t b, int64_t j) { return ref.grad_h0[size_t(b * s.H + j)]; });
+    else
+        CHECK_MSG(std::all_of(grad_h0.buf.begin(), grad_h0.buf.end(), is_canary<S>), "absent grad_h0 was written");
+}
+
+// Odd sizes (1, 3, 17 hidden; one step; one row), sizes crossing the 512-unit work block,
+// and zero sizes, each through every input layout with a rotating output layout.
+const Shape kShapes[] = {
+    {1, 1, 1}, {1, 1, 3}, {1, 3, 17}, {5, 1, 17}, {7, 3, 17}, {3, 2, 1}, {13, 5, 64},
+    {4, 2, 513}, {3, 1, 1030}, {0, 2, 3}, {3, 0, 3}, {3, 2, 0}, {0, 0, 0},
+};
+const Layout kInputLayouts[] = {kTimeMajor, kBatchFirst, kGappy, kReversed, kReversedBatchFirstGappy, kHiddenMajor,
+                                kBroadcastBatch};
+
+// Everything runs through the thread pool when `threaded_only` (the ThreadSanitizer run).
+bool threaded_only = false;
+
+template <typename T, typename S>
+void sweep(bool state_modes_with_absent) {
+    int k = 0;
+    for (const Shape& s : kShapes)
+        if (!threaded_only)
+        for (const Layout& in : kInputLayouts) {
+            const Layout& out = kOutputLayouts[size_t(k++) % std::size(kOutputLayouts)];
+            if (state_modes_with_absent) {
+                forward_case<T, S>(s, in, out, false, 1);
+                backward_case<T, S>(s, in, out, false, false, 1);
+                backward_case<T, S>(s, in, out, false, true, 1);  // gradient of an all-zero initial state
+            }
+            forward_case<T, S>(s, in, out, true, 1);
+            backward_case<T, S>(s, in, out, true, true, 1);
+            backward_case<T, S>(s, in, out, true, false, 1);
+        }
+    // Enough work for several threads of the pool (items = batch x hidden blocks).
+    for (const Layout& in : {kTimeMajor, kReversedBatchFirstGappy}) {
+        forward_case<T, S>({16, 8, 1100}, in, kBatchFirst, true, 4);
+        backward_case<T, S>({16, 8, 1100}, in, kReversed, true, true, 4);
+    }
+}
+
+void all_dtypes() {
+    sweep<float, float>(true);
+    sweep<double, double>(true);
+    sweep<bfloat16, bfloat16>(true);
+    sweep<bfloat16, float>(false);  // float32 carried state with 16-bit sequences
+    sweep<float16, float16>(true);
+    sweep<float16, float>(false);
+}
+
+// The fixed contiguous float32 entry points.
+void fixed_entry_points() {
+    qrnn_test::Context ctx("fixed float32 entry points");
+    const int64_t T = 6, B = 3, H = 19;
+    for (bool has_h0 : {false, true}) {
+        Strided<float> f(T, B, H, kTimeMajor), x(T, B, H, kTimeMajor), h(T, B, H, kTimeMajor), h0(1, B, H, kTimeMajor);
+        Strided<float> grad_h(T, B, H, kTimeMajor), grad_f(T, B, H, kTimeMajor), grad_x(T, B, H, kTimeMajor);
+        Strided<float> grad_h0(1, B, H, kTimeMajor);
+        f.fill_random(0.05, 0.95);
+        x.fill_random(-2, 2);
+        h0.fill_random(-1, 1);
+        grad_h.fill_random(-1, 1);
+        const float* h0p = has_h0 ? h0.ptr() : nullptr;
+        qrnn::cpu::forget_mult(f.ptr(), x.ptr(), h0p, h.ptr(), T, B, H);
+        const auto ref = reference_forward<float, float>(f, x, has_h0 ? &h0 : nullptr);
+        h.check_output("h", [&](int64_t t, int64_t b, int64_t j) { return ref[size_t((t * B + b) * H + j)]; });
+        qrnn::cpu::forget_mult_backward(f.ptr(), x.ptr(), h0p, h.ptr(), grad_h.ptr(), grad_f.ptr(), grad_x.ptr(),
+                                        has_h0 ? grad_h0.ptr() : nullptr, T, B, H);
+        const auto r = reference_backward<float, float>(f, x, h, has_h0 ? &h0 : nullptr, grad_h);
+        auto idx = [&](int64_t t, int64_t b, int64_t j) { return size_t((t * B + b) * H + j); };
+        grad_f.check_output("grad_f", [&](int64_t t, int64_t b, int64_t j) { return r.grad_f[idx(t, b, j)]; });
+        grad_x.check_output("grad_x", [&](int64_t t, int64_t b, int64_t j) { return r.grad_x[idx(t, b, j)]; });
+        if (has_h0)
+            grad_h0.check_output("grad_h0", [&](int64_t, int64_t b, int64_t j) { return r.grad_h0[size_t(b * H + j)]; });
+    }
+    // Zero sizes with null pointers do nothing.
+    CHECK_NOTHROW(qrnn::cpu::forget_mult(nullptr, nullptr, nullptr, nullptr, 0, 4, 4));
+    CHECK_NOTHROW(qrnn::cpu::forget_mult_backward(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                                  nullptr, 4, 0, 4));
+}
+
+// NaN and Inf inputs propagate as they do in the plain formula; nothing traps.
+void non_finite_inputs() {
+    qrnn_test::Context ctx("NaN/Inf inputs");
+    const int64_t T = 3, B = 1, H = 5;
+    std::vector<float> f(T * B * H, 0.5f), x(T * B * H, 1.0f), h(T * B * H, 0.0f);
+    const float inf = std::numeric_limits<float>::infinity();
+    x[0] = std::nanf("");  // h[0,0,0] and every later step of unit 0 is NaN
+    x[1] = inf;            // unit 1 is +Inf from t=0 on
+    qrnn::cpu::forget_mult(f.data(), x.data(), nullptr, h.data(), T, B, H);
+    for (int64_t t = 0; t < T; ++t) {
+        CHECK(std::isnan(h[size_t(t * H)]));
+        CHECK(std::isinf(h[size_t(t * H + 1)]) && h[size_t(t * H + 1)] > 0);
+        CHECK(std::isfinite(h[size_t(t * H + 2)]));
+    }
+}
+
+// ---- invalid arguments -------------------------------------------------------------------
+void invalid_arguments() {
+    qrnn_test::Context ctx("invalid arguments");
+    using qrnn::cpu::forget_mult_forward;
+    using qrnn::cpu::forget_mult_backward;
+    float buf[64] = {};
+    const int64_t big = int64_t(1) << 22, max = std::numeric_limits<int64_t>::max();
+
+    auto fwd = [&] {
+        qrnn::ForgetMultForwardParams p;
+        p.seq_len = 2; p.batch = 2; p.hidden = 2;
+        p.f = {buf, 4, 2, 1}; p.x = {buf, 4, 2, 1}; p.h = {buf + 8, 4, 2, 1};
+        return p;
+    };
+    auto bwd = [&] {
+        qrnn::ForgetMultBackwardParams p;
+        p.seq_len = 2; p.batch = 2; p.hidden = 2;
+        p.f = {buf, 4, 2, 1}; p.x = {buf, 4, 2, 1}; p.h = {buf, 4, 2, 1}; p.grad_h = {buf, 4, 2, 1};
+        p.grad_f = {buf + 8, 4, 2, 1}; p.grad_x = {buf + 16, 4, 2, 1};
+        return p;
+    };
+    CHECK_NOTHROW(forget_mult_forward(fwd()));
+    CHECK_NOTHROW(forget_mult_backward(bwd()));
+
+    { auto p = fwd(); p.seq_len = -1; CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "seq_len"); }
+    { auto p = fwd(); p.batch = -3; CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "batch"); }
+    { auto p = fwd(); p.hidden = std::numeric_limits<int64_t>::min(); CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "hidden"); }
+    { auto p = fwd(); p.f.data = nullptr; CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "f"); }
+    { auto p = fwd(); p.x.data = nullptr; CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "x"); }
+    { auto p = fwd(); p.h.data = nullptr; CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "h"); }
+    { auto p = fwd(); p.seq_len = big; p.batch = big; p.hidden = big;
+      CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "overflow"); }
+    { auto p = fwd(); p.seq_len = max; p.batch = 2; CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "overflow"); }
+    { auto p = fwd(); p.seq_len = 3; p.f.stride_t = max / 2 + 1; CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "f"); }
+    { auto p = fwd(); p.x.stride_b = std::numeric_limits<int64_t>::min(); CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "x"); }
+    { auto p = fwd(); p.h.stride_h = -max; p.h.stride_t = -max; CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "h"); }
+    { auto p = fwd(); p.h0 = {buf, max, 1}; CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "h0"); }
+    { auto p = fwd(); p.dtype = DType(7); CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "dtype"); }
+    { auto p = fwd(); p.dtype = DType(-1); CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "dtype"); }
+    { auto p = fwd(); p.h0 = {buf, 2, 1}; p.h0_dtype = DType::float64;
+      CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "h0_dtype"); }
+    { auto p = fwd(); p.dtype = DType::float64; p.h0 = {buf, 2, 1}; p.h0_dtype = DType::float32;
+      CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "h0_dtype"); }
+    { auto p = fwd(); p.dtype = DType::bfloat16; p.h0 = {buf, 2, 1}; p.h0_dtype = DType::float16;
+      CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "h0_dtype"); }
+    { auto p = fwd(); p.h0 = {buf, 2, 1}; p.h0_dtype = DType(42);
+      CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "h0_dtype"); }
+    // Zero elements: null pointers and any strides are fine, nothing is touched.
+    { auto p = fwd(); p.seq_len = 0; p.f = {}; p.x = {}; p.h = {nullptr, max, max, max};
+      CHECK_NOTHROW(forget_mult_forward(p)); }
+
+    { auto p = bwd(); p.seq_len = -1; CHECK_THROWS(forget_mult_backward(p), std::invalid_argument, "seq_len"); }
+    { auto p = bwd(); p.hidden = -1; CHECK_THROWS(forget_mult_backward(p), std::invalid_argument, "hidden"); }
+    { auto p = bwd(); p.h.data = nullptr; CHECK_THROWS(forget_mult_backward(p), std::invalid_argument, "h"); }
+    { auto p = bwd(); p.grad_h.data = nullptr; CHECK_THROWS(forget_mult_backward(p), std::invalid_argument, "grad_h"); }
+    { auto p = bwd(); p.grad_f.data = nullptr; CHECK_THROWS(forget_mult_backward(p), std::invalid_argument, "grad_f"); }
+    { auto p = bwd(); p.grad_x.data = nullptr; CHECK_THROWS(forget_mult_backward(p), std::invalid_argument, "grad_x"); }
+    { auto p = bwd(); p.grad_f.stride_t = max; CHECK_THROWS(forget_mult_backward(p), std::invalid_argument, "grad_f"); }
+    { auto p = bwd(); p.grad_h0 = {buf + 32, max, 1}; CHECK_THROWS(forget_mult_backward(p), std::invalid_argument, "grad_h0"); }
+    { auto p = bwd(); p.seq_len = big; p.batch = big; p.hidden = big;
+      CHECK_THROWS(forget_mult_backward(p), std::invalid_argument, "overflow"); }
+    { auto p = bwd(); p.dtype = DType::float64; p.grad_h0 = {buf + 32, 2, 1}; p.h0_dtype = DType::float32;
+      CHECK_THROWS(forget_mult_backward(p), std::invalid_argument, "h0_dtype"); }
+
+    // An empty sequence over a huge (batch, hidden) must return at once: nothing to write.
+    { auto p = bwd(); p.seq_len = 0; p.batch = int64_t(1) << 31; p.hidden = int64_t(1) << 31;
+      p.f = {}; p.x = {}; p.h = {}; p.grad_h = {}; p.grad_f = {}; p.grad_x = {};
+      CHECK_NOTHROW(forget_mult_backward(p));
+      p.batch = p.hidden = int64_t(1) << 32;  // batch * hidden overflows int64: still nothing to do
+      CHECK_NOTHROW(forget_mult_backward(p));
+      p.grad_h0 = {buf + 32, 1, 1};  // ...unless grad_h0 must be written
+      CHECK_THROWS(forget_mult_backward(p), std::invalid_argument, "overflow"); }
+
+    // The fixed entry points check the same way, including sizes whose products overflow.
+    CHECK_THROWS(qrnn::cpu::forget_mult(buf, buf, nullptr, buf + 8, -1, 2, 2), std::invalid_argument, "seq_len");
+    CHECK_THROWS(qrnn::cpu::forget_mult(nullptr, buf, nullptr, buf + 8, 2, 2, 2), std::invalid_argument, "f");
+    CHECK_THROWS(qrnn::cpu::forget_mult(buf, buf, nullptr, buf + 8, 1, int64_t(1) << 40, int64_t(1) << 40),
+                 std::invalid_argument, "overflow");
+    CHECK_THROWS(qrnn::cpu::forget_mult_backward(buf, buf, nullptr, buf, buf, buf + 8, buf + 16, nullptr, 1,
+                                                 int64_t(1) << 40, int64_t(1) << 40),
+                 std::invalid_argument, "overflow");
+}
+
+// ---- concurrency -------------------------------------------------------------------------
+// Several application threads call the kernels at once, each asking for a few pool threads;
+// every result must still be right (and ThreadSanitizer must see no race).
+void concurrent_callers() {
+    qrnn_test::Context ctx("concurrent callers");
+    const int64_t T = 12, B = 8, H = 1030;
+    const int n_callers = 4, calls_each = 3;
+    std::vector<Strided<float>> fs, xs;
+    std::vector<std::vector<double>> refs;
+    for (int c = 0; c < n_callers; ++c) {
+        fs.emplace_back(T, B, H, kTimeMajor);
+        xs.emplace_back(T, B, H, c % 2 ? kReversedBatchFirstGappy : kTimeMajor);
+        fs.back().fill_random(0.05, 0.95);
+        xs.back().fill_random(-2, 2);
+        refs.push_back(reference_forward<float, float>(fs.back(), xs.back(), nullptr));
+    }
+    std::atomic<int> wrong{0}, thrown{0};
+    std::vector<std::thread> threads;
+    for (int c = 0; c < n_callers; ++c)
+        threads.emplace_back([&, c] {
+            for (int k = 0; k < calls_each; ++k) {
+                std::vector<float> h(size_t(T * B * H), std::nanf(""));
+                qrnn::ForgetMultForwardParams p;
+                p.seq_len = T; p.batch = B; p.hidden = H;
+                p.f = fs[size_t(c)].cview3();
+                p.x = xs[size_t(c)].cview3();
+                p.h = {h.data(), B * H, H, 1};
+                try {
+                    qrnn::cpu::forget_mult_forward(p, 3);
+                } catch (...) {
+                    ++thrown;
+                }
+                for (size_t i = 0; i < h.size(); ++i)
+                    if (!(std::abs(h[i] - refs[size_t(c)][i]) <= 2e-5 + 2e-5 * std::abs(refs[size_t(c)][i]))) {
+                        ++wrong;
+                        break;
+                    }
+            }
+        });
+    for (auto& t : threads) t.join();
+    CHECK(thrown == 0);
+    CHECK(wrong == 0);
+}
+
+bool cpu_has(const std::string& isa) {
+#if defined(__x86_64__) || defined(_M_X64)
+    __builtin_cpu_init();
+    if (isa == "avx2") return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    if (isa == "avx512")
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+#endif
+    return isa == "generic";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    threaded_only = argc > 1 && std::string(argv[1]) == "--threaded-only";
+    const char* forced = std::getenv("QRNN_SIMD");
+    const std::string want = forced ? forced : "";
+    const std::string level = qrnn::cpu::simd_level();
+    CHECK(std::string(qrnn::build_info().simd) == level);
+    if (!want.empty() && level != want) {
+        if (!cpu_has(want)) {
+            std::printf("skipped: QRNN_SIMD=%s but this CPU lacks it (dispatches to %s)\n", want.c_str(), level.c_str());
+            return 77;
+        }
+        CHECK_MSG(false, "QRNN_SIMD=" + want + " was not honoured: the kernels use " + level);
+    }
+    const uint64_t seed = std::random_device{}();
+    rng.seed(seed);
+    std::printf("test_forget_mult: kernels %s, seed %llu\n", level.c_str(), (unsigned long long)seed);
+
+    all_dtypes();
+    if (!threaded_only) {
+        fixed_entry_points();
+        non_finite_inputs();
+        invalid_arguments();
+    }
+    concurrent_callers();
+    return qrnn_test::result("test_forget_mult");
+}
