@@ -218,6 +218,7 @@ def test_bad_data_and_checkpoints_give_one_line(tiny_data, tmp_path, capsys):
         (["--data", str(tmp_path / "missing.txt")], "no such file or folder"),
         (["--data", str(empty)], "is empty"),
         (["--data", str(tmp_path / "folder")], "folder has no train.txt/valid.txt/test.txt"),
+        (["--data", tiny_data, "--batch-size", "4096"], "validation split: 597 tokens are too few for --batch-size 4096"),
         (["--data", tiny_data, "--checkpoint-dir", run_dir], "already holds checkpoints"),
         (["--data", tiny_data, "--checkpoint-dir", run_dir, "--resume", "--hidden", "64"],
          "--hidden 64 conflicts with the checkpoint, trained with --hidden 32"),

@@ -172,6 +172,13 @@ def _settings(args, checkpoint) -> dict:
     return settings
 
 
+def _batches(split: str, ids, settings: dict, dist) -> BPTTBatches:
+    try:
+        return BPTTBatches(ids, settings["batch_size"], settings["bptt"], dist.rank, dist.world)
+    except DataError as err:
+        raise DataError(f"{split} split: {err}") from None
+
+
 def _format_record(record: dict, level: str) -> str:
     loss = record["valid_loss"]
     if loss is None:
@@ -254,9 +261,9 @@ def train_main(argv=None) -> int:
         # Token ids live on the training device: a batch is then a slice, not a copy.
         corpus.train, corpus.valid, corpus.test = (ids.to(dist.device) for ids in
                                                    (corpus.train, corpus.valid, corpus.test))
-        train_batches = BPTTBatches(corpus.train, settings["batch_size"], settings["bptt"], dist.rank, dist.world)
-        valid_batches = BPTTBatches(corpus.valid, settings["batch_size"], settings["bptt"], dist.rank, dist.world)
-        test_batches = BPTTBatches(corpus.test, settings["batch_size"], settings["bptt"], dist.rank, dist.world)
+        train_batches, valid_batches, test_batches = (
+            _batches(name, ids, settings, dist)
+            for name, ids in (("training", corpus.train), ("validation", corpus.valid), ("test", corpus.test)))
 
         seed_everything(settings["seed"] + dist.rank)  # distinct dropout masks per rank
         model_config = dict(vocab_size=len(corpus.vocab), emsize=settings["emsize"], hidden=settings["hidden"],
