@@ -95,7 +95,8 @@ def test_auto_precision_says_why():
     assert choose_precision("fp16", torch.device("cpu")) == ("fp16", "requested")
 
 
-def test_fp16_skipped_step_does_not_update_or_advance_the_schedule():
+@pytest.mark.parametrize("fused", [False, True], ids=["adam", "fused-adam"])
+def test_fp16_skipped_step_does_not_update_or_advance_the_schedule(fused):
     """An inf gradient on one step: that step is skipped (parameters equal a control run that
     leaves it out), counted, the scale backs off, and the LR schedule does not advance."""
     torch.manual_seed(0)
@@ -105,7 +106,7 @@ def test_fp16_skipped_step_does_not_update_or_advance_the_schedule():
     def make(precision, scaler):
         model = nn.Linear(8, 3)
         model.load_state_dict(initial.state_dict())
-        optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
+        optimizer = torch.optim.Adam(model.parameters(), lr=0.1, fused=fused)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 / (step + 1))
         return Trainer(model, optimizer, nn.functional.mse_loss, scheduler=scheduler, precision=precision,
                        grad_scaler=scaler, clip_norm=1.0, progress=False)

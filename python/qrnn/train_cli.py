@@ -107,6 +107,19 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def make_optimizer(name: str, params, lr: float, device: torch.device) -> torch.optim.Optimizer:
+    """Adam or SGD, fused (one kernel for all parameters: several times faster than the
+    per-parameter loop on a CPU) where this torch and device support it."""
+    cls = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD}[name]
+    params = list(params)
+    if device.type in ("cpu", "cuda"):
+        try:
+            return cls(params, lr=lr, fused=True)
+        except (RuntimeError, TypeError, ValueError):  # an older torch without this fused kernel
+            pass
+    return cls(params, lr=lr)
+
+
 def _run_dirs(root="runs"):
     if not os.path.isdir(root):
         return []
@@ -271,10 +284,7 @@ def train_main(argv=None) -> int:
         torch.manual_seed(settings["seed"])  # identical initial weights on every rank
         model = QRNNLanguageModel(**model_config)
         seed_everything(settings["seed"] + dist.rank)
-        if settings["optimizer"] == "adam":
-            optimizer = torch.optim.Adam(model.parameters(), lr=settings["lr"])
-        else:
-            optimizer = torch.optim.SGD(model.parameters(), lr=settings["lr"])
+        optimizer = make_optimizer(settings["optimizer"], model.parameters(), settings["lr"], dist.device)
         warmup = settings["warmup"]
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup))
         vocab_size = len(corpus.vocab)
