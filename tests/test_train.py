@@ -95,7 +95,8 @@ def test_auto_precision_says_why():
     assert choose_precision("fp16", torch.device("cpu")) == ("fp16", "requested")
 
 
-def test_fp16_skipped_step_does_not_update_or_advance_the_schedule():
+@pytest.mark.parametrize("fused", [False, True], ids=["adam", "fused-adam"])
+def test_fp16_skipped_step_does_not_update_or_advance_the_schedule(fused):
     """An inf gradient on one step: that step is skipped (parameters equal a control run that
     leaves it out), counted, the scale backs off, and the LR schedule does not advance."""
     torch.manual_seed(0)
@@ -105,7 +106,7 @@ def test_fp16_skipped_step_does_not_update_or_advance_the_schedule():
     def make(precision, scaler):
         model = nn.Linear(8, 3)
         model.load_state_dict(initial.state_dict())
-        optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
+        optimizer = torch.optim.Adam(model.parameters(), lr=0.1, fused=fused)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 / (step + 1))
         return Trainer(model, optimizer, nn.functional.mse_loss, scheduler=scheduler, precision=precision,
                        grad_scaler=scaler, clip_norm=1.0, progress=False)
@@ -218,6 +219,7 @@ def test_bad_data_and_checkpoints_give_one_line(tiny_data, tmp_path, capsys):
         (["--data", str(tmp_path / "missing.txt")], "no such file or folder"),
         (["--data", str(empty)], "is empty"),
         (["--data", str(tmp_path / "folder")], "folder has no train.txt/valid.txt/test.txt"),
+        (["--data", tiny_data, "--batch-size", "4096"], "validation split: 597 tokens are too few for --batch-size 4096"),
         (["--data", tiny_data, "--checkpoint-dir", run_dir], "already holds checkpoints"),
         (["--data", tiny_data, "--checkpoint-dir", run_dir, "--resume", "--hidden", "64"],
          "--hidden 64 conflicts with the checkpoint, trained with --hidden 32"),

@@ -36,11 +36,12 @@ def _describe(config: dict) -> str:
 def _trainer(device: str, precision: str, config: dict, **trainer_args):
     from qrnn.lm import QRNNLanguageModel
     from qrnn.train import Distributed, Trainer
+    from qrnn.train_cli import make_optimizer
 
     vocab = config["vocab"]
     torch.manual_seed(0)
     model = QRNNLanguageModel(vocab, emsize=config["emsize"], hidden=config["hidden"], layers=config["layers"])
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    optimizer = make_optimizer("adam", model.parameters(), 1e-3, torch.device(device))  # as qrnn-train does
 
     def loss_fn(logits, targets):
         return F.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1))
