@@ -61,6 +61,12 @@ struct ArgReader {
     qrnn::View2 mview2() { auto p = mptr(); auto sb = next(), sh = next(); return {p, sb, sh}; }
 };
 
+// Adds a null-terminated table of METH_FASTCALL functions to the module.
+void add_fastcall_functions(py::module_& m, PyMethodDef* table) {
+    for (PyMethodDef* def = table; def->ml_name; ++def)
+        m.add_object(def->ml_name, py::reinterpret_steal<py::object>(PyCFunction_NewEx(def, nullptr, m.ptr())));
+}
+
 // Runs `kernel` with the GIL released when the work is large, translating exceptions.
 template <typename Kernel>
 PyObject* run_kernel(int64_t work, Kernel&& kernel) {
@@ -85,51 +91,58 @@ int64_t work_of(int64_t T, int64_t B, int64_t H) {
     return (T > 0 && B > 0 && H > 0) ? T * B * H : 0;  // sizes are re-checked by the core
 }
 
-// forget_mult_forward(dtype, T, B, H, f[4], x[4], h0[3], h0_dtype, h[4], num_threads)
+// dtype, T, B, H, f[4], x[4], h0[3], h0_dtype, h[4]: the first 20 of
+// forget_mult_forward's (a view [n] is a pointer and its strides).
+qrnn::ForgetMultForwardParams read_forward(const int64_t* a) {
+    qrnn::ForgetMultForwardParams p;
+    ArgReader r{a};
+    p.dtype = r.dtype();
+    p.seq_len = r.next();
+    p.batch = r.next();
+    p.hidden = r.next();
+    p.f = r.cview3();
+    p.x = r.cview3();
+    p.h0 = r.cview2();
+    p.h0_dtype = r.dtype();
+    p.h = r.mview3();
+    return p;
+}
+
+// dtype, T, B, H, f[4], x[4], h[4], h0[3], h0_dtype, grad_h[4], grad_f[4], grad_x[4], grad_h0[3]:
+// the first 35 of forget_mult_backward's.
+qrnn::ForgetMultBackwardParams read_backward(const int64_t* a) {
+    qrnn::ForgetMultBackwardParams p;
+    ArgReader r{a};
+    p.dtype = r.dtype();
+    p.seq_len = r.next();
+    p.batch = r.next();
+    p.hidden = r.next();
+    p.f = r.cview3();
+    p.x = r.cview3();
+    p.h = r.cview3();
+    p.h0 = r.cview2();
+    p.h0_dtype = r.dtype();
+    p.grad_h = r.cview3();
+    p.grad_f = r.mview3();
+    p.grad_x = r.mview3();
+    p.grad_h0 = r.mview2();
+    return p;
+}
+
+// forget_mult_forward(<20 forward integers>, num_threads)
 PyObject* forget_mult_forward(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     int64_t a[21];
     if (!parse_ints("forget_mult_forward", args, nargs, a)) return nullptr;
-    qrnn::ForgetMultForwardParams p;
-    int num_threads = int(a[20]);
-    return run_kernel(work_of(a[1], a[2], a[3]), [&] {
-        ArgReader r{a};
-        p.dtype = r.dtype();
-        p.seq_len = r.next();
-        p.batch = r.next();
-        p.hidden = r.next();
-        p.f = r.cview3();
-        p.x = r.cview3();
-        p.h0 = r.cview2();
-        p.h0_dtype = r.dtype();
-        p.h = r.mview3();
-        qrnn::cpu::forget_mult_forward(p, num_threads);
-    });
+    return run_kernel(work_of(a[1], a[2], a[3]),
+                      [&] { qrnn::cpu::forget_mult_forward(read_forward(a), int(a[20])); });
 }
 
-// forget_mult_backward(dtype, T, B, H, f[4], x[4], h[4], h0[3], h0_dtype, grad_h[4],
-//                      grad_f[4], grad_x[4], grad_h0[3], num_threads)
+// forget_mult_backward(<35 backward integers>, num_threads)
 PyObject* forget_mult_backward(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     int64_t a[36];
     if (!parse_ints("forget_mult_backward", args, nargs, a)) return nullptr;
-    qrnn::ForgetMultBackwardParams p;
-    int num_threads = int(a[35]);
-    return run_kernel(work_of(a[1], a[2], a[3]), [&] {
-        ArgReader r{a};
-        p.dtype = r.dtype();
-        p.seq_len = r.next();
-        p.batch = r.next();
-        p.hidden = r.next();
-        p.f = r.cview3();
-        p.x = r.cview3();
-        p.h = r.cview3();
-        p.h0 = r.cview2();
-        p.h0_dtype = r.dtype();
-        p.grad_h = r.cview3();
-        p.grad_f = r.mview3();
-        p.grad_x = r.mview3();
-        p.grad_h0 = r.mview2();
-        qrnn::cpu::forget_mult_backward(p, num_threads);
-    });
+    return run_kernel(work_of(a[1], a[2], a[3]),
+                      [&] { qrnn::cpu::forget_mult_backward(read_backward(a), int(a[35])); });
 }
 
 PyMethodDef kernel_methods[] = {
@@ -369,8 +382,7 @@ PyMethodDef gates_methods[] = {
 };
 
 void bind_qrnn_gates(py::module_& m) {
-    for (PyMethodDef* def = gates_methods; def->ml_name; ++def)
-        m.add_object(def->ml_name, py::reinterpret_steal<py::object>(PyCFunction_NewEx(def, nullptr, m.ptr())));
+    add_fastcall_functions(m, gates_methods);
 }
 
 }  // namespace
@@ -391,42 +403,6 @@ qrnn::cuda::Schedule schedule_of(int64_t code) {
 void* stream_of(int64_t handle) { return reinterpret_cast<void*>(static_cast<uintptr_t>(handle)); }
 const void* cptr(uintptr_t p) { return reinterpret_cast<const void*>(p); }
 void* mptr(uintptr_t p) { return reinterpret_cast<void*>(p); }
-
-// dtype, T, B, H, f[4], x[4], h0[3], h0_dtype, h[4]: the first 20 of forget_mult_forward's.
-qrnn::ForgetMultForwardParams read_forward(const int64_t* a) {
-    qrnn::ForgetMultForwardParams p;
-    ArgReader r{a};
-    p.dtype = r.dtype();
-    p.seq_len = r.next();
-    p.batch = r.next();
-    p.hidden = r.next();
-    p.f = r.cview3();
-    p.x = r.cview3();
-    p.h0 = r.cview2();
-    p.h0_dtype = r.dtype();
-    p.h = r.mview3();
-    return p;
-}
-
-// The first 35 of forget_mult_backward's.
-qrnn::ForgetMultBackwardParams read_backward(const int64_t* a) {
-    qrnn::ForgetMultBackwardParams p;
-    ArgReader r{a};
-    p.dtype = r.dtype();
-    p.seq_len = r.next();
-    p.batch = r.next();
-    p.hidden = r.next();
-    p.f = r.cview3();
-    p.x = r.cview3();
-    p.h = r.cview3();
-    p.h0 = r.cview2();
-    p.h0_dtype = r.dtype();
-    p.grad_h = r.cview3();
-    p.grad_f = r.mview3();
-    p.grad_x = r.mview3();
-    p.grad_h0 = r.mview2();
-    return p;
-}
 
 // cuda_forget_mult_forward(<20 forward integers>, stream, schedule)
 PyObject* cuda_forget_mult_forward(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
@@ -487,8 +463,7 @@ PyMethodDef cuda_kernel_methods[] = {
 #undef QRNN_FASTCALL
 
 void bind_cuda(py::module_& m) {
-    for (PyMethodDef* def = cuda_kernel_methods; def->ml_name; ++def)
-        m.add_object(def->ml_name, py::reinterpret_steal<py::object>(PyCFunction_NewEx(def, nullptr, m.ptr())));
+    add_fastcall_functions(m, cuda_kernel_methods);
     // The original one-thread-per-column float32 design, for the GPU benchmark only.
     m.def("cuda_baseline_forget_mult_forward",
           [](uintptr_t f, uintptr_t x, uintptr_t h_with_h0, int64_t T, int64_t B, int64_t H, uintptr_t stream) {
@@ -514,8 +489,7 @@ void bind_cuda(py::module_& m) {
 PYBIND11_MODULE(_C, m) {
     m.doc() = "torch-free kernels of torch-qrnn (pointers and strides in, nothing allocated)";
 
-    for (PyMethodDef* def = kernel_methods; def->ml_name; ++def)
-        m.add_object(def->ml_name, py::reinterpret_steal<py::object>(PyCFunction_NewEx(def, nullptr, m.ptr())));
+    add_fastcall_functions(m, kernel_methods);
 
     m.def("build_info", [] {
         const qrnn::BuildInfo info = qrnn::build_info();
