@@ -101,4 +101,19 @@ template <typename T>
 constexpr bool is_16bit = std::is_same_v<T, bfloat16> || std::is_same_v<T, float16>;
 
 
+// float -> IEEE half bits, the same rounding as from_float<float16> (nearest even,
+// overflow to Inf, subnormals kept, NaN quiet) but with selects instead of branches,
+// so that loops storing half vectorise (where F16C is not built in).
+inline float16 to_half(float v) {
+    const uint32_t bits = float_to_bits(v);
+    const uint32_t sign = (bits >> 16) & 0x8000u;
+    const uint32_t u = bits & 0x7fffffffu;
+    const uint32_t normal = (u + (uint32_t(15 - 127) << 23) + 0xfffu + ((u >> 13) & 1u)) >> 13;
+    const uint32_t subnormal = float_to_bits(bits_to_float(u) + 0.5f) - float_to_bits(0.5f);
+    uint32_t out = u < 0x38800000u ? subnormal : normal;
+    out = u >= 0x477ff000u ? 0x7c00u : out;
+    out = u > 0x7f800000u ? 0x7e00u : out;
+    return float16{uint16_t(out | sign)};
+}
+
 }  // namespace qrnn::cpu::QRNN_ISA

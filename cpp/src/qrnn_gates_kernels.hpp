@@ -37,12 +37,24 @@ constexpr int64_t kChunkUnits = 16384;
 
 template <typename T, typename M>
 inline void widen(const T* __restrict__ src, int64_t stride, int64_t n, M* __restrict__ dst) {
+    if constexpr (is_16bit<T>) {
+        if (stride == 1) return row_to_float(src, dst, n);  // F16C for half where built with it
+    }
     for (int64_t j = 0; j < n; ++j) dst[j] = load<T, M>(src, j, stride);
 }
 
 template <typename T, typename M>
 inline void narrow(const M* __restrict__ src, int64_t n, T* __restrict__ dst, int64_t stride) {
     for (int64_t j = 0; j < n; ++j) store<T, M>(dst, j, stride, src[j]);
+}
+
+template <>
+inline void narrow<float16, float>(const float* __restrict__ src, int64_t n, float16* __restrict__ dst,
+                                   int64_t stride) {
+#if defined(__F16C__)
+    if (stride == 1) return row_from_float(src, dst, n);
+#endif
+    for (int64_t j = 0; j < n; ++j) dst[j * stride] = to_half(src[j]);
 }
 
 template <typename T>
@@ -286,7 +298,11 @@ void gates_backward_items(const QrnnGatesBackwardParams& p, int64_t begin, int64
                 } else {
                     backward_math<M, OutputGate>(z.data, f.data, o.data, 1, keep.data, 1, scale, cprev.data, 1,
                                                  dh.data, 1, grad, s.row(6), s.row(7), s.row(8), 1, n);
-                    for (int gate = 0; gate < n_gates; ++gate) narrow(s.row(6 + gate), n, dg + gate * dgs, sdg);
+                    // One call per gate, not a loop: GCC would try the gate loop as the
+                    // vectorised one and leave the conversions scalar.
+                    narrow(s.row(6), n, dg, sdg);
+                    narrow(s.row(7), n, dg + dgs, sdg);
+                    if constexpr (OutputGate) narrow(s.row(8), n, dg + 2 * dgs, sdg);
                 }
             }
         }

@@ -10,7 +10,6 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <array>
 #include <cstdint>
 #include <optional>
 #include <stdexcept>
@@ -19,6 +18,7 @@
 #include "qrnn/build_info.hpp"
 #include "qrnn/checkpoint.hpp"
 #include "qrnn/forget_mult.hpp"
+#include "qrnn/forget_mult_cuda.hpp"
 #include "qrnn/qrnn_gates.hpp"
 
 namespace py = pybind11;
@@ -143,21 +143,6 @@ PyMethodDef kernel_methods[] = {
      "grad_h0[3], num_threads): CPU ForgetMult backward; each [n] is a pointer and its strides"},
     {nullptr, nullptr, 0, nullptr},
 };
-
-// ---- Fused QRNN gates (layers) ---------------------------------------------------
-using Strides3 = std::array<int64_t, 3>;  // element strides in (time, batch, hidden) order
-using Strides2 = std::array<int64_t, 2>;  // (batch, hidden)
-const void* cptr(uintptr_t p) { return reinterpret_cast<const void*>(p); }
-void* mptr(uintptr_t p) { return reinterpret_cast<void*>(p); }
-qrnn::ConstView3 cview(uintptr_t p, const Strides3& s) { return {cptr(p), s[0], s[1], s[2]}; }
-qrnn::View3 mview(uintptr_t p, const Strides3& s) { return {mptr(p), s[0], s[1], s[2]}; }
-qrnn::ConstView2 cview2(uintptr_t p, const Strides2& s) { return {cptr(p), s[0], s[1]}; }
-qrnn::View2 mview2(uintptr_t p, const Strides2& s) { return {mptr(p), s[0], s[1]}; }
-const int64_t* lengths_ptr(uintptr_t p) { return reinterpret_cast<const int64_t*>(p); }
-qrnn::DType to_dtype(int code) {
-    if (code < 0 || code > 3) throw std::invalid_argument("dtype code must be 0..3, got " + std::to_string(code));
-    return static_cast<qrnn::DType>(code);
-}
 
 }  // namespace
 
@@ -290,6 +275,242 @@ void bind_checkpoint(py::module_& m) {
 }  // namespace
 // ==== end of checkpoint writer ======================================================
 
+// ==== Fused QRNN gates (layers): see <qrnn/qrnn_gates.hpp> =============================
+// Fast-call entry points like ForgetMult's: forget_scale (a float) first, then integers.
+
+namespace {
+
+// Reads a float then exactly N integers; false (with a Python error set) otherwise.
+template <size_t N>
+bool parse_scale_and_ints(const char* fn, PyObject* const* args, Py_ssize_t nargs, double& scale,
+                          int64_t (&out)[N]) {
+    if (nargs != Py_ssize_t(N + 1)) {
+        PyErr_Format(PyExc_TypeError, "%s takes a float and %d integer arguments, got %zd arguments", fn, int(N),
+                     nargs);
+        return false;
+    }
+    scale = PyFloat_AsDouble(args[0]);
+    if (scale == -1.0 && PyErr_Occurred()) return false;
+    return parse_ints(fn, args + 1, nargs - 1, out);
+}
+
+// The fields both directions share, in argument order:
+// dtype, T, B, H, output_gate, gates[4], gate_stride, mask[4], c0[3], c0_dtype, lengths[2], reverse
+template <typename Params>
+void read_gates_common(ArgReader& r, double scale, Params& p) {
+    p.dtype = r.dtype();
+    p.seq_len = r.next();
+    p.batch = r.next();
+    p.hidden = r.next();
+    p.output_gate = r.next() != 0;
+    p.gates = r.cview3();
+    p.gate_stride = r.next();
+    p.forget_mask = r.cview3();
+    p.forget_scale = scale;
+    p.c0 = r.cview2();
+    p.c0_dtype = r.dtype();
+    p.lengths = static_cast<const int64_t*>(r.cptr());
+    p.lengths_stride = r.next();
+    p.reverse = r.next() != 0;
+}
+
+// qrnn_gates_forward(forget_scale, <common>, output[4], states[4], c_n[3], c_n_dtype, num_threads)
+PyObject* qrnn_gates_forward(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+    double scale;
+    int64_t a[34];
+    if (!parse_scale_and_ints("qrnn_gates_forward", args, nargs, scale, a)) return nullptr;
+    qrnn::QrnnGatesForwardParams p;
+    const int num_threads = int(a[33]);
+    return run_kernel(work_of(a[1], a[2], a[3]), [&] {
+        ArgReader r{a};
+        read_gates_common(r, scale, p);
+        p.output = r.mview3();
+        p.states = r.mview3();
+        p.c_n = r.mview2();
+        p.c_n_dtype = r.dtype();
+        qrnn::cpu::qrnn_gates_forward(p, num_threads);
+    });
+}
+
+// qrnn_gates_backward(forget_scale, <common>, states[4], grad_output[4], grad_c_n[3], c_n_dtype,
+//                     grad_gates[4], grad_gate_stride, grad_c0[3], num_threads)
+PyObject* qrnn_gates_backward(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+    double scale;
+    int64_t a[42];
+    if (!parse_scale_and_ints("qrnn_gates_backward", args, nargs, scale, a)) return nullptr;
+    qrnn::QrnnGatesBackwardParams p;
+    const int num_threads = int(a[41]);
+    return run_kernel(work_of(a[1], a[2], a[3]), [&] {
+        ArgReader r{a};
+        read_gates_common(r, scale, p);
+        p.states = r.cview3();
+        p.grad_output = r.cview3();
+        p.grad_c_n = r.cview2();
+        p.c_n_dtype = r.dtype();
+        p.grad_gates = r.mview3();
+        p.grad_gate_stride = r.next();
+        p.grad_c0 = r.mview2();
+        qrnn::cpu::qrnn_gates_backward(p, num_threads);
+    });
+}
+
+PyMethodDef gates_methods[] = {
+    {"qrnn_gates_forward", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(qrnn_gates_forward)),
+     METH_FASTCALL,
+     "qrnn_gates_forward(forget_scale, dtype, T, B, H, output_gate, gates[4], gate_stride, mask[4], c0[3], "
+     "c0_dtype, lengths_ptr, lengths_stride, reverse, output[4], states[4], c_n[3], c_n_dtype, num_threads): "
+     "fused QRNN gates forward on the CPU; each [n] is a pointer (0: absent) and its strides"},
+    {"qrnn_gates_backward", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(qrnn_gates_backward)),
+     METH_FASTCALL,
+     "qrnn_gates_backward(forget_scale, dtype, T, B, H, output_gate, gates[4], gate_stride, mask[4], c0[3], "
+     "c0_dtype, lengths_ptr, lengths_stride, reverse, states[4], grad_output[4], grad_c_n[3], c_n_dtype, "
+     "grad_gates[4], grad_gate_stride, grad_c0[3], num_threads): fused QRNN gates backward on the CPU"},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+void bind_qrnn_gates(py::module_& m) {
+    for (PyMethodDef* def = gates_methods; def->ml_name; ++def)
+        m.add_object(def->ml_name, py::reinterpret_steal<py::object>(PyCFunction_NewEx(def, nullptr, m.ptr())));
+}
+
+}  // namespace
+// ==== end of fused QRNN gates =======================================================
+
+// ==== CUDA kernels (qrnn.ops_cuda) ==================================================
+// Built when the library has them. The launchers take the CPU entry points' integers
+// with the stream (a cudaStream_t as an integer, read by Python on every call) and the
+// schedule in place of num_threads. A launch only queues work, so the GIL stays held.
+#if defined(QRNN_WITH_CUDA)
+namespace {
+
+qrnn::cuda::Schedule schedule_of(int64_t code) {
+    if (code < 0 || code > 2) throw std::invalid_argument("schedule must be 0..2, got " + std::to_string(code));
+    return static_cast<qrnn::cuda::Schedule>(code);
+}
+
+void* stream_of(int64_t handle) { return reinterpret_cast<void*>(static_cast<uintptr_t>(handle)); }
+const void* cptr(uintptr_t p) { return reinterpret_cast<const void*>(p); }
+void* mptr(uintptr_t p) { return reinterpret_cast<void*>(p); }
+
+// dtype, T, B, H, f[4], x[4], h0[3], h0_dtype, h[4]: the first 20 of forget_mult_forward's.
+qrnn::ForgetMultForwardParams read_forward(const int64_t* a) {
+    qrnn::ForgetMultForwardParams p;
+    ArgReader r{a};
+    p.dtype = r.dtype();
+    p.seq_len = r.next();
+    p.batch = r.next();
+    p.hidden = r.next();
+    p.f = r.cview3();
+    p.x = r.cview3();
+    p.h0 = r.cview2();
+    p.h0_dtype = r.dtype();
+    p.h = r.mview3();
+    return p;
+}
+
+// The first 35 of forget_mult_backward's.
+qrnn::ForgetMultBackwardParams read_backward(const int64_t* a) {
+    qrnn::ForgetMultBackwardParams p;
+    ArgReader r{a};
+    p.dtype = r.dtype();
+    p.seq_len = r.next();
+    p.batch = r.next();
+    p.hidden = r.next();
+    p.f = r.cview3();
+    p.x = r.cview3();
+    p.h = r.cview3();
+    p.h0 = r.cview2();
+    p.h0_dtype = r.dtype();
+    p.grad_h = r.cview3();
+    p.grad_f = r.mview3();
+    p.grad_x = r.mview3();
+    p.grad_h0 = r.mview2();
+    return p;
+}
+
+// cuda_forget_mult_forward(<20 forward integers>, stream, schedule)
+PyObject* cuda_forget_mult_forward(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+    int64_t a[22];
+    if (!parse_ints("cuda_forget_mult_forward", args, nargs, a)) return nullptr;
+    return run_kernel(0, [&] { qrnn::cuda::forget_mult_forward(read_forward(a), stream_of(a[20]), schedule_of(a[21])); });
+}
+
+// cuda_forget_mult_backward(<35 backward integers>, stream, schedule)
+PyObject* cuda_forget_mult_backward(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+    int64_t a[37];
+    if (!parse_ints("cuda_forget_mult_backward", args, nargs, a)) return nullptr;
+    return run_kernel(0, [&] {
+        qrnn::cuda::forget_mult_backward(read_backward(a), stream_of(a[35]), schedule_of(a[36]));
+    });
+}
+
+template <typename Plan>
+PyObject* plan_tuple(Plan&& plan) {
+    try {
+        const qrnn::cuda::LaunchPlan p = plan();
+        return Py_BuildValue("(ii)", p.vector_width, p.chunks);
+    } catch (const std::invalid_argument& e) {
+        PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const std::exception& e) {
+        PyErr_SetString(PyExc_RuntimeError, e.what());
+    }
+    return nullptr;
+}
+
+// cuda_forget_mult_forward_plan(<20 forward integers>, schedule) -> (vector_width, chunks)
+PyObject* cuda_forget_mult_forward_plan(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+    int64_t a[21];
+    if (!parse_ints("cuda_forget_mult_forward_plan", args, nargs, a)) return nullptr;
+    return plan_tuple([&] { return qrnn::cuda::forget_mult_forward_plan(read_forward(a), schedule_of(a[20])); });
+}
+
+// cuda_forget_mult_backward_plan(<35 backward integers>, schedule) -> (vector_width, chunks)
+PyObject* cuda_forget_mult_backward_plan(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+    int64_t a[36];
+    if (!parse_ints("cuda_forget_mult_backward_plan", args, nargs, a)) return nullptr;
+    return plan_tuple([&] { return qrnn::cuda::forget_mult_backward_plan(read_backward(a), schedule_of(a[35])); });
+}
+
+#define QRNN_FASTCALL(fn) reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(fn)), METH_FASTCALL
+PyMethodDef cuda_kernel_methods[] = {
+    {"cuda_forget_mult_forward", QRNN_FASTCALL(cuda_forget_mult_forward),
+     "cuda_forget_mult_forward(<forget_mult_forward's integers but num_threads>, stream, schedule): launch the "
+     "CUDA forward on stream (a cudaStream_t) of the current device; schedule 0 auto, 1 serial, 2 chunked"},
+    {"cuda_forget_mult_backward", QRNN_FASTCALL(cuda_forget_mult_backward),
+     "cuda_forget_mult_backward(<forget_mult_backward's integers but num_threads>, stream, schedule)"},
+    {"cuda_forget_mult_forward_plan", QRNN_FASTCALL(cuda_forget_mult_forward_plan),
+     "cuda_forget_mult_forward_plan(<forward integers>, schedule) -> (vector_width, chunks), host-only"},
+    {"cuda_forget_mult_backward_plan", QRNN_FASTCALL(cuda_forget_mult_backward_plan),
+     "cuda_forget_mult_backward_plan(<backward integers>, schedule) -> (vector_width, chunks), host-only"},
+    {nullptr, nullptr, 0, nullptr},
+};
+#undef QRNN_FASTCALL
+
+void bind_cuda(py::module_& m) {
+    for (PyMethodDef* def = cuda_kernel_methods; def->ml_name; ++def)
+        m.add_object(def->ml_name, py::reinterpret_steal<py::object>(PyCFunction_NewEx(def, nullptr, m.ptr())));
+    // The original one-thread-per-column float32 design, for the GPU benchmark only.
+    m.def("cuda_baseline_forget_mult_forward",
+          [](uintptr_t f, uintptr_t x, uintptr_t h_with_h0, int64_t T, int64_t B, int64_t H, uintptr_t stream) {
+              qrnn::cuda::bench::baseline_forget_mult_forward(
+                  static_cast<const float*>(cptr(f)), static_cast<const float*>(cptr(x)),
+                  static_cast<float*>(mptr(h_with_h0)), T, B, H, mptr(stream));
+          });
+    m.def("cuda_baseline_forget_mult_backward",
+          [](uintptr_t f, uintptr_t x, uintptr_t h_with_h0, uintptr_t grad_h, uintptr_t grad_f, uintptr_t grad_x,
+             uintptr_t grad_h0, int64_t T, int64_t B, int64_t H, uintptr_t stream) {
+              qrnn::cuda::bench::baseline_forget_mult_backward(
+                  static_cast<const float*>(cptr(f)), static_cast<const float*>(cptr(x)),
+                  static_cast<const float*>(cptr(h_with_h0)), static_cast<const float*>(cptr(grad_h)),
+                  static_cast<float*>(mptr(grad_f)), static_cast<float*>(mptr(grad_x)),
+                  static_cast<float*>(mptr(grad_h0)), T, B, H, mptr(stream));
+          });
+}
+
+}  // namespace
+#endif  // QRNN_WITH_CUDA
+// ==== end of CUDA kernels ===========================================================
+
 PYBIND11_MODULE(_C, m) {
     m.doc() = "torch-free kernels of torch-qrnn (pointers and strides in, nothing allocated)";
 
@@ -309,67 +530,8 @@ PYBIND11_MODULE(_C, m) {
     });
 
     bind_checkpoint(m);  // qrnn.checkpoint
-
-    // ---- Fused QRNN gates (layers): see cpp/include/qrnn/qrnn_gates.hpp --------------
-    m.def("qrnn_gates_forward",
-          [](int dtype, int64_t T, int64_t B, int64_t H, bool output_gate, uintptr_t gates, const Strides3& sg,
-             int64_t gate_stride, uintptr_t mask, const Strides3& sm, double forget_scale, uintptr_t c0,
-             const Strides2& sc0, int c0_dtype, uintptr_t lengths, int64_t lengths_stride, bool reverse,
-             uintptr_t output, const Strides3& so, uintptr_t states, const Strides3& ss, uintptr_t c_n,
-             const Strides2& scn, int c_n_dtype, int num_threads) {
-              qrnn::QrnnGatesForwardParams p;
-              p.seq_len = T;
-              p.batch = B;
-              p.hidden = H;
-              p.dtype = to_dtype(dtype);
-              p.output_gate = output_gate;
-              p.gates = cview(gates, sg);
-              p.gate_stride = gate_stride;
-              p.forget_mask = cview(mask, sm);
-              p.forget_scale = forget_scale;
-              p.c0 = cview2(c0, sc0);
-              p.c0_dtype = to_dtype(c0_dtype);
-              p.lengths = lengths_ptr(lengths);
-              p.lengths_stride = lengths_stride;
-              p.reverse = reverse;
-              p.output = mview(output, so);
-              p.states = mview(states, ss);
-              p.c_n = mview2(c_n, scn);
-              p.c_n_dtype = to_dtype(c_n_dtype);
-              py::gil_scoped_release release;
-              qrnn::cpu::qrnn_gates_forward(p, num_threads);
-          });
-
-    m.def("qrnn_gates_backward",
-          [](int dtype, int64_t T, int64_t B, int64_t H, bool output_gate, uintptr_t gates, const Strides3& sg,
-             int64_t gate_stride, uintptr_t mask, const Strides3& sm, double forget_scale, uintptr_t c0,
-             const Strides2& sc0, int c0_dtype, uintptr_t lengths, int64_t lengths_stride, bool reverse,
-             uintptr_t states, const Strides3& ss, uintptr_t grad_output, const Strides3& sgo, uintptr_t grad_c_n,
-             const Strides2& sgcn, int c_n_dtype, uintptr_t grad_gates, const Strides3& sgg,
-             int64_t grad_gate_stride, uintptr_t grad_c0, const Strides2& sgc0, int num_threads) {
-              qrnn::QrnnGatesBackwardParams p;
-              p.seq_len = T;
-              p.batch = B;
-              p.hidden = H;
-              p.dtype = to_dtype(dtype);
-              p.output_gate = output_gate;
-              p.gates = cview(gates, sg);
-              p.gate_stride = gate_stride;
-              p.forget_mask = cview(mask, sm);
-              p.forget_scale = forget_scale;
-              p.c0 = cview2(c0, sc0);
-              p.c0_dtype = to_dtype(c0_dtype);
-              p.lengths = lengths_ptr(lengths);
-              p.lengths_stride = lengths_stride;
-              p.reverse = reverse;
-              p.states = cview(states, ss);
-              p.grad_output = cview(grad_output, sgo);
-              p.grad_c_n = cview2(grad_c_n, sgcn);
-              p.c_n_dtype = to_dtype(c_n_dtype);
-              p.grad_gates = mview(grad_gates, sgg);
-              p.grad_gate_stride = grad_gate_stride;
-              p.grad_c0 = mview2(grad_c0, sgc0);
-              py::gil_scoped_release release;
-              qrnn::cpu::qrnn_gates_backward(p, num_threads);
-          });
+    bind_qrnn_gates(m);  // qrnn.qrnn_gates (layers)
+#if defined(QRNN_WITH_CUDA)
+    bind_cuda(m);  // qrnn.ops_cuda
+#endif
 }

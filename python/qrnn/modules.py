@@ -80,9 +80,9 @@ def _window_inputs(x: Tensor, x_tail: Optional[Tensor], window: int, lengths: Op
     pad_shape = list(x.shape)
     pad_shape[time_dim] = window - 1
     if reverse:
-        if lengths is not None:  # inputs past a sequence's end are not part of it
-            steps = torch.arange(T, device=x.device).unsqueeze(1) < lengths.unsqueeze(0)  # (T, B)
-            x = x * (steps.t() if time_dim == 1 else steps).unsqueeze(-1).to(x.dtype)
+        if lengths is not None:  # inputs past a sequence's end are not part of it (even NaN)
+            padding = torch.arange(T, device=x.device).unsqueeze(1) >= lengths.unsqueeze(0)  # (T, B)
+            x = x.masked_fill((padding.t() if time_dim == 1 else padding).unsqueeze(-1), 0)
         padded = torch.cat([x, x.new_zeros(pad_shape)], time_dim)
         parts = [padded.narrow(time_dim, j, T) for j in range(window)]
         return torch.cat(parts, -1), None

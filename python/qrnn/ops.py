@@ -205,10 +205,10 @@ def _plain(t: Optional[Tensor], grad_enabled: bool) -> bool:
     return t is None or (type(t) is Tensor and not (grad_enabled and t.requires_grad))
 
 
-def _any_negative_bit(f: Tensor, x: Tensor, h0: Optional[Tensor]) -> bool:
+def _any_negative_bit(a: Tensor, b: Optional[Tensor], c: Optional[Tensor]) -> bool:
     # A negative-bit view (e.g. complex.conj().imag) stores -values: the dispatcher resolves
     # it on the op path, the raw pointer of the direct path would not.
-    return f.is_neg() or x.is_neg() or (h0 is not None and h0.is_neg())
+    return a.is_neg() or (b is not None and b.is_neg()) or (c is not None and c.is_neg())
 
 
 def forget_mult(f: Tensor, x: Tensor, h0: Optional[Tensor] = None, *, batch_first: bool = False) -> Tensor:
@@ -346,89 +346,59 @@ def check_qrnn_gates_backward_args(grad_output, grad_c_n, gates, states, c0, for
             raise ValueError(f"qrnn_gates_backward: {name} must be on gates' device {gates.device}, got {t.device}")
 
 
-# Argument helpers of the gate kernels' pybind11 bindings (strides passed as tuples).
-_NO_STRIDES2 = (0, 0)
+_NO_VIEW3 = (0, 0, 0, 0)  # pointer 0: absent
 
 
-def _strides3(t: Tensor, batch_first: bool) -> tuple:
+def _view3(t: Optional[Tensor], batch_first: bool) -> tuple:
+    """(pointer, stride_t, stride_b, stride_h) of an optional 3-D tensor, in the kernel's
+    time-major order (strides reordered: cheaper than a transposed view per call)."""
+    if t is None or t.numel() == 0:
+        return _NO_VIEW3
     s = t.stride()
-    return (s[1], s[0], s[2]) if batch_first else s
+    return (t.data_ptr(), s[1], s[0], s[2]) if batch_first else (t.data_ptr(), *s)
 
 
-def _direct_call_ok(*tensors) -> bool:
-    """True when no autograd, tracing, subclass or mode needs to see this call, and no
-    tensor is a negative-bit view (which only the dispatcher resolves)."""
-    grad = torch.is_grad_enabled()
-    return (all(_plain(t, grad) and (t is None or not t.is_neg()) for t in tensors)
-            and _nothing_to_trace())
-
-
-def _gates_sizes(gates: Tensor, output_gate: bool, batch_first: bool) -> tuple:
-    T, B = (gates.shape[1], gates.shape[0]) if batch_first else (gates.shape[0], gates.shape[1])
-    return T, B, gates.shape[-1] // _gate_count(output_gate)
-
-
-def _view_args(t: Optional[Tensor], batch_first: bool) -> tuple:
-    """(pointer, strides) of an optional 3-D tensor, null when absent."""
-    if t is None or t.numel() == 0:
-        return 0, (0, 0, 0)
-    return t.data_ptr(), _strides3(t, batch_first)
-
-
-def _state_args(t: Optional[Tensor], default_code: int) -> tuple:
-    if t is None or t.numel() == 0:
-        return 0, _NO_STRIDES2, default_code
-    return t.data_ptr(), t.stride(), _DTYPE_CODES[t.dtype]
-
-
-def _lengths_args(lengths: Optional[Tensor]) -> tuple:
-    return (0, 1) if lengths is None else (lengths.data_ptr(), lengths.stride(0))
+def _gates_common_args(gates, hidden, forget_mask, c0, lengths, output_gate, batch_first, reverse) -> tuple:
+    """The arguments both kernels take after forget_scale."""
+    code = _DTYPE_CODES[gates.dtype]
+    shape = gates.shape
+    T, B = (shape[1], shape[0]) if batch_first else (shape[0], shape[1])
+    return (code, T, B, hidden, int(output_gate), *_view3(gates, batch_first), hidden * gates.stride(2),
+            *_view3(forget_mask, batch_first), *_view2(c0), code if c0 is None else _DTYPE_CODES[c0.dtype],
+            *((0, 1) if lengths is None else (lengths.data_ptr(), lengths.stride(0))), int(reverse))
 
 
 def _qrnn_gates_forward_cpu(gates, c0, forget_mask, lengths, forget_scale, output_gate, batch_first, reverse,
                             need_states=True):
-    T, B, H = _gates_sizes(gates, output_gate, batch_first)
-    out_shape = tuple(gates.shape[:-1]) + (H,)
-    output = torch.empty(out_shape, dtype=gates.dtype)
+    shape = gates.shape
+    hidden = shape[2] // (3 if output_gate else 2)
+    dtype = gates.dtype
+    output = gates.new_empty((shape[0], shape[1], hidden))  # new_empty: gates' device even if the default moved
     # The backward needs every c[t]; without an output gate that is the output itself.
-    states = torch.empty(out_shape, dtype=gates.dtype) if (output_gate and need_states) else gates.new_empty(0)
-    code = _DTYPE_CODES[gates.dtype]
-    state_dtype = _state_dtype(gates.dtype)
-    c_n = torch.empty((B, H), dtype=state_dtype)
+    states = gates.new_empty((shape[0], shape[1], hidden)) if (output_gate and need_states) else None
+    state_dtype = torch.float32 if dtype in _HALF_DTYPES else dtype
+    c_n = gates.new_empty((shape[0] if batch_first else shape[1], hidden), dtype=state_dtype)
     _C.qrnn_gates_forward(
-        code, T, B, H, output_gate,
-        gates.data_ptr(), _strides3(gates, batch_first), H * gates.stride(-1),
-        *_view_args(forget_mask, batch_first), float(forget_scale),
-        *_state_args(c0, code),
-        *_lengths_args(lengths), reverse,
-        output.data_ptr(), _strides3(output, batch_first),
-        *_view_args(states, batch_first),
-        c_n.data_ptr(), c_n.stride(), _DTYPE_CODES[state_dtype],
+        float(forget_scale), *_gates_common_args(gates, hidden, forget_mask, c0, lengths, output_gate, batch_first,
+                                                 reverse),
+        *_view3(output, batch_first), *_view3(states, batch_first), *_view2(c_n), _DTYPE_CODES[state_dtype],
         torch.get_num_threads(),
     )
-    return output, c_n, states
+    return output, c_n, (states if states is not None else gates.new_empty(0))
 
 
 def _qrnn_gates_backward_cpu(grad_output, grad_c_n, gates, states, c0, forget_mask, lengths, forget_scale,
                              output_gate, batch_first, reverse):
-    T, B, H = _gates_sizes(gates, output_gate, batch_first)
-    grad_gates = torch.empty(gates.shape, dtype=gates.dtype)
-    grad_c0 = torch.empty(c0.shape, dtype=c0.dtype) if c0 is not None else gates.new_empty(0)
-    code = _DTYPE_CODES[gates.dtype]
-    c0_ptr, c0_strides, c0_code = _state_args(c0, code)
-    gcn_ptr, gcn_strides, gcn_code = _state_args(grad_c_n, _DTYPE_CODES[_state_dtype(gates.dtype)])
+    hidden = gates.shape[2] // (3 if output_gate else 2)
+    grad_gates = _empty_contiguous(gates)
+    grad_c0 = _empty_contiguous(c0) if c0 is not None else gates.new_empty(0)
     _C.qrnn_gates_backward(
-        code, T, B, H, output_gate,
-        gates.data_ptr(), _strides3(gates, batch_first), H * gates.stride(-1),
-        *_view_args(forget_mask, batch_first), float(forget_scale),
-        c0_ptr, c0_strides, c0_code,
-        *_lengths_args(lengths), reverse,
-        states.data_ptr(), _strides3(states, batch_first),
-        *_view_args(grad_output, batch_first),
-        gcn_ptr, gcn_strides, gcn_code,
-        grad_gates.data_ptr(), _strides3(grad_gates, batch_first), H * grad_gates.stride(-1),
-        *_state_args(grad_c0, code)[:2],
-        torch.get_num_threads(),
+        float(forget_scale), *_gates_common_args(gates, hidden, forget_mask, c0, lengths, output_gate, batch_first,
+                                                 reverse),
+        *_view3(states, batch_first), *_view3(grad_output, batch_first),
+        *_view2(grad_c_n), _DTYPE_CODES[_state_dtype(gates.dtype)],
+        *_view3(grad_gates, batch_first), hidden * grad_gates.stride(2),
+        *_view2(grad_c0 if c0 is not None else None), torch.get_num_threads(),
     )
     return grad_gates, grad_c0
 
@@ -440,8 +410,9 @@ QRNN_GATES_BACKWARD_KERNELS = {"cpu": _qrnn_gates_backward_cpu}
 
 
 def has_fused_qrnn_gates(device) -> bool:
-    """Whether ``device`` (a torch.device or its type name) has a fused gate kernel."""
-    return getattr(device, "type", device) in QRNN_GATES_FORWARD_KERNELS
+    """Whether ``device`` (a torch.device or its type name) has the fused gate kernels."""
+    kind = getattr(device, "type", device)
+    return kind in QRNN_GATES_FORWARD_KERNELS and kind in QRNN_GATES_BACKWARD_KERNELS
 
 
 @torch.library.custom_op("qrnn::qrnn_gates", mutates_args=())
@@ -515,7 +486,7 @@ def qrnn_gates_unfused(gates: Tensor, c0: Optional[Tensor] = None, *, output_gat
     Same arguments and results (its 16-bit ``c_n`` passes through the 16-bit sequence)."""
     hidden = check_qrnn_gates_args(gates, c0, forget_mask, forget_scale, lengths, output_gate, batch_first)
     time_dim = 1 if batch_first else 0
-    T, B, H = _gates_sizes(gates, output_gate, batch_first)
+    T, B, H = gates.shape[time_dim], gates.shape[1 - time_dim], hidden
     z = torch.tanh(gates[..., :hidden])
     f = torch.sigmoid(gates[..., hidden:2 * hidden])
     if forget_mask is not None:
@@ -597,10 +568,17 @@ def qrnn_gates(gates: Tensor, c0: Optional[Tensor] = None, *, output_gate: bool 
         return qrnn_gates_unfused(gates, c0, output_gate=output_gate, forget_mask=forget_mask,
                                   forget_scale=forget_scale, lengths=lengths, batch_first=batch_first,
                                   reverse=reverse)
-    if _direct_call_ok(gates, c0, forget_mask):
+    grad = torch.is_grad_enabled()
+    if (type(gates) is Tensor and not (grad and gates.requires_grad) and _plain(c0, grad)
+            and _plain(forget_mask, grad) and _nothing_to_trace() and not _any_negative_bit(gates, c0, forget_mask)):
+        # Nothing to differentiate or trace: call the kernel directly (and skip saving c[t]).
         output, c_n, _ = QRNN_GATES_FORWARD_KERNELS[gates.device.type](
             gates, c0, forget_mask, lengths, forget_scale, output_gate, batch_first, reverse, need_states=False)
         return output, c_n
     output, c_n, _ = qrnn_gates_op(gates, c0, forget_mask, lengths, float(forget_scale), output_gate, batch_first,
                                    reverse)
     return output, c_n
+
+
+# ---- CUDA kernels: ops_cuda adds its entries to the tables above when this build has them ----
+from . import ops_cuda as _ops_cuda  # noqa: E402,F401

@@ -6,4 +6,6 @@ AREAS = {
     "forget-mult": "forget_mult",
     "layer": "layer",
     "checkpoint": "checkpoint",
+    "train": "train",
+    "cuda": "cuda",
 }

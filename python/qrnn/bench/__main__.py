@@ -43,6 +43,9 @@ def main(argv=None) -> int:
     targets = [r for r in results if r.met is not None]
     print(f"\ntargets met: {sum(bool(r.met) for r in targets)} of {len(targets)}")
 
+    # An area with nothing to report here (e.g. GPU-only figures on a CPU machine) keeps
+    # whatever section and plot it already has.
+    results_by_area = {area: rs for area, rs in results_by_area.items() if rs}
     plots = {}
     if args.plots or args.write:
         from . import report  # matplotlib only when a report is asked for

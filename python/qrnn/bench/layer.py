@@ -47,8 +47,16 @@ def _shape(T, B, I, H) -> str:
     return f"T={T} B={B} {I}->{H}"
 
 
+def _result(name, value, unit, target, met, note, quick) -> Result:
+    """A figure against its target; --quick runs smaller shapes than the targets name, so
+    there the figure is reported without a target."""
+    if quick:
+        return Result(AREA, name, value, unit, None, None, "quick: smaller shape than the target's; " + note)
+    return Result(AREA, name, value, unit, target, met, note)
+
+
 def cpu_layer(T=70, B=20, I=1550, H=1550, quick=False) -> list:
-    rounds = 2 if quick else 7
+    rounds = 2 if quick else 9  # the 5% GEMM comparison needs the most rounds on a noisy machine
     x = torch.randn(T, B, I, requires_grad=True)
     model = qrnn.QRNN(I, H)
     linear = model.layers[0].linear
@@ -72,15 +80,16 @@ def cpu_layer(T=70, B=20, I=1550, H=1550, quick=False) -> list:
     results = []
     for tag, layer, gemm in (("float32", "layer", "gemm"), ("bf16 autocast", "layer_bf16", "gemm_bf16")):
         ratio = t[layer] / t[gemm]
-        results.append(Result(AREA, f"layer vs its GEMMs alone, fwd+bwd {tag}, {shape}", ratio, "x", "<= 1.05x",
-                              ratio <= 1.05, f"layer {ms[layer]}, Linear fwd+bwd {ms[gemm]}"))
+        results.append(_result(f"layer vs its GEMMs alone, fwd+bwd {tag}, {shape}", ratio, "x", "<= 1.05x",
+                               ratio <= 1.05, f"layer {ms[layer]}, Linear fwd+bwd {ms[gemm]}", quick))
     for name, target in (("lstm", 2.7), ("gru", 4.0)):
         speedup = t[name] / t["layer_vs_rnn"]
-        results.append(Result(AREA, f"speed-up over nn.{name.upper()}, fwd+bwd float32, {shape}", speedup, "x",
-                              f">= {target}x", speedup >= target, f"{name} {ms[name]}, layer {ms['layer_vs_rnn']}"))
+        results.append(_result(f"speed-up over nn.{name.upper()}, fwd+bwd float32, {shape}", speedup, "x",
+                               f">= {target}x", speedup >= target, f"{name} {ms[name]}, layer {ms['layer_vs_rnn']}",
+                               quick))
     speedup = t["layer"] / t["layer_bf16"]
-    results.append(Result(AREA, f"bf16 autocast vs float32 layer, fwd+bwd, {shape}", speedup, "x", ">= 2.5x",
-                          speedup >= 2.5, f"float32 {ms['layer']}, bf16 {ms['layer_bf16']}"))
+    results.append(_result(f"bf16 autocast vs float32 layer, fwd+bwd, {shape}", speedup, "x", ">= 2.5x",
+                           speedup >= 2.5, f"float32 {ms['layer']}, bf16 {ms['layer_bf16']}", quick))
     return results
 
 
@@ -111,9 +120,11 @@ def cpu_pointwise(T=70, B=20, H=1550, quick=False) -> list:
         speedup = t["unfused"] / t["fused"]
         note = (f"fused {t['fused'] * 1e3:.2f} ms ({nbytes / t['fused'] / 1e9:.1f} GB/s), "
                 f"unfused {t['unfused'] * 1e3:.1f} ms, copy of the same bytes {t['copy'] * 1e3:.2f} ms")
-        target = dtype == torch.float32
-        results.append(Result(AREA, f"fused gates vs unfused PyTorch path, fwd+bwd {name}, T={T} B={B} H={H}",
-                              speedup, "x", ">= 2.5x" if target else None, (speedup >= 2.5) if target else None, note))
+        figure = f"fused gates vs unfused PyTorch path, fwd+bwd {name}, T={T} B={B} H={H}"
+        if dtype == torch.float32:
+            results.append(_result(figure, speedup, "x", ">= 2.5x", speedup >= 2.5, note, quick))
+        else:
+            results.append(Result(AREA, figure, speedup, "x", note=note))
     return results
 
 

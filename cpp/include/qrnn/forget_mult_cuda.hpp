@@ -1,0 +1,70 @@
+// ForgetMult on NVIDIA GPUs: the same parameter structs and semantics as the CPU
+// entry points in qrnn/forget_mult.hpp, with every pointer in device memory.
+//
+// This header needs no CUDA headers: a stream is passed as `void*` (a cudaStream_t;
+// nullptr is the legacy default stream). Calls are asynchronous and launch on
+// `stream`, which must belong to the CURRENT device (cudaSetDevice first, as with
+// cuBLAS); every pointer must be memory of that device. Nothing is allocated and
+// nothing is synchronised, so the calls can be captured into CUDA graphs. Outputs
+// must not overlap inputs (inputs are read through the read-only data cache).
+//
+// Declared only in builds with the CUDA kernels: QRNN_WITH_CUDA is then defined for
+// every target linking qrnn::qrnn (qrnn.build_info()["cuda"] says so in Python).
+#pragma once
+
+#include <cstdint>
+
+#include "qrnn/forget_mult.hpp"
+
+#if defined(QRNN_WITH_CUDA)
+
+namespace qrnn::cuda {
+
+// How the kernels split the work. `serial`: one thread per group of hidden units
+// walks the whole sequence, keeping several time steps of loads in flight.
+// `chunked`: time is split into chunks handled by different threads of a block
+// (a pass over each chunk, carry propagation through shared memory, a replay from
+// registers): for long sequences with too few columns to keep the memory busy.
+// `automatic` picks by size (cuda/NOTES.md gives the rule); the results agree to
+// rounding either way.
+enum class Schedule : int { automatic = 0, serial = 1, chunked = 2 };
+
+// What a call will launch: hidden units per thread (vector width of the loads) and
+// time chunks per column (1 for the serial schedule).
+struct LaunchPlan {
+    int vector_width = 1;
+    int chunks = 1;
+};
+
+// Invalid sizes, strides, dtypes or null pointers throw std::invalid_argument (as the
+// CPU path does); a failed launch throws std::runtime_error with CUDA's message.
+QRNN_API void forget_mult_forward(const ForgetMultForwardParams& params, void* stream,
+                                  Schedule schedule = Schedule::automatic);
+QRNN_API void forget_mult_backward(const ForgetMultBackwardParams& params, void* stream,
+                                   Schedule schedule = Schedule::automatic);
+
+// The plan a call with these arguments would launch; host-only, touches no device.
+QRNN_API LaunchPlan forget_mult_forward_plan(const ForgetMultForwardParams& params,
+                                             Schedule schedule = Schedule::automatic);
+QRNN_API LaunchPlan forget_mult_backward_plan(const ForgetMultBackwardParams& params,
+                                              Schedule schedule = Schedule::automatic);
+
+namespace bench {
+
+// Benchmark baseline only (never used by the ops): the original pytorch-qrnn kernel
+// design, one thread per (batch, hidden) column, float32 only, 32-bit offsets, an
+// output buffer of seq_len + 1 rows whose row 0 holds h0 and from which h[t-1] is
+// re-read every step. Contiguous time-major arrays; `h_with_h0` is
+// (seq_len + 1, batch, hidden). The backward writes grad_f, grad_x and grad_h0
+// (batch, hidden) from grad_h, carrying the running gradient in double.
+QRNN_API void baseline_forget_mult_forward(const float* f, const float* x, float* h_with_h0,
+                                           int64_t seq_len, int64_t batch, int64_t hidden, void* stream);
+QRNN_API void baseline_forget_mult_backward(const float* f, const float* x, const float* h_with_h0,
+                                            const float* grad_h, float* grad_f, float* grad_x,
+                                            float* grad_h0, int64_t seq_len, int64_t batch,
+                                            int64_t hidden, void* stream);
+
+}  // namespace bench
+}  // namespace qrnn::cuda
+
+#endif  // QRNN_WITH_CUDA

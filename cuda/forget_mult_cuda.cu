@@ -1,0 +1,211 @@
+// CUDA ForgetMult entry points: validate like the CPU path, choose the launch plan
+// (vector width from the alignment of every array, serial or chunked in time from
+// the size), then hand over to the launcher of the dtype's translation unit.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <initializer_list>
+#include <stdexcept>
+#include <string>
+
+#include "check.hpp"
+#include "forget_mult_launch.hpp"
+#include "qrnn/forget_mult_cuda.hpp"
+
+namespace qrnn::cuda {
+namespace {
+
+using qrnn::detail::fail;
+
+// A strided (time, batch, hidden) array as the plan sees it.
+struct Strided {
+    const void* data;
+    int64_t stride_t, stride_b, stride_h;
+};
+
+void check_dtypes(DType dtype, DType h0_dtype, bool has_h0) {
+    if (int(dtype) < 0 || int(dtype) > 3) fail("dtype: unknown value " + std::to_string(int(dtype)));
+    if (!has_h0) return;
+    const bool sixteen_bit = dtype == DType::bfloat16 || dtype == DType::float16;
+    if (h0_dtype != dtype && !(sixteen_bit && h0_dtype == DType::float32))
+        fail(std::string("h0_dtype: expected ") + dtype_name(dtype) + (sixteen_bit ? " or float32" : "") +
+             ", got " + dtype_name(h0_dtype));
+}
+
+void check_schedule(Schedule s) {
+    if (int(s) < 0 || int(s) > 2) fail("schedule: expected 0 (automatic), 1 (serial) or 2 (chunked), got " +
+                                       std::to_string(int(s)));
+}
+
+void check_view3(const char* name, const void* data, int64_t T, int64_t B, int64_t H, int64_t st, int64_t sb,
+                 int64_t sh) {
+    const int64_t sizes[3] = {T, B, H}, strides[3] = {st, sb, sh};
+    qrnn::detail::check_pointer(name, data, T * B * H);
+    qrnn::detail::check_extent(name, sizes, strides, 3);
+}
+
+void check_view2(const char* name, const void* data, int64_t B, int64_t H, int64_t sb, int64_t sh) {
+    const int64_t sizes[2] = {B, H}, strides[2] = {sb, sh};
+    qrnn::detail::check_pointer(name, data, B * H);
+    qrnn::detail::check_extent(name, sizes, strides, 2);
+}
+
+#define QRNN_CHECK_VIEW3(p, v) \
+    check_view3(#v, (p).v.data, (p).seq_len, (p).batch, (p).hidden, (p).v.stride_t, (p).v.stride_b, (p).v.stride_h)
+
+int64_t validate(const ForgetMultForwardParams& p) {
+    qrnn::detail::check_size("seq_len", p.seq_len);
+    qrnn::detail::check_size("batch", p.batch);
+    qrnn::detail::check_size("hidden", p.hidden);
+    const int64_t numel = qrnn::detail::checked_numel(p.seq_len, p.batch, p.hidden, "forget_mult");
+    check_dtypes(p.dtype, p.h0_dtype, p.h0.data != nullptr);
+    QRNN_CHECK_VIEW3(p, f);
+    QRNN_CHECK_VIEW3(p, x);
+    QRNN_CHECK_VIEW3(p, h);
+    if (p.h0.data) check_view2("h0", p.h0.data, p.batch, p.hidden, p.h0.stride_b, p.h0.stride_h);
+    return numel;
+}
+
+void validate(const ForgetMultBackwardParams& p) {
+    qrnn::detail::check_size("seq_len", p.seq_len);
+    qrnn::detail::check_size("batch", p.batch);
+    qrnn::detail::check_size("hidden", p.hidden);
+    qrnn::detail::checked_numel(p.seq_len, p.batch, p.hidden, "forget_mult_backward");
+    check_dtypes(p.dtype, p.h0_dtype, p.h0.data != nullptr || p.grad_h0.data != nullptr);
+    QRNN_CHECK_VIEW3(p, f);
+    QRNN_CHECK_VIEW3(p, x);
+    QRNN_CHECK_VIEW3(p, h);
+    QRNN_CHECK_VIEW3(p, grad_h);
+    QRNN_CHECK_VIEW3(p, grad_f);
+    QRNN_CHECK_VIEW3(p, grad_x);
+    if (p.h0.data) check_view2("h0", p.h0.data, p.batch, p.hidden, p.h0.stride_b, p.h0.stride_h);
+    if (p.grad_h0.data)
+        check_view2("grad_h0", p.grad_h0.data, p.batch, p.hidden, p.grad_h0.stride_b, p.grad_h0.stride_h);
+}
+
+// Can every array be read and written `width` elements at a time? Needs unit hidden
+// strides and, wherever a thread's pack starts, an address aligned to the pack size.
+bool vectorisable(int width, int64_t elem_size, int64_t T, int64_t B, int64_t H,
+                  std::initializer_list<Strided> arrays) {
+    if (width > H) return false;
+    const int64_t bytes = width * elem_size;
+    for (const Strided& a : arrays) {
+        if (a.stride_h != 1) return false;
+        if (reinterpret_cast<uintptr_t>(a.data) % uintptr_t(bytes) != 0) return false;
+        if (T > 1 && (a.stride_t * elem_size) % bytes != 0) return false;
+        if (B > 1 && (a.stride_b * elem_size) % bytes != 0) return false;
+    }
+    return true;
+}
+
+int64_t steps_in_flight(bool backward, int vector_width, int64_t elem_size) {
+    const int pack_bytes = int(vector_width * elem_size);
+    return backward ? detail::backward_steps(pack_bytes) : detail::forward_steps(pack_bytes);
+}
+
+// The size rule (cuda/NOTES.md). The serial schedule keeps `steps` time steps of loads in
+// flight per thread, B * H * bytes * arrays * steps bytes in all; when that is under
+// kBytesInFlight and the sequence is at least 4 * steps long, split time into chunks so
+// that chunks * that covers kBytesInFlight (at most kMaxChunks, at most the sequence).
+LaunchPlan make_plan(DType dtype, int64_t T, int64_t B, int64_t H, bool backward, Schedule schedule,
+                     std::initializer_list<Strided> arrays) {
+    const int64_t elem_size = dtype_size(dtype);
+    LaunchPlan plan;
+    for (int width = int(16 / elem_size); width > 1; width /= 2) {
+        if (vectorisable(width, elem_size, T, B, H, arrays)) {
+            plan.vector_width = width;
+            break;
+        }
+    }
+    const double bytes_per_step = double(B) * double(H) * double(elem_size) * (backward ? 4.0 : 2.0);
+    const int64_t steps = steps_in_flight(backward, plan.vector_width, elem_size);
+    const bool chunked = T > 0 && (schedule == Schedule::chunked ||
+                                   (schedule == Schedule::automatic && T >= 4 * steps &&
+                                    bytes_per_step * double(steps) < double(detail::kBytesInFlight)));
+    if (!chunked) return plan;
+
+    // A chunk lives in registers: narrower packs (smaller vector alignment still holds).
+    LaunchPlan split;
+    split.vector_width = std::min(plan.vector_width, detail::chunked_max_width(int(elem_size)));
+    const int64_t chunk_len = steps_in_flight(backward, split.vector_width, elem_size);
+    int64_t chunks = std::min<int64_t>((T + chunk_len - 1) / chunk_len, detail::kMaxChunks);
+    if (schedule == Schedule::automatic) {
+        const double wanted = std::ceil(double(detail::kBytesInFlight) / std::max(bytes_per_step * chunk_len, 1.0));
+        chunks = std::min<int64_t>(chunks, int64_t(std::min(wanted, double(detail::kMaxChunks))));
+        if (chunks < 2) return plan;
+    }
+    split.chunks = int(std::max<int64_t>(chunks, 2));
+    return split;
+}
+
+LaunchPlan plan_of(const ForgetMultForwardParams& p, Schedule schedule) {
+    return make_plan(p.dtype, p.seq_len, p.batch, p.hidden, false, schedule,
+                     {{p.f.data, p.f.stride_t, p.f.stride_b, p.f.stride_h},
+                      {p.x.data, p.x.stride_t, p.x.stride_b, p.x.stride_h},
+                      {p.h.data, p.h.stride_t, p.h.stride_b, p.h.stride_h}});
+}
+
+LaunchPlan plan_of(const ForgetMultBackwardParams& p, Schedule schedule) {
+    return make_plan(p.dtype, p.seq_len, p.batch, p.hidden, true, schedule,
+                     {{p.f.data, p.f.stride_t, p.f.stride_b, p.f.stride_h},
+                      {p.x.data, p.x.stride_t, p.x.stride_b, p.x.stride_h},
+                      {p.h.data, p.h.stride_t, p.h.stride_b, p.h.stride_h},
+                      {p.grad_h.data, p.grad_h.stride_t, p.grad_h.stride_b, p.grad_h.stride_h},
+                      {p.grad_f.data, p.grad_f.stride_t, p.grad_f.stride_b, p.grad_f.stride_h},
+                      {p.grad_x.data, p.grad_x.stride_t, p.grad_x.stride_b, p.grad_x.stride_h}});
+}
+
+}  // namespace
+
+namespace detail {
+
+void check_launch(const char* what) {
+    const cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess)
+        throw std::runtime_error(std::string(what) + ": CUDA error " + cudaGetErrorName(err) + ": " +
+                                 cudaGetErrorString(err));
+}
+
+}  // namespace detail
+
+void forget_mult_forward(const ForgetMultForwardParams& p, void* stream, Schedule schedule) {
+    check_schedule(schedule);
+    if (validate(p) == 0) return;
+    const LaunchPlan plan = plan_of(p, schedule);
+    switch (p.dtype) {
+        case DType::float32: return detail::launch_forward<DType::float32>(p, plan, stream);
+        case DType::float64: return detail::launch_forward<DType::float64>(p, plan, stream);
+        case DType::bfloat16: return detail::launch_forward<DType::bfloat16>(p, plan, stream);
+        case DType::float16: return detail::launch_forward<DType::float16>(p, plan, stream);
+    }
+}
+
+void forget_mult_backward(const ForgetMultBackwardParams& p, void* stream, Schedule schedule) {
+    check_schedule(schedule);
+    validate(p);
+    // An empty sequence still owes grad_h0 (zeros): the serial kernel writes it.
+    if (p.batch * p.hidden == 0 || (p.seq_len == 0 && p.grad_h0.data == nullptr)) return;
+    const LaunchPlan plan = plan_of(p, schedule);
+    switch (p.dtype) {
+        case DType::float32: return detail::launch_backward<DType::float32>(p, plan, stream);
+        case DType::float64: return detail::launch_backward<DType::float64>(p, plan, stream);
+        case DType::bfloat16: return detail::launch_backward<DType::bfloat16>(p, plan, stream);
+        case DType::float16: return detail::launch_backward<DType::float16>(p, plan, stream);
+    }
+}
+
+LaunchPlan forget_mult_forward_plan(const ForgetMultForwardParams& p, Schedule schedule) {
+    check_schedule(schedule);
+    validate(p);
+    return plan_of(p, schedule);
+}
+
+LaunchPlan forget_mult_backward_plan(const ForgetMultBackwardParams& p, Schedule schedule) {
+    check_schedule(schedule);
+    validate(p);
+    return plan_of(p, schedule);
+}
+
+}  // namespace qrnn::cuda

@@ -1,0 +1,72 @@
+// Internal: what the CUDA entry point (forget_mult_cuda.cu) and the per-dtype
+// translation units (forget_mult_<dtype>.cu) share. Plain C++, no CUDA types, so the
+// plan logic is ordinary host code.
+#pragma once
+
+#include <cstdint>
+
+#include "qrnn/dtype.hpp"
+#include "qrnn/forget_mult.hpp"
+#include "qrnn/forget_mult_cuda.hpp"
+
+namespace qrnn::cuda::detail {
+
+// Time steps of loads each thread keeps in flight (serial schedule), which is also the
+// chunk length of the chunked schedule. Every step of a thread loads one pack of
+// vector_width elements from each input array (2 forward, 4 backward); the numbers
+// keep the packs of all in-flight steps in registers without spilling (the resource
+// report in CI checks that).
+constexpr int forward_steps(int pack_bytes) { return pack_bytes <= 4 ? 16 : 8; }
+constexpr int backward_steps(int pack_bytes) { return pack_bytes >= 16 ? 4 : 8; }
+
+constexpr int kSerialThreads = 128;  // threads per block of the serial kernels
+// The chunked kernels hold a whole chunk in registers, so they move at most 4 bytes
+// per array and step (a half2 / bfloat162 pair or one float); their blocks are
+// kChunkLanes columns wide (a 128-byte row per warp), or kNarrowChunkLanes (one
+// 32-byte sector) when that leaves fewer than kMinChunkedBlocks blocks.
+constexpr int kChunkLanes = 32;
+constexpr int kNarrowChunkLanes = 8;
+constexpr int64_t kMinChunkedBlocks = 128;
+constexpr int kMaxChunks = 16;  // so a chunked block has at most 512 threads
+constexpr int chunked_max_width(int elem_size) { return elem_size >= 4 ? 1 : 4 / elem_size; }
+// Bytes of loads that must be outstanding across the GPU to keep HBM busy (Little's
+// law: ~4.8 TB/s x ~0.8 us on an H200). Below it, time is split into chunks.
+constexpr int64_t kBytesInFlight = int64_t(4) << 20;
+
+// The grid of a plan: `blocks` blocks of lanes x chunks threads (chunks == 1: the serial
+// kernel) and the chunked kernels' dynamic shared memory (per chunk and thread the
+// summary a, b; per column the incoming state, double-buffered).
+struct LaunchShape {
+    int64_t vectors_per_row = 0;
+    int64_t blocks = 0;
+    int lanes = 0;
+    int chunks = 1;
+    int64_t shared_bytes = 0;
+};
+
+inline LaunchShape launch_shape(int64_t batch, int64_t hidden, int vector_width, int chunks, int64_t math_size) {
+    LaunchShape s;
+    s.vectors_per_row = (hidden + vector_width - 1) / vector_width;
+    const int64_t columns = batch * s.vectors_per_row;
+    if (chunks <= 1) {
+        s.lanes = kSerialThreads;
+    } else {
+        const int64_t wide_blocks = (columns + kChunkLanes - 1) / kChunkLanes;
+        s.lanes = wide_blocks < kMinChunkedBlocks ? kNarrowChunkLanes : kChunkLanes;
+        s.chunks = chunks;
+        s.shared_bytes = int64_t(2 * chunks + 2) * vector_width * s.lanes * math_size;
+    }
+    s.blocks = (columns + s.lanes - 1) / s.lanes;
+    return s;
+}
+
+// One launcher per storage dtype, each in its own translation unit; they launch the
+// plan's kernel on `stream` and throw std::runtime_error if the launch fails.
+template <DType D> void launch_forward(const ForgetMultForwardParams& p, const LaunchPlan& plan, void* stream);
+template <DType D> void launch_backward(const ForgetMultBackwardParams& p, const LaunchPlan& plan, void* stream);
+
+// Throws std::runtime_error naming `what` if the last launch failed (defined in
+// forget_mult_cuda.cu, which owns the CUDA runtime error handling).
+void check_launch(const char* what);
+
+}  // namespace qrnn::cuda::detail

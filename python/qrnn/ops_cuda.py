@@ -1,0 +1,148 @@
+"""The CUDA kernels behind the ``qrnn::forget_mult`` ops, registered for device type
+``"cuda"`` in :mod:`qrnn.ops` when this build has them (``qrnn.build_info()["cuda"]``).
+
+Every call reads the current CUDA stream of the tensors' device (never cached, so
+``torch.cuda.stream(...)`` blocks, CUDA graphs and ``torch.compile(mode="reduce-overhead")``
+are honoured), enters that device when it is not the current one, allocates the outputs
+with torch (the caching allocator, ordered on that stream) and launches. The C++ side
+neither allocates nor synchronises.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from . import _C, ops
+
+__all__ = ["AVAILABLE", "schedule", "forward_into", "backward_into", "forward_plan", "backward_plan"]
+
+AVAILABLE = hasattr(_C, "cuda_forget_mult_forward")
+
+# Codes of qrnn::cuda::Schedule (cpp/include/qrnn/forget_mult_cuda.hpp).
+_SCHEDULES = {"auto": 0, "serial": 1, "chunked": 2}
+_schedule = _SCHEDULES["auto"]
+
+# The raw cudaStream_t of a device's current stream: what torch.cuda.current_stream(i).cuda_stream
+# returns, without building a Stream object per call (the getter torch.compile's code uses).
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def current_stream_handle(index: int) -> int:
+    """The current CUDA stream of device `index`, as the integer cudaStream_t."""
+    if _raw_stream is not None:
+        return _raw_stream(index)
+    return torch.cuda.current_stream(index).cuda_stream
+
+
+@contextlib.contextmanager
+def schedule(name: str):
+    """Force the kernels' time schedule inside the block: ``"auto"`` (the size rule),
+    ``"serial"`` or ``"chunked"``. For tests and benchmarks; results agree to rounding."""
+    global _schedule
+    if name not in _SCHEDULES:
+        raise ValueError(f"schedule: expected one of {sorted(_SCHEDULES)}, got {name!r}")
+    previous, _schedule = _schedule, _SCHEDULES[name]
+    try:
+        yield
+    finally:
+        _schedule = previous
+
+
+def _forward_args(h: Tensor, f: Tensor, x: Tensor, h0: Optional[Tensor], batch_first: bool) -> tuple:
+    """The integers of _C.forget_mult_forward (time-major sizes and strides), less num_threads."""
+    f, x, h = ops._time_major(batch_first, f, x, h)
+    code = ops._DTYPE_CODES[f.dtype]
+    return (code, *f.shape, f.data_ptr(), *f.stride(), x.data_ptr(), *x.stride(), *ops._view2(h0),
+            code if h0 is None else ops._DTYPE_CODES[h0.dtype], h.data_ptr(), *h.stride())
+
+
+def _backward_args(grad_f, grad_x, grad_h0, grad_h, f, x, h, h0, batch_first) -> tuple:
+    """The integers of _C.forget_mult_backward, less num_threads (grad_h0 None: not written)."""
+    tf, tx, th, tgh, tgf, tgx = ops._time_major(batch_first, f, x, h, grad_h, grad_f, grad_x)
+    code = ops._DTYPE_CODES[f.dtype]
+    return (code, *tf.shape, tf.data_ptr(), *tf.stride(), tx.data_ptr(), *tx.stride(), th.data_ptr(), *th.stride(),
+            *ops._view2(h0), code if h0 is None else ops._DTYPE_CODES[h0.dtype], tgh.data_ptr(), *tgh.stride(),
+            tgf.data_ptr(), *tgf.stride(), tgx.data_ptr(), *tgx.stride(), *ops._view2(grad_h0))
+
+
+def _launch(kernel, device: torch.device, args: tuple) -> None:
+    """Run `kernel` on `device`'s current stream, with `device` current (a stream only
+    takes launches from its own device's context)."""
+    index = device.index
+    if index == torch.cuda.current_device():
+        kernel(*args, current_stream_handle(index), _schedule)
+    else:
+        with torch.cuda.device(index):
+            kernel(*args, current_stream_handle(index), _schedule)
+
+
+def _forward_cuda(f: Tensor, x: Tensor, h0: Optional[Tensor], batch_first: bool) -> Tensor:
+    h = ops._empty_contiguous(f)
+    _launch(_C.cuda_forget_mult_forward, f.device, _forward_args(h, f, x, h0, batch_first))
+    return h
+
+
+def _backward_cuda(grad_h, f, x, h, h0, batch_first):
+    grad_f, grad_x = ops._empty_contiguous(f), ops._empty_contiguous(f)
+    grad_h0 = ops._empty_contiguous(h0) if h0 is not None else None
+    _launch(_C.cuda_forget_mult_backward, f.device,
+            _backward_args(grad_f, grad_x, grad_h0, grad_h, f, x, h, h0, batch_first))
+    return grad_f, grad_x, (grad_h0 if grad_h0 is not None else f.new_empty(0))
+
+
+def _check_out(name: str, out: Tensor, like: Tensor, dtype=None) -> None:
+    dtype = like.dtype if dtype is None else dtype
+    if out.shape != like.shape or out.dtype != dtype or out.device != like.device:
+        raise ValueError(f"{name} must be {tuple(like.shape)} {dtype} on {like.device}, "
+                         f"got {tuple(out.shape)} {out.dtype} on {out.device}")
+
+
+def forward_into(h: Tensor, f: Tensor, x: Tensor, h0: Optional[Tensor] = None, *,
+                 batch_first: bool = False) -> Tensor:
+    """The forward kernel writing into a given (any-strided) ``h``: the very launch the op
+    makes into its fresh output. Tests pass a NaN-filled ``h`` to prove every element is
+    written, and views of wider buffers to prove nothing else is."""
+    ops.check_forget_mult_args(f, x, h0, batch_first)
+    _check_out("h", h, f)
+    _launch(_C.cuda_forget_mult_forward, f.device, _forward_args(h, f, x, h0, batch_first))
+    return h
+
+
+def backward_into(grad_f: Tensor, grad_x: Tensor, grad_h0: Optional[Tensor], grad_h: Tensor, f: Tensor,
+                  x: Tensor, h: Tensor, h0: Optional[Tensor] = None, *, batch_first: bool = False) -> tuple:
+    """The backward kernel writing into given ``grad_f``, ``grad_x`` and ``grad_h0`` (None to
+    skip it), as :func:`forward_into`."""
+    ops.check_forget_mult_args(f, x, h0, batch_first)
+    for name, t in (("grad_f", grad_f), ("grad_x", grad_x), ("grad_h", grad_h), ("h", h)):
+        _check_out(name, t, f)
+    if grad_h0 is not None:
+        if h0 is None:
+            raise ValueError("grad_h0 needs h0 (its dtype and layout)")
+        _check_out("grad_h0", grad_h0, h0)
+    _launch(_C.cuda_forget_mult_backward, f.device,
+            _backward_args(grad_f, grad_x, grad_h0, grad_h, f, x, h, h0, batch_first))
+    return grad_f, grad_x, grad_h0
+
+
+def forward_plan(h: Tensor, f: Tensor, x: Tensor, h0: Optional[Tensor] = None, *, batch_first: bool = False,
+                 schedule: str = "auto") -> tuple:
+    """``(vector_width, chunks)`` that :func:`forward_into` would launch with these tensors.
+    Host-only: only sizes, strides and addresses are looked at, so CPU tensors answer too."""
+    return _C.cuda_forget_mult_forward_plan(*_forward_args(h, f, x, h0, batch_first), _SCHEDULES[schedule])
+
+
+def backward_plan(grad_f: Tensor, grad_x: Tensor, grad_h0: Optional[Tensor], grad_h: Tensor, f: Tensor,
+                  x: Tensor, h: Tensor, h0: Optional[Tensor] = None, *, batch_first: bool = False,
+                  schedule: str = "auto") -> tuple:
+    """``(vector_width, chunks)`` that :func:`backward_into` would launch (host-only)."""
+    args = _backward_args(grad_f, grad_x, grad_h0, grad_h, f, x, h, h0, batch_first)
+    return _C.cuda_forget_mult_backward_plan(*args, _SCHEDULES[schedule])
+
+
+if AVAILABLE:
+    ops.FORWARD_KERNELS["cuda"] = _forward_cuda
+    ops.BACKWARD_KERNELS["cuda"] = _backward_cuda

@@ -1,0 +1,565 @@
+"""Mixed-precision training with non-blocking checkpoints, on one process or many.
+
+Library: :class:`Trainer` (and :func:`fit`) runs any model over batches with
+``torch.autocast``, a ``torch.amp.GradScaler`` for float16, gradient clipping after
+unscaling, truncated BPTT with the carried state detached between chunks, checkpoints
+through :class:`qrnn.checkpoint.AsyncCheckpointer`, exact resume (model, optimizer, scaler,
+scheduler, data position, every RNG state) and DistributedDataParallel under torchrun.
+
+Command line: ``qrnn-train`` (or ``python -m qrnn.train``) trains a QRNN language model; with
+no arguments on the reference text that ships with Python. ``qrnn-generate`` samples from a
+saved model. ``torchrun --nproc_per_node=N -m qrnn.train ...`` trains on N processes.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+__all__ = ["Trainer", "fit", "choose_precision", "Distributed", "init_distributed", "TrainError",
+           "main", "generate_main"]
+
+PRECISIONS = ("auto", "fp32", "fp16", "bf16")
+_DTYPES = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+class TrainError(RuntimeError):
+    """A problem the user can fix (bad flag, data, checkpoint); main() prints it on one line."""
+
+
+# --------------------------------------------------------------------------- precision
+
+def cpu_bf16_support() -> tuple:
+    """(native, what was checked): whether this CPU executes bfloat16 dot products natively
+    (AVX512-BF16 or AMX-BF16 instructions), which is what makes bf16 autocast faster than
+    float32. Reads the CPU flags in /proc/cpuinfo, else asks torch's CPU probes."""
+    wanted = ("avx512_bf16", "amx_bf16")
+    try:
+        with open("/proc/cpuinfo") as fh:
+            flags = next((line.split(":", 1)[1].split() for line in fh if line.startswith("flags")), None)
+    except OSError:
+        flags = None
+    if flags is not None:
+        found = [flag for flag in wanted if flag in flags]
+        source = "/proc/cpuinfo"
+    else:  # not Linux: torch's private probes, where this torch has them
+        probes = {"avx512_bf16": "_is_avx512_bf16_supported", "amx_bf16": "_is_amx_tile_supported"}
+        found = [flag for flag, probe in probes.items() if getattr(torch.cpu, probe, lambda: False)()]
+        source = "torch.cpu probes"
+    if found:
+        return True, f"CPU has {' and '.join(found)} ({source})"
+    return False, f"CPU has neither {' nor '.join(wanted)} ({source})"
+
+
+def choose_precision(requested: str, device: torch.device) -> tuple:
+    """(precision, reason) for --precision auto|fp32|fp16|bf16 on `device`."""
+    if requested not in PRECISIONS:
+        raise TrainError(f"--precision must be one of {', '.join(PRECISIONS)}, got {requested!r}")
+    if device.type == "cuda":
+        if requested == "bf16" and not torch.cuda.is_bf16_supported():
+            raise TrainError("--precision bf16: this GPU has no bfloat16 support; use fp16")
+        if requested == "auto":
+            return "fp16", "auto: CUDA device, float16 autocast with loss scaling"
+        return requested, "requested"
+    if requested != "auto":
+        return requested, "requested"
+    if device.type != "cpu":
+        return "fp32", f"auto: no mixed-precision default for {device.type}"
+    native, what = cpu_bf16_support()
+    if native:
+        return "bf16", f"auto: {what}, so bfloat16 autocast runs natively"
+    return "fp32", f"auto: {what}, so bfloat16 would be emulated (slower than float32)"
+
+
+# --------------------------------------------------------------------------- distributed
+
+@dataclass
+class Distributed:
+    rank: int = 0
+    world: int = 1
+    device: torch.device = torch.device("cpu")
+
+    @property
+    def enabled(self) -> bool:
+        return self.world > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def init_distributed(device: Optional[str] = None) -> Distributed:
+    """Join the process group torchrun set up (gloo on CPU, nccl on CUDA); a single process
+    otherwise. Chooses the device: --device, else CUDA (this rank's GPU) when available."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        raise TrainError(f"--device {device!r} is not a device torch knows (e.g. cpu, cuda, cuda:1)") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise TrainError(f"--device {device}: torch sees no CUDA device")
+        if dev.index is None:
+            dev = torch.device("cuda", local_rank if world > 1 else torch.cuda.current_device())
+        if dev.index >= torch.cuda.device_count():
+            raise TrainError(f"--device {dev}: torch sees {torch.cuda.device_count()} CUDA device(s)")
+        torch.cuda.set_device(dev)
+    if world > 1 and not torch.distributed.is_initialized():
+        backend = "nccl" if dev.type == "cuda" else "gloo"
+        torch.distributed.init_process_group(backend=backend)
+    return Distributed(rank, world, dev)
+
+
+def _all_gather_object(obj, dist: Distributed) -> list:
+    if not dist.enabled:
+        return [obj]
+    out = [None] * dist.world
+    torch.distributed.all_gather_object(out, obj)
+    return out
+
+
+# --------------------------------------------------------------------------- state helpers
+
+def _tree_map(fn, tree):
+    if isinstance(tree, Tensor):
+        return fn(tree)
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_tree_map(fn, t) for t in tree)
+    if isinstance(tree, dict):
+        return {k: _tree_map(fn, v) for k, v in tree.items()}
+    return tree
+
+
+def rng_state(device: torch.device) -> dict:
+    """Every RNG a training step may draw from, as tensors and numbers a checkpoint holds."""
+    _, keys, pos, has_gauss, gauss = np.random.get_state()
+    version, py_state, py_gauss = random.getstate()
+    state = {
+        "torch": torch.get_rng_state(),
+        "numpy": {"keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+                  "has_gauss": int(has_gauss), "gauss": float(gauss)},
+        "python": {"version": version, "state": torch.tensor(py_state, dtype=torch.int64), "gauss": py_gauss},
+    }
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def set_rng_state(state: dict, device: torch.device) -> None:
+    torch.set_rng_state(state["torch"])
+    np_state = state["numpy"]
+    np.random.set_state(("MT19937", np_state["keys"].numpy().astype(np.uint32), np_state["pos"],
+                         np_state["has_gauss"], np_state["gauss"]))
+    py = state["python"]
+    random.setstate((py["version"], tuple(py["state"].tolist()), py["gauss"]))
+    if device.type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"], device)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+class CheckpointWriter:
+    """Saves through qrnn.checkpoint.AsyncCheckpointer and measures how long training was held
+    up by it. In overlap mode the snapshot is staged while the next forward and backward run
+    and only the next ``optimizer.step()`` waits for it, so the stall is the blocking part of
+    save() plus that wait (both in ``SaveHandle.blocked_seconds``)."""
+
+    def __init__(self, directory: str, keep_last: int, optimizer: Optional[torch.optim.Optimizer]):
+        from qrnn.checkpoint import AsyncCheckpointer
+
+        self.directory = str(directory)
+        self.checkpointer = AsyncCheckpointer(self.directory, keep_last=keep_last, max_pending=1)
+        self.overlap_with = optimizer  # None: default mode, save() returns once staged
+        self._counted = []             # [handle, seconds of its stall already counted]
+        self._preparing = 0.0          # seconds spent gathering states for save(), not yet reported
+        self._best_handle = None
+
+    def take_stall_seconds(self) -> float:
+        """Stall time not yet reported: save() calls and optimizer.step() waits since the last call."""
+        total, self._preparing = self._preparing, 0.0
+        for entry in self._counted:
+            handle, counted = entry
+            total += handle.blocked_seconds - counted
+            entry[1] = handle.blocked_seconds
+        self._counted = self._counted[-2:]  # at most one save is in flight (max_pending=1)
+        return total
+
+    def save(self, state: dict, step: int, best: bool = False, prepare_seconds: float = 0.0):
+        """Save `state` as `step`; `prepare_seconds` (building `state`) counts as stall too."""
+        self._preparing += prepare_seconds
+        handle = self.checkpointer.save(state, step, overlap_with=self.overlap_with)
+        self._counted.append([handle, 0.0])
+        if best:
+            self._best_handle = handle
+        self.promote_best()
+        return handle
+
+    def promote_best(self, wait: bool = False) -> None:
+        """Keep best.pt: a hard link (or copy) of the best checkpoint once it is committed."""
+        handle = self._best_handle
+        if handle is None or not (wait or handle.done()):
+            return
+        self._best_handle = None
+        source = handle.result()
+        target = os.path.join(self.directory, "best.pt")
+        temp = target + ".tmp"
+        try:
+            if os.path.exists(temp):
+                os.remove(temp)
+            os.link(source, temp)
+        except OSError:
+            import shutil
+
+            shutil.copyfile(source, temp)
+        os.replace(temp, target)
+
+    def latest(self) -> Optional[str]:
+        return self.checkpointer.latest()
+
+    def close(self) -> None:
+        self.checkpointer.wait()
+        self.promote_best(wait=True)
+        self.checkpointer.close()
+
+
+def load_checkpoint(path: str) -> dict:
+    from qrnn.checkpoint import load
+
+    try:
+        return load(path, map_location="cpu")
+    except FileNotFoundError:
+        raise TrainError(f"checkpoint {path} does not exist") from None
+    except Exception as err:  # a damaged or foreign file: one line, not a traceback
+        raise TrainError(f"cannot read checkpoint {path}: {type(err).__name__}: {err}") from None
+
+
+# --------------------------------------------------------------------------- trainer
+
+class Trainer:
+    """Trains `model` with `optimizer` on batches of (inputs, targets).
+
+    * precision: "auto", "fp32", "fp16" or "bf16" (see :func:`choose_precision`); parameters
+      stay float32, forward and loss run under ``torch.autocast``; fp16 uses a GradScaler whose
+      skipped steps are counted and do not advance `scheduler` (stepped once per optimizer step).
+    * stateful: the model is called as ``model(inputs, state) -> (outputs, state)``; the state
+      is carried from chunk to chunk within an epoch, detached (truncated BPTT), and reset at
+      each epoch start. Otherwise ``model(inputs) -> outputs``.
+    * data: any sequence of (inputs, targets) (len and indexing, so resume can start mid-epoch);
+      a ``set_epoch(epoch)`` method, if present, is called at each epoch start.
+    * checkpoint_dir: a checkpoint every epoch (and when stopping early), written by rank 0
+      through :class:`qrnn.checkpoint.AsyncCheckpointer`, keeping `keep_last` and a best.pt
+      (lowest validation loss). With `checkpoint_overlap` (default) the snapshot is staged
+      while the next forward/backward run and the next optimizer.step() waits for it: safe
+      unless the forward pass changes saved tensors in place (BatchNorm running statistics,
+      an EMA updated in forward); pass False for such models.
+    * Under torchrun the model is wrapped in DistributedDataParallel; each rank must get its
+      own shard of every batch.
+    """
+
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Callable, *,
+                 scheduler=None, precision: str = "auto", dist: Optional[Distributed] = None,
+                 clip_norm: Optional[float] = None, grad_scaler: Optional[torch.amp.GradScaler] = None,
+                 stateful: bool = False, checkpoint_dir: Optional[str] = None, keep_last: int = 3,
+                 checkpoint_extra: Optional[dict] = None, checkpoint_overlap: bool = True,
+                 progress: bool = True,
+                 log: Callable[[str], None] = print):
+        self.dist = dist or Distributed(device=next(model.parameters()).device)
+        self.device = self.dist.device
+        self.module = model.to(self.device)
+        self.model = self.module
+        if self.dist.enabled:
+            from torch.nn.parallel import DistributedDataParallel
+
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            self.model = DistributedDataParallel(self.module, device_ids=ids)
+        self.optimizer = optimizer
+        self.loss_fn = loss_fn
+        self.scheduler = scheduler
+        self.precision, self.precision_reason = choose_precision(precision, self.device)
+        self.autocast_dtype = _DTYPES[self.precision]
+        if grad_scaler is None:
+            grad_scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
+        self.scaler = grad_scaler
+        self.clip_norm = clip_norm
+        self.stateful = stateful
+        self.progress = progress and self.dist.is_main
+        self.log = log if self.dist.is_main else (lambda message: None)
+        self.checkpoint_extra = checkpoint_extra or {}
+        self.checkpoint_dir = checkpoint_dir
+        self.keep_last = keep_last
+        self.checkpoint_overlap = checkpoint_overlap
+        self.writer = None  # rank 0's CheckpointWriter, opened by the first save, closed by close()
+        # Progress, all saved in checkpoints.
+        self.epoch = 0              # epoch in progress (0-based)
+        self.position = 0           # next batch index within it
+        self.step = 0               # optimizer steps attempted
+        self.skipped_steps = 0      # of which skipped by the GradScaler (inf/NaN gradients)
+        self.best_valid_loss = None
+        self.history = []           # one record per (possibly partial) epoch
+        self.loss_trace = []        # [step, training loss] every `trace_every` steps (this rank's shard)
+        self.trace_every = 10
+        self.carry = None
+
+    # ---- one step
+    def autocast(self):
+        return torch.autocast(self.device.type, dtype=self.autocast_dtype or torch.float32,
+                              enabled=self.autocast_dtype is not None)
+
+    def _forward(self, model, inputs, state):
+        if self.stateful:
+            return model(inputs, state)
+        return model(inputs), None
+
+    def train_step(self, inputs: Tensor, targets: Tensor) -> Tensor:
+        """One optimizer step; returns the (detached) loss."""
+        inputs, targets = inputs.to(self.device, non_blocking=True), targets.to(self.device, non_blocking=True)
+        self.optimizer.zero_grad(set_to_none=True)
+        with self.autocast():
+            outputs, carry = self._forward(self.model, inputs, self.carry)
+            loss = self.loss_fn(outputs, targets)
+        self.scaler.scale(loss).backward()
+        if self.clip_norm:
+            self.scaler.unscale_(self.optimizer)
+            params = [p for group in self.optimizer.param_groups for p in group["params"]]
+            nn.utils.clip_grad_norm_(params, self.clip_norm)
+        scale_before = self.scaler.get_scale() if self.scaler.is_enabled() else None
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        # The scale only shrinks when the step was skipped for inf/NaN gradients.
+        if scale_before is not None and self.scaler.get_scale() < scale_before:
+            self.skipped_steps += 1
+        elif self.scheduler is not None:
+            self.scheduler.step()
+        self.step += 1
+        if self.stateful:
+            self.carry = _tree_map(Tensor.detach, carry)
+        return loss.detach()
+
+    # ---- epochs
+    def _stop_requested(self, max_steps, deadline) -> bool:
+        stop = (max_steps is not None and self.step >= max_steps) or \
+               (deadline is not None and time.monotonic() >= deadline)
+        if self.dist.enabled and deadline is not None:  # ranks must agree on the clock's verdict
+            flag = torch.tensor([float(stop)], device=self.device)
+            torch.distributed.broadcast(flag, 0)
+            stop = bool(flag.item())
+        return stop
+
+    def train_epoch(self, data: Sequence, max_steps: Optional[int] = None,
+                    deadline: Optional[float] = None) -> dict:
+        """Train from the current position to the end of the epoch (or until max_steps /
+        the monotonic-clock deadline). Returns the loss and throughput of what ran."""
+        from tqdm.auto import tqdm
+
+        if self.position == 0:
+            self.carry = None
+        if hasattr(data, "set_epoch"):
+            data.set_epoch(self.epoch)
+        self.module.train()
+        loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        tokens = 0
+        bar = tqdm(total=len(data), initial=self.position, desc=f"epoch {self.epoch + 1}",
+                   unit="batch", disable=not self.progress, leave=False, dynamic_ncols=True)
+        start = time.perf_counter()
+        completed = True
+        with bar:
+            for index in range(self.position, len(data)):
+                if self._stop_requested(max_steps, deadline):
+                    completed = False
+                    break
+                inputs, targets = data[index]
+                loss = self.train_step(inputs, targets)
+                loss_sum += loss.double() * targets.numel()
+                tokens += targets.numel() * self.dist.world  # every rank runs a shard this size
+                self.position = index + 1
+                bar.update(1)
+                if self.step % self.trace_every == 0:  # a host sync, so only now and then
+                    value = loss.item()
+                    self.loss_trace.append([self.step, value])
+                    elapsed = time.perf_counter() - start
+                    bar.set_postfix_str(f"loss {value:.3f}, {tokens / max(elapsed, 1e-9):,.0f} tok/s",
+                                        refresh=False)
+        seconds = time.perf_counter() - start
+        if self.dist.enabled:  # the mean over every rank's shard
+            torch.distributed.all_reduce(loss_sum)
+        if completed:
+            self.epoch += 1
+            self.position = 0
+            self.carry = None
+        mean_loss = loss_sum.item() / tokens if tokens else float("nan")
+        return {"train_loss": mean_loss, "tokens": tokens,
+                "train_seconds": seconds, "completed": completed}
+
+    @torch.no_grad()
+    def evaluate(self, data: Sequence) -> float:
+        """Mean loss per target over `data` (all ranks' shards), in eval mode."""
+        self.module.eval()
+        loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        count = torch.zeros((), dtype=torch.float64, device=self.device)
+        state = None
+        for index in range(len(data)):
+            inputs, targets = data[index]
+            inputs, targets = inputs.to(self.device), targets.to(self.device)
+            with self.autocast():
+                outputs, state = self._forward(self.module, inputs, state)
+                loss = self.loss_fn(outputs, targets)
+            loss_sum += loss.double() * targets.numel()
+            count += targets.numel()
+        if self.dist.enabled:
+            both = torch.stack([loss_sum, count])
+            torch.distributed.all_reduce(both)
+            loss_sum, count = both[0], both[1]
+        self.module.train()
+        return (loss_sum / count).item() if count.item() else float("nan")
+
+    def fit(self, train_data: Sequence, valid_data: Optional[Sequence] = None, epochs: int = 1,
+            max_steps: Optional[int] = None, time_budget: Optional[float] = None,
+            on_epoch_end: Optional[Callable[[dict], None]] = None) -> list:
+        """Train until `epochs` epochs are complete (counting those done before a resume), or
+        until `max_steps` optimizer steps in all, or `time_budget` seconds of this call.
+        Validates, checkpoints and calls `on_epoch_end(record)` after every epoch (and after a
+        partial one when stopped early). Returns the history of records."""
+        deadline = None if time_budget is None else time.monotonic() + time_budget
+        try:
+            while self.epoch < epochs:
+                if max_steps is not None and self.step >= max_steps:
+                    break
+                if deadline is not None and time.monotonic() >= deadline:
+                    break
+                epoch_start = time.perf_counter()
+                epoch = self.epoch
+                stats = self.train_epoch(train_data, max_steps=max_steps, deadline=deadline)
+                if not stats["tokens"]:
+                    break
+                valid_loss = self.evaluate(valid_data) if valid_data is not None else None
+                best = valid_loss is not None and (self.best_valid_loss is None or valid_loss < self.best_valid_loss)
+                if best:
+                    self.best_valid_loss = valid_loss
+                record = {"epoch": epoch + 1, "complete": stats["completed"], "step": self.step,
+                          "train_loss": stats["train_loss"], "valid_loss": valid_loss,
+                          "tokens": stats["tokens"],
+                          "tokens_per_s": stats["tokens"] / max(stats["train_seconds"], 1e-9),
+                          "skipped_steps": self.skipped_steps,
+                          "lr": self.optimizer.param_groups[0]["lr"], "precision": self.precision}
+                self.history.append(record)
+                self.save_checkpoint(best=best)
+                seconds = time.perf_counter() - epoch_start
+                # This epoch's stall: the wait in its first optimizer.step() for the previous
+                # epoch's snapshot, plus the blocking part of its own save().
+                stall = self.writer.take_stall_seconds() if self.writer is not None else 0.0
+                record.update(seconds=seconds, checkpoint_stall_ms=stall * 1e3,
+                              checkpoint_stall_pct=100 * stall / seconds)
+                if on_epoch_end is not None and self.dist.is_main:
+                    on_epoch_end(record)
+                if not stats["completed"]:
+                    break
+        finally:
+            self.close()
+        return self.history
+
+    def close(self) -> None:
+        """Wait for pending checkpoints to be committed (best.pt included); fit() calls it."""
+        if self.writer is not None:
+            writer, self.writer = self.writer, None
+            writer.close()
+
+    # ---- checkpoints
+    def state_dict(self) -> dict:
+        """Everything needed to continue bit-identically. Collective under DDP: every rank
+        must call it (RNG states and carried states are gathered from all ranks)."""
+        carry = None if self.carry is None else _tree_map(lambda t: t.detach().cpu(), self.carry)
+        return {
+            "model": self.module.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
+            "progress": {"epoch": self.epoch, "position": self.position, "step": self.step,
+                         "skipped_steps": self.skipped_steps, "best_valid_loss": self.best_valid_loss,
+                         "world": self.dist.world, "precision": self.precision},
+            "rng": _all_gather_object(rng_state(self.device), self.dist),
+            "carry": _all_gather_object(carry, self.dist),
+            "history": self.history,
+            "loss_trace": self.loss_trace,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.module.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if state.get("scaler") and self.scaler.is_enabled():
+            self.scaler.load_state_dict(state["scaler"])
+        if self.scheduler is not None and state.get("scheduler") is not None:
+            self.scheduler.load_state_dict(state["scheduler"])
+        progress = state["progress"]
+        self.epoch, self.position, self.step = progress["epoch"], progress["position"], progress["step"]
+        self.skipped_steps = progress["skipped_steps"]
+        self.best_valid_loss = progress["best_valid_loss"]
+        self.history = list(state.get("history") or [])
+        self.loss_trace = [list(point) for point in state.get("loss_trace") or []]
+        same_world = progress.get("world", 1) == self.dist.world
+        if self.position and not same_world:
+            raise TrainError(f"the checkpoint was written mid-epoch by {progress['world']} processes; "
+                             f"resume it with {progress['world']} processes")
+        if same_world:
+            set_rng_state(state["rng"][self.dist.rank], self.device)
+            carry = state["carry"][self.dist.rank]
+            self.carry = None if carry is None else _tree_map(lambda t: t.to(self.device), carry)
+        else:  # a new number of processes: fresh per-rank streams, continuing deterministically
+            seed_everything(1_000_003 * (self.epoch + 1) + self.dist.rank)
+            self.carry = None
+
+    def save_checkpoint(self, best: bool = False):
+        """Checkpoint the full training state (plus `checkpoint_extra`) as step `self.step`;
+        with `best`, best.pt becomes this checkpoint once committed. Call on every rank."""
+        if self.checkpoint_dir is None:
+            return None
+        start = time.perf_counter()
+        state = self.state_dict()  # collective under DDP
+        if not self.dist.is_main:
+            return None
+        if self.writer is None:
+            self.writer = CheckpointWriter(self.checkpoint_dir, self.keep_last,
+                                           self.optimizer if self.checkpoint_overlap else None)
+        state.update(self.checkpoint_extra)
+        return self.writer.save(state, self.step, best=best, prepare_seconds=time.perf_counter() - start)
+
+
+def fit(model: nn.Module, train_data: Sequence, optimizer: torch.optim.Optimizer, loss_fn: Callable, *,
+        valid_data: Optional[Sequence] = None, epochs: int = 1, **trainer_args) -> list:
+    """One-call form: ``fit(model, batches, optimizer, loss_fn, valid_data=..., epochs=...,
+    precision="auto", checkpoint_dir=...)``; see :class:`Trainer` for the options."""
+    fit_args = {k: trainer_args.pop(k) for k in ("max_steps", "time_budget", "on_epoch_end") if k in trainer_args}
+    trainer = Trainer(model, optimizer, loss_fn, **trainer_args)
+    return trainer.fit(train_data, valid_data, epochs=epochs, **fit_args)
+
+
+def main(argv=None) -> int:
+    from .train_cli import train_main
+
+    return train_main(argv)
+
+
+def generate_main(argv=None) -> int:
+    from .train_cli import generate_main as run
+
+    return run(argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,102 @@
+"""Inputs and float64 references shared by the CUDA kernel tests (on a GPU, and emulated on
+the CPU): random inputs, the strided views the kernels must handle, NaN-poisoned outputs
+inside wider buffers, and a backward reference that uses the same saved ``h`` as the kernel."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from qrnn.reference import forget_mult_reference
+
+
+def make_inputs(T, B, H, dtype, device="cpu", *, batch_first=False, h0_dtype=None, layout="contiguous"):
+    """Fresh random f in (0, 1), x and h0 normal (never zeros), in the given layout.
+
+    Layouts (each one exercises a different kernel path):
+      contiguous   plain tensors (widest vector loads when H allows)
+      offset       x[..., 1:] of a one-wider buffer: misaligned rows, scalar loads
+      tail         x[..., :H] of a buffer whose rows are a multiple of 16 units: aligned
+                   rows whose last pack is partial
+      strided_h    x[..., ::2]: hidden stride 2, scalar loads
+      strided_t    every other time step of a twice-longer buffer
+      expanded     f and x broadcast along batch (zero batch stride)
+    """
+    shape = (B, T, H) if batch_first else (T, B, H)
+    t_dim = 1 if batch_first else 0
+
+    def make(fn):
+        if layout == "contiguous":
+            return fn(shape)
+        if layout == "offset":
+            return fn(shape[:2] + (H + 1,))[..., 1:]
+        if layout == "tail":
+            return fn(shape[:2] + ((H // 16 + 2) * 16,))[..., :H]
+        if layout == "strided_h":
+            return fn(shape[:2] + (2 * H,))[..., ::2]
+        if layout == "strided_t":
+            wide = list(shape)
+            wide[t_dim] *= 2
+            return fn(tuple(wide))[(slice(None),) * t_dim + (slice(None, None, 2),)]
+        if layout == "expanded":
+            one = list(shape)
+            one[1 - t_dim] = 1
+            return fn(tuple(one)).expand(shape)
+        raise ValueError(layout)
+
+    f = make(lambda s: torch.rand(s, dtype=torch.float64, device=device).mul_(0.98).add_(0.01).to(dtype))
+    x = make(lambda s: torch.randn(s, dtype=torch.float64, device=device).to(dtype))
+    h0 = None
+    if h0_dtype is not None:
+        h0 = torch.randn(B, H, dtype=torch.float64, device=device).to(h0_dtype)
+    return f, x, h0
+
+
+def poisoned_like(t: Tensor, dtype=None) -> tuple[Tensor, Tensor]:
+    """A NaN-filled view shaped like `t` inside a wider NaN buffer: (view, buffer). Every
+    element of the view must be overwritten, and nothing outside it. The view starts 8
+    elements into rows of a multiple of 16 elements, so it keeps 16-byte alignment and the
+    kernels may use their widest loads on it."""
+    dtype = t.dtype if dtype is None else dtype
+    width = (t.shape[-1] // 16 + 2) * 16
+    buffer = torch.full(t.shape[:-1] + (width,), float("nan"), dtype=dtype, device=t.device)
+    return buffer[..., 8:8 + t.shape[-1]], buffer
+
+
+def assert_untouched_outside(view: Tensor, buffer: Tensor) -> None:
+    """Everything of `buffer` outside `view` (made by poisoned_like) is still NaN."""
+    mask = torch.ones(buffer.shape, dtype=torch.bool, device=buffer.device)
+    mask[..., 8:8 + view.shape[-1]] = False
+    assert torch.isnan(buffer[mask]).all(), "the kernel wrote outside its output view"
+
+
+def forward_reference(f, x, h0, batch_first=False) -> Tensor:
+    """float64 forward on the (already rounded) inputs; differentiable when they require grad."""
+    return forget_mult_reference(f.double(), x.double(), None if h0 is None else h0.double(),
+                                 batch_first=batch_first)
+
+
+def backward_reference(grad_h, f, x, h, h0: Optional[Tensor], batch_first=False):
+    """float64 backward with the same saved ``h`` the kernel reads (so the comparison sees
+    only the kernel's own rounding): walking t down with the gradient reaching h[t],
+    g = carry + dh[t]; dx = f g; df = (x - h[t-1]) g; carry = g - f g; dh0 = carry."""
+    def tm(t):  # time-major float64
+        t = t.detach().double()
+        return t.transpose(0, 1) if batch_first else t
+
+    grad_h, f, x, h = tm(grad_h), tm(f), tm(x), tm(h)
+    T = f.shape[0]
+    grad_f, grad_x = torch.empty_like(f), torch.empty_like(f)
+    carry = torch.zeros_like(f[0]) if T else torch.zeros(f.shape[1:], dtype=torch.float64, device=f.device)
+    start = h0.detach().double() if h0 is not None else torch.zeros_like(carry)
+    for t in range(T - 1, -1, -1):
+        g = carry + grad_h[t]
+        prev = h[t - 1] if t >= 1 else start
+        grad_x[t] = f[t] * g
+        grad_f[t] = (x[t] - prev) * g
+        carry = g - f[t] * g
+    if batch_first:
+        grad_f, grad_x = grad_f.transpose(0, 1), grad_x.transpose(0, 1)
+    return grad_f, grad_x, carry

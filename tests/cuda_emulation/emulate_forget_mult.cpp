@@ -1,0 +1,241 @@
+// Runs the CUDA ForgetMult kernels of cuda/forget_mult_kernels.cuh on the CPU, compiled
+// by the host C++ compiler against the CUDA headers (whose half/bfloat16 conversions
+// have host versions), so the kernels' indexing, vector and tail paths and the chunked
+// schedule's carry logic are checked on machines without a GPU
+// (tests/test_forget_mult_cuda_emulated.py builds and drives this file).
+//
+// A grid runs one block at a time. In a chunked block every CUDA thread is a fiber
+// (ucontext) with its own stack: each runs until it reaches __syncthreads, and when all
+// have arrived they all go on; the fibers run in a shuffled order every phase, so a
+// missing barrier shows as wrong results. A barrier that not every thread reaches is
+// reported as an error instead of hanging.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <ucontext.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <random>
+#include <stdexcept>
+#include <vector>
+
+namespace qrnn_emu {
+
+uint3 thread_idx;
+uint3 block_idx;
+dim3 block_dim;
+
+struct Fiber {
+    ucontext_t context;
+    uint3 index;
+    bool waiting = false, done = false;
+};
+
+ucontext_t scheduler;
+Fiber* running = nullptr;
+const std::function<void()>* body = nullptr;
+
+inline void sync_threads() {
+    running->waiting = true;
+    swapcontext(&running->context, &scheduler);
+}
+
+void fiber_main() {
+    (*body)();
+    running->done = true;  // then uc_link returns to the scheduler
+}
+
+// Runs `kernel_body` once per thread of a lanes x chunks block until every thread is done.
+void run_block(int lanes, int chunks, const std::function<void()>& kernel_body, std::mt19937& rng) {
+    constexpr size_t kStack = 256 * 1024;
+    static std::vector<std::unique_ptr<char[]>> stacks;  // reused by every block (not zeroed)
+    std::vector<Fiber> fibers(size_t(lanes) * chunks);
+    while (stacks.size() < fibers.size()) stacks.emplace_back(new char[kStack]);
+    body = &kernel_body;
+    for (int chunk = 0; chunk < chunks; ++chunk) {
+        for (int lane = 0; lane < lanes; ++lane) {
+            Fiber& f = fibers[size_t(chunk) * lanes + lane];
+            f.index = {unsigned(lane), unsigned(chunk), 0};
+            getcontext(&f.context);
+            f.context.uc_stack.ss_sp = stacks[size_t(chunk) * lanes + lane].get();
+            f.context.uc_stack.ss_size = kStack;
+            f.context.uc_link = &scheduler;
+            makecontext(&f.context, fiber_main, 0);
+        }
+    }
+    std::vector<Fiber*> order;
+    for (Fiber& f : fibers) order.push_back(&f);
+    for (;;) {
+        std::shuffle(order.begin(), order.end(), rng);
+        for (Fiber* f : order) {
+            if (f->done || f->waiting) continue;
+            running = f;
+            thread_idx = f->index;
+            swapcontext(&scheduler, &f->context);
+        }
+        size_t done = 0, waiting = 0;
+        for (const Fiber& f : fibers) done += f.done, waiting += f.waiting;
+        if (done == fibers.size()) return;
+        if (done > 0) throw std::runtime_error("__syncthreads not reached by every thread of a block");
+        for (Fiber& f : fibers) f.waiting = false;  // everyone arrived: the barrier opens
+    }
+}
+
+}  // namespace qrnn_emu
+
+template <typename R>
+inline R __ldg(const R* p) { return *p; }
+
+#define threadIdx (::qrnn_emu::thread_idx)
+#define blockIdx (::qrnn_emu::block_idx)
+#define blockDim (::qrnn_emu::block_dim)
+#define __syncthreads() ::qrnn_emu::sync_threads()
+#ifndef __launch_bounds__
+#define __launch_bounds__(...)
+#endif
+#ifndef QRNN_WITH_CUDA
+#define QRNN_WITH_CUDA 1
+#endif
+
+#include "forget_mult_kernels.cuh"
+
+namespace qrnn::cuda::kernels {
+alignas(16) unsigned char smem_bytes[1 << 16];  // the dynamic shared memory of the running block
+}
+
+namespace {
+
+using namespace qrnn;
+using namespace qrnn::cuda;
+
+template <typename Params>
+void run_grid(void (*kernel)(Params, int64_t), const Params& p, const detail::LaunchShape& s) {
+    if (s.shared_bytes > int64_t(sizeof(kernels::smem_bytes))) throw std::runtime_error("shared memory too large");
+    std::mt19937 rng(12345);
+    qrnn_emu::block_dim = dim3(unsigned(s.lanes), unsigned(s.chunks), 1);
+    for (int64_t block = 0; block < s.blocks; ++block) {
+        qrnn_emu::block_idx = {unsigned(block), 0, 0};
+        if (s.chunks == 1) {  // serial kernels: no barriers, threads run one after another
+            for (int lane = 0; lane < s.lanes; ++lane) {
+                qrnn_emu::thread_idx = {unsigned(lane), 0, 0};
+                kernel(p, s.vectors_per_row);
+            }
+            continue;
+        }
+        std::memset(kernels::smem_bytes, 0xff, sizeof(kernels::smem_bytes));  // NaN-ish: no stale summaries
+        qrnn_emu::run_block(s.lanes, s.chunks, [&] { kernel(p, s.vectors_per_row); }, rng);
+    }
+}
+
+template <typename T, int V>
+void forward_width(const ForgetMultForwardParams& p, int chunks) {
+    constexpr int U = detail::forward_steps(int(sizeof(T)) * V);
+    const auto s = detail::launch_shape(p.batch, p.hidden, V, chunks, sizeof(kernels::Math<T>));
+    if (s.chunks == 1) return run_grid(kernels::forward_serial<T, V, U>, p, s);
+    if constexpr (V <= detail::chunked_max_width(int(sizeof(T))))
+        return run_grid(kernels::forward_chunked<T, V, U>, p, s);
+    throw std::runtime_error("no chunked kernel for this width");
+}
+
+template <typename T, int V>
+void backward_width(const ForgetMultBackwardParams& p, int chunks) {
+    constexpr int U = detail::backward_steps(int(sizeof(T)) * V);
+    const auto s = detail::launch_shape(p.batch, p.hidden, V, chunks, sizeof(kernels::Math<T>));
+    if (s.chunks == 1) return run_grid(kernels::backward_serial<T, V, U>, p, s);
+    if constexpr (V <= detail::chunked_max_width(int(sizeof(T))))
+        return run_grid(kernels::backward_chunked<T, V, U>, p, s);
+    throw std::runtime_error("no chunked kernel for this width");
+}
+
+// The widths the CUDA build compiles: 16, 8, 4 bytes per pack (when over one element), 1.
+template <typename T, typename Fn>
+void by_width(int width, Fn&& fn) {
+    constexpr int widest = 16 / int(sizeof(T));
+    if (width == widest) return fn(std::integral_constant<int, widest>{});
+    if constexpr (widest / 2 > 1)
+        if (width == widest / 2) return fn(std::integral_constant<int, widest / 2>{});
+    if constexpr (widest / 4 > 1)
+        if (width == widest / 4) return fn(std::integral_constant<int, widest / 4>{});
+    if (width == 1) return fn(std::integral_constant<int, 1>{});
+    throw std::runtime_error("no kernel for this vector width");
+}
+
+template <typename Fn>
+void by_dtype(int dtype, Fn&& fn) {
+    switch (DType(dtype)) {
+        case DType::float32: return fn(float{});
+        case DType::float64: return fn(double{});
+        case DType::bfloat16: return fn(__nv_bfloat16{});
+        case DType::float16: return fn(__half{});
+    }
+    throw std::runtime_error("bad dtype");
+}
+
+// Reads the flat integers of qrnn._C's forget_mult entry points: a 3-D view is
+// (pointer, stride_t, stride_b, stride_h), a 2-D view (pointer, stride_b, stride_h).
+struct Reader {
+    const int64_t* a;
+    int64_t next() { return *a++; }
+    const void* cptr() { return reinterpret_cast<const void*>(static_cast<uintptr_t>(next())); }
+    void* mptr() { return reinterpret_cast<void*>(static_cast<uintptr_t>(next())); }
+    ConstView3 cview3() { auto p = cptr(); auto st = next(), sb = next(), sh = next(); return {p, st, sb, sh}; }
+    View3 mview3() { auto p = mptr(); auto st = next(), sb = next(), sh = next(); return {p, st, sb, sh}; }
+    ConstView2 cview2() { auto p = cptr(); auto sb = next(), sh = next(); return {p, sb, sh}; }
+    View2 mview2() { auto p = mptr(); auto sb = next(), sh = next(); return {p, sb, sh}; }
+};
+
+}  // namespace
+
+extern "C" {
+
+// args: the 20 integers of qrnn._C.cuda_forget_mult_forward before stream and schedule
+// (dtype, T, B, H, f[4], x[4], h0[3], h0_dtype, h[4]); the plan replaces the schedule.
+// Returns 0, or 1 after printing an error.
+int qrnn_emulate_forward(const int64_t* args, int vector_width, int chunks) {
+    try {
+        Reader r{args};
+        ForgetMultForwardParams p;
+        p.dtype = DType(r.next());
+        p.seq_len = r.next(), p.batch = r.next(), p.hidden = r.next();
+        p.f = r.cview3(), p.x = r.cview3(), p.h0 = r.cview2();
+        p.h0_dtype = DType(r.next());
+        p.h = r.mview3();
+        by_dtype(int(p.dtype), [&](auto t) {
+            using TT = decltype(t);
+            by_width<TT>(vector_width, [&](auto v) { forward_width<TT, decltype(v)::value>(p, chunks); });
+        });
+        return 0;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "qrnn_emulate_forward: %s\n", e.what());
+        return 1;
+    }
+}
+
+// args: the 35 integers of qrnn._C.cuda_forget_mult_backward before stream and schedule.
+int qrnn_emulate_backward(const int64_t* args, int vector_width, int chunks) {
+    try {
+        Reader r{args};
+        ForgetMultBackwardParams p;
+        p.dtype = DType(r.next());
+        p.seq_len = r.next(), p.batch = r.next(), p.hidden = r.next();
+        p.f = r.cview3(), p.x = r.cview3(), p.h = r.cview3(), p.h0 = r.cview2();
+        p.h0_dtype = DType(r.next());
+        p.grad_h = r.cview3(), p.grad_f = r.mview3(), p.grad_x = r.mview3(), p.grad_h0 = r.mview2();
+        by_dtype(int(p.dtype), [&](auto t) {
+            using TT = decltype(t);
+            by_width<TT>(vector_width, [&](auto v) { backward_width<TT, decltype(v)::value>(p, chunks); });
+        });
+        return 0;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "qrnn_emulate_backward: %s\n", e.what());
+        return 1;
+    }
+}
+
+}  // extern "C"

@@ -1,0 +1,248 @@
+"""The CUDA ForgetMult kernels, run on the CPU by emulation: no GPU needed.
+
+tests/cuda_emulation/emulate_forget_mult.cpp compiles cuda/forget_mult_kernels.cuh with the
+host C++ compiler against the CUDA headers and runs a grid block by block (each thread of a
+chunked block a std::thread, __syncthreads a barrier). These tests drive it with the launch
+plans the real build picks (qrnn.ops_cuda.forward_plan / backward_plan) and with every plan
+the kernels have, on strided, unaligned and odd-sized inputs, NaN-poisoned outputs inside
+wider buffers, and compare with the float64 reference. The GPU tests
+(test_forget_mult_cuda.py) run the same kernels for real.
+
+Needs a CUDA build of qrnn (for the plans), the CUDA headers (CUDA_HOME, or nvcc on PATH)
+and a C++20 compiler; skipped otherwise.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import assert_close_to_reference
+from cuda_cases import (assert_untouched_outside, backward_reference, forward_reference, make_inputs,
+                        poisoned_like)
+from qrnn import ops_cuda
+
+REPO = Path(__file__).resolve().parents[1]
+SOURCE = REPO / "tests" / "cuda_emulation" / "emulate_forget_mult.cpp"
+DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
+HALF = (torch.float16, torch.bfloat16)
+
+pytestmark = pytest.mark.skipif(not ops_cuda.AVAILABLE, reason="qrnn was built without its CUDA kernels")
+
+
+def _cuda_include():
+    roots = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")]
+    if shutil.which("nvcc"):  # nvcc names its own installation (it may be a wrapper script)
+        dry = subprocess.run(["nvcc", "--dryrun", "-x", "cu", "-c", os.devnull, "-o", os.devnull],
+                             capture_output=True, text=True)
+        roots += [line.split("TOP=", 1)[1].strip() for line in (dry.stdout + dry.stderr).splitlines()
+                  if "TOP=" in line]
+    for root in roots:
+        if root and (Path(root) / "include" / "cuda_fp16.h").is_file():
+            return Path(root) / "include"
+    return None
+
+
+class Emulator:
+    """ctypes front of the emulation library: the integers of qrnn._C's CUDA launchers
+    (built by qrnn.ops_cuda) and a launch plan."""
+
+    def __init__(self, path: Path):
+        lib = ctypes.CDLL(str(path))
+        for fn in (lib.qrnn_emulate_forward, lib.qrnn_emulate_backward):
+            fn.argtypes = [ctypes.POINTER(ctypes.c_int64), ctypes.c_int, ctypes.c_int]
+        self.lib = lib
+
+    @staticmethod
+    def _ints(args):
+        return (ctypes.c_int64 * len(args))(*args)
+
+    def forward(self, h, f, x, h0, batch_first, plan):
+        args = ops_cuda._forward_args(h, f, x, h0, batch_first)
+        assert len(args) == 20
+        assert self.lib.qrnn_emulate_forward(self._ints(args), *plan) == 0
+
+    def backward(self, grad_f, grad_x, grad_h0, grad_h, f, x, h, h0, batch_first, plan):
+        args = ops_cuda._backward_args(grad_f, grad_x, grad_h0, grad_h, f, x, h, h0, batch_first)
+        assert len(args) == 35
+        assert self.lib.qrnn_emulate_backward(self._ints(args), *plan) == 0
+
+
+@pytest.fixture(scope="session")
+def emulator(tmp_path_factory):
+    include = _cuda_include()
+    cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
+    if include is None or cxx is None:
+        pytest.skip("needs the CUDA headers (CUDA_HOME or nvcc on PATH) and a C++ compiler")
+    out = tmp_path_factory.mktemp("cuda_emulation") / "emulate_forget_mult.so"
+    # QRNN_EMULATOR_CXXFLAGS adds flags, e.g. "-fsanitize=address" (then run pytest with
+    # LD_PRELOAD set to the compiler's libasan) to catch any access outside the tensors.
+    extra = os.environ.get("QRNN_EMULATOR_CXXFLAGS", "").split()
+    cmd = [cxx, "-std=c++20", "-O1", "-g", "-shared", "-fPIC", "-pthread", *extra, f"-I{include}",
+           f"-I{REPO / 'cpp' / 'include'}", f"-I{REPO / 'cuda'}", str(SOURCE), "-o", str(out)]
+    built = subprocess.run(cmd, capture_output=True, text=True)
+    assert built.returncode == 0, f"building the kernel emulator failed:\n{built.stderr[-4000:]}"
+    return Emulator(out)
+
+
+def run_and_check(emulator, f, x, h0, batch_first, schedule="auto", plan=None, check_backward=True,
+                  grad_h=None):
+    """Forward then backward through the emulated kernels into NaN-poisoned views of wider
+    buffers; compare with float64 and check nothing outside the views was written."""
+    dtype = f.dtype
+    h, h_buffer = poisoned_like(f)
+    fplan = plan or ops_cuda.forward_plan(h, f, x, h0, batch_first=batch_first, schedule=schedule)
+    emulator.forward(h, f, x, h0, batch_first, fplan)
+    assert_close_to_reference(h, forward_reference(f, x, h0, batch_first), dtype, f"forward {fplan}")
+    assert_untouched_outside(h, h_buffer)
+    if not check_backward:
+        return fplan, None
+    if grad_h is None:
+        grad_h = torch.randn(f.shape, dtype=torch.float64).to(dtype)
+    grad_f, gf_buffer = poisoned_like(f)
+    grad_x, gx_buffer = poisoned_like(f)
+    grad_h0, gh0_buffer = poisoned_like(h0) if h0 is not None else (None, None)
+    bplan = plan or ops_cuda.backward_plan(grad_f, grad_x, grad_h0, grad_h, f, x, h, h0,
+                                           batch_first=batch_first, schedule=schedule)
+    emulator.backward(grad_f, grad_x, grad_h0, grad_h, f, x, h, h0, batch_first, bplan)
+    ref_f, ref_x, ref_h0 = backward_reference(grad_h, f, x, h, h0, batch_first)
+    assert_close_to_reference(grad_f, ref_f, dtype, f"grad_f {bplan}")
+    assert_close_to_reference(grad_x, ref_x, dtype, f"grad_x {bplan}")
+    assert_untouched_outside(grad_f, gf_buffer)
+    assert_untouched_outside(grad_x, gx_buffer)
+    if h0 is not None:
+        assert_close_to_reference(grad_h0, ref_h0, h0.dtype if h0.dtype != torch.float32 else dtype,
+                                  f"grad_h0 {bplan}")
+        assert_untouched_outside(grad_h0, gh0_buffer)
+    return fplan, bplan
+
+
+def _h0_cases():
+    for dtype in DTYPES:
+        for h0 in ("none", "same") + (("float32",) if dtype in HALF else ()):
+            yield pytest.param(dtype, h0, id=f"{str(dtype)[6:]}-h0_{h0}")
+
+
+@pytest.mark.parametrize("dtype,h0_kind", list(_h0_cases()))
+@pytest.mark.parametrize("schedule", ["auto", "serial", "chunked"])
+@pytest.mark.parametrize("batch_first", [False, True], ids=["time_major", "batch_first"])
+def test_matches_float64_reference(emulator, dtype, h0_kind, schedule, batch_first):
+    h0_dtype = {"none": None, "same": dtype, "float32": torch.float32}[h0_kind]
+    f, x, h0 = make_inputs(45, 3, 40, dtype, batch_first=batch_first, h0_dtype=h0_dtype)
+    fplan, bplan = run_and_check(emulator, f, x, h0, batch_first, schedule)
+    if schedule == "chunked":
+        assert fplan[1] > 1 and bplan[1] > 1
+    if schedule == "serial":
+        assert fplan[1] == 1 and bplan[1] == 1
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d)[6:])
+@pytest.mark.parametrize("layout", ["contiguous", "offset", "tail", "strided_h", "strided_t", "expanded"])
+@pytest.mark.parametrize("hidden", [37, 38])
+@pytest.mark.parametrize("schedule", ["serial", "chunked"])
+def test_layouts_and_odd_sizes(emulator, dtype, layout, hidden, schedule):
+    f, x, h0 = make_inputs(29, 2, hidden, dtype, h0_dtype=torch.float32 if dtype in HALF else dtype, layout=layout)
+    run_and_check(emulator, f, x, h0, False, schedule)
+
+
+# (dtype, layout, hidden) -> vector width of the serial plan: the widest pack that every
+# array's alignment and strides allow, with a scalar tail for a partial last pack.
+EXPECTED_WIDTHS = [
+    (torch.float16, "contiguous", 40, 8), (torch.float16, "contiguous", 44, 4),
+    (torch.float16, "contiguous", 42, 2), (torch.float16, "contiguous", 37, 1),
+    (torch.float16, "offset", 40, 1), (torch.float16, "tail", 38, 8), (torch.float16, "strided_h", 40, 1),
+    (torch.float16, "strided_t", 40, 8), (torch.float16, "expanded", 40, 8),
+    (torch.bfloat16, "contiguous", 40, 8), (torch.bfloat16, "contiguous", 42, 2),
+    (torch.float32, "contiguous", 40, 4), (torch.float32, "contiguous", 42, 2),
+    (torch.float32, "contiguous", 37, 1), (torch.float32, "tail", 38, 4), (torch.float32, "offset", 40, 1),
+    (torch.float64, "contiguous", 40, 2), (torch.float64, "contiguous", 37, 1),
+    (torch.float64, "tail", 37, 2), (torch.float64, "offset", 40, 1),
+]
+
+
+@pytest.mark.parametrize("dtype,layout,hidden,width", EXPECTED_WIDTHS)
+def test_plan_vector_width(dtype, layout, hidden, width):
+    f, x, h0 = make_inputs(20, 3, hidden, dtype, layout=layout)
+    h = poisoned_like(f)[0]  # aligned: the inputs decide
+    assert ops_cuda.forward_plan(h, f, x, h0, schedule="serial") == (width, 1)
+    grads = [poisoned_like(f)[0] for _ in range(3)]
+    assert ops_cuda.backward_plan(grads[0], grads[1], None, grads[2], f, x, h, h0, schedule="serial") == (width, 1)
+    # A chunk lives in registers: at most 4 bytes per pack.
+    chunked_width = min(width, max(1, 4 // f.element_size()))
+    assert ops_cuda.forward_plan(h, f, x, h0, schedule="chunked")[0] == chunked_width
+    # A misaligned output limits everything to scalar accesses.
+    assert ops_cuda.forward_plan(torch.empty(f.shape[:-1] + (hidden + 1,), dtype=dtype)[..., 1:], f, x, h0,
+                                 schedule="serial") == (1, 1)
+
+
+def _expanded(T, B, H, dtype):
+    one = torch.rand(1, 1, H).to(dtype)
+    return one.expand(T, B, H)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d)[6:])
+def test_size_rule(dtype):
+    """Serial when the columns alone keep enough loads in flight or the sequence is short;
+    chunked (up to 16 chunks) for long sequences with few columns."""
+    big = _expanded(512, 64, 4096, dtype)  # the bandwidth benchmark shape (expanded: no memory)
+    assert ops_cuda.forward_plan(big, big, big)[1] == 1
+    assert ops_cuda.backward_plan(big, big, None, big, big, big, big)[1] == 1
+    short = _expanded(8, 1, 256, dtype)
+    assert ops_cuda.forward_plan(short, short, short)[1] == 1
+    long_narrow = _expanded(4096, 1, 256, dtype)
+    assert ops_cuda.forward_plan(long_narrow, long_narrow, long_narrow)[1] == 16
+    assert ops_cuda.backward_plan(*[long_narrow] * 2, None, *[long_narrow] * 4)[1] == 16
+
+
+def _compiled_widths(dtype):
+    """The vector widths the build compiles: 16, 8 and 4 bytes per pack (when that is more
+    than one element) and single elements."""
+    widest = 16 // torch.empty(0, dtype=dtype).element_size()
+    return sorted({w for w in (widest, widest // 2, widest // 4) if w > 1} | {1})
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d)[6:])
+@pytest.mark.parametrize("chunks", [1, 3, 16])
+def test_every_compiled_kernel(emulator, dtype, chunks):
+    """Each vector width the build compiles, serial and chunked (widths of at most 4 bytes),
+    on contiguous aligned inputs where every width is legal."""
+    elem = torch.empty(0, dtype=dtype).element_size()
+    for width in _compiled_widths(dtype):
+        if chunks > 1 and width > max(1, 4 // elem):
+            continue
+        f, x, h0 = make_inputs(70, 5, 64, dtype, h0_dtype=dtype)
+        run_and_check(emulator, f, x, h0, False, plan=(width, chunks))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=lambda d: str(d)[6:])
+@pytest.mark.parametrize("seq_len", [1, 7, 8, 9, 16, 17, 129])
+@pytest.mark.parametrize("schedule", ["serial", "chunked"])
+def test_sequence_lengths(emulator, dtype, seq_len, schedule):
+    f, x, h0 = make_inputs(seq_len, 2, 24, dtype, h0_dtype=dtype)
+    run_and_check(emulator, f, x, h0, False, schedule)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d)[6:])
+def test_empty_sequence_writes_zero_grad_h0(emulator, dtype):
+    f, x, h0 = make_inputs(0, 3, 24, dtype, h0_dtype=dtype)
+    grad_h0, buffer = poisoned_like(h0)
+    empty = [torch.empty(f.shape, dtype=dtype) for _ in range(4)]
+    plan = ops_cuda.backward_plan(empty[0], empty[1], grad_h0, empty[2], f, x, empty[3], h0)
+    emulator.backward(empty[0], empty[1], grad_h0, empty[2], f, x, empty[3], h0, False, plan)
+    assert (grad_h0 == 0).all()
+    assert_untouched_outside(grad_h0, buffer)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d)[6:])
+@pytest.mark.parametrize("schedule", ["serial", "chunked"])
+def test_broadcast_grad_h(emulator, dtype, schedule):
+    """h.sum().backward() hands the backward a grad_h with all strides 0."""
+    f, x, h0 = make_inputs(40, 3, 16, dtype, h0_dtype=dtype)
+    grad_h = torch.ones((), dtype=dtype).expand(f.shape)
+    run_and_check(emulator, f, x, h0, False, schedule, grad_h=grad_h)

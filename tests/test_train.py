@@ -1,0 +1,263 @@
+"""qrnn.train: the training loop, its command line, exact resume, fp16 loss scaling, DDP."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch import nn
+
+import qrnn
+from qrnn.checkpoint import load
+from qrnn.data import BPTTBatches, Vocabulary, default_text, load_corpus, split_text
+from qrnn.train import Trainer, choose_precision, fit
+from qrnn.train_cli import generate_main, train_main
+
+TINY = ["--layers", "2", "--hidden", "32", "--emsize", "16", "--batch-size", "8", "--bptt", "16",
+        "--warmup", "5", "--lr", "3e-3", "--no-progress", "--sample-length", "40"]
+
+
+@pytest.fixture(scope="module")
+def tiny_data(tmp_path_factory):
+    """About 12,000 characters of the default corpus: an epoch is ~85 steps of a tiny model."""
+    path = tmp_path_factory.mktemp("data") / "tiny.txt"
+    path.write_text(default_text()[:12_000], encoding="utf-8")
+    return str(path)
+
+
+def _latest(run_dir):
+    with qrnn.checkpoint.AsyncCheckpointer(run_dir) as scanner:
+        return scanner.latest()
+
+
+def _assert_same_training_state(a, b):
+    assert a["progress"] == b["progress"]
+    for key in a["model"]:
+        assert torch.equal(a["model"][key], b["model"][key]), key
+    for pa, pb in zip(a["optimizer"]["state"].values(), b["optimizer"]["state"].values()):
+        for key in pa:
+            assert torch.equal(torch.as_tensor(pa[key]), torch.as_tensor(pb[key])), key
+    assert a["scaler"] == b["scaler"]
+    assert a["scheduler"] == b["scheduler"]
+
+
+# ---------------------------------------------------------------- data
+
+def test_char_vocabulary_round_trip_and_unknowns():
+    vocab = Vocabulary.build("hello world\n", "char")
+    ids = vocab.encode("hold €")
+    assert ids.dtype == torch.int64
+    assert ids[-1].item() == 0  # unseen character -> <unk>
+    assert vocab.decode(vocab.encode("hello")) == "hello"
+    assert Vocabulary.from_state_dict(vocab.state_dict()) == vocab
+
+
+def test_word_vocabulary_adds_eos_and_orders_by_frequency():
+    vocab = Vocabulary.build("b a a\na c\n", "word")
+    assert vocab.tokens[:3] == ["<unk>", "a", "<eos>"]
+    assert vocab.encode("a zz\n").tolist() == [1, 0, 2]
+
+
+def test_split_is_90_5_5_at_line_boundaries():
+    text = "".join(f"line {i}\n" for i in range(1000))
+    train, valid, test = split_text(text)
+    assert train + valid + test == text
+    assert train.endswith("\n") and valid.endswith("\n")
+    assert abs(len(train) / len(text) - 0.9) < 0.01 and abs(len(valid) / len(text) - 0.05) < 0.01
+
+
+def test_rank_shards_together_are_the_global_batch():
+    ids = torch.randperm(1000)
+    whole = BPTTBatches(ids, 8, 7)
+    shards = [BPTTBatches(ids, 8, 7, rank=r, world=2) for r in range(2)]
+    assert len(whole) == len(shards[0]) == len(shards[1])
+    for i in range(len(whole)):
+        x, y = whole[i]
+        assert torch.equal(torch.cat([s[i][0] for s in shards], 1), x)
+        assert torch.equal(torch.cat([s[i][1] for s in shards], 1), y)
+        assert torch.equal(x[1:], y[:-1])
+
+
+def test_folder_layout(tmp_path):
+    for split in ("train", "valid", "test"):
+        (tmp_path / f"wiki.{split}.tokens").write_text(f"some {split} words here\n" * 50)
+    corpus = load_corpus(str(tmp_path), "word")
+    assert corpus.vocab.level == "word" and corpus.train.numel() == 250
+
+
+# ---------------------------------------------------------------- precision
+
+def test_auto_precision_says_why():
+    precision, reason = choose_precision("auto", torch.device("cpu"))
+    assert precision in ("bf16", "fp32") and reason.startswith("auto: CPU")
+    assert choose_precision("fp16", torch.device("cpu")) == ("fp16", "requested")
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["adam", "fused-adam"])
+def test_fp16_skipped_step_does_not_update_or_advance_the_schedule(fused):
+    """An inf gradient on one step: that step is skipped (parameters equal a control run that
+    leaves it out), counted, the scale backs off, and the LR schedule does not advance."""
+    torch.manual_seed(0)
+    batches = [(torch.randn(4, 8), torch.randn(4, 3)) for _ in range(4)]
+    initial = nn.Linear(8, 3)
+
+    def make(precision, scaler):
+        model = nn.Linear(8, 3)
+        model.load_state_dict(initial.state_dict())
+        optimizer = torch.optim.Adam(model.parameters(), lr=0.1, fused=fused)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 / (step + 1))
+        return Trainer(model, optimizer, nn.functional.mse_loss, scheduler=scheduler, precision=precision,
+                       grad_scaler=scaler, clip_norm=1.0, progress=False)
+
+    scaler = torch.amp.GradScaler("cpu", init_scale=128.0, growth_factor=2.0, backoff_factor=0.5,
+                                  growth_interval=1)
+    trainer = make("fp16", scaler)
+    poison_step = 2
+    trainer.module.weight.register_hook(
+        lambda grad: torch.full_like(grad, float("inf")) if trainer.step == poison_step else grad)
+    for x, y in batches:
+        trainer.train_step(x, y)
+    control = make("fp16", torch.amp.GradScaler("cpu", enabled=False))
+    for i, (x, y) in enumerate(batches):
+        if i != poison_step:
+            control.train_step(x, y)
+
+    assert trainer.skipped_steps == 1 and trainer.step == 4
+    assert scaler.get_scale() == 128.0 * 2.0 ** 3 * 0.5 ** 1
+    assert trainer.scheduler.last_epoch == 3 == control.scheduler.last_epoch
+    assert trainer.optimizer.param_groups[0]["lr"] == control.optimizer.param_groups[0]["lr"]
+    for p, q in zip(trainer.module.parameters(), control.module.parameters()):
+        assert torch.isfinite(p).all()
+        torch.testing.assert_close(p, q)
+
+
+def test_fit_any_model_with_checkpoints(tmp_path):
+    """The library form on a user's own (stateless) model: history, rotation, best.pt."""
+    torch.manual_seed(0)
+    data = [(torch.randn(16, 4), torch.randn(16, 1)) for _ in range(5)]
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    history = fit(model, data, optimizer, nn.functional.mse_loss, valid_data=data[:2], epochs=3,
+                  precision="fp32", checkpoint_dir=str(tmp_path), keep_last=2, progress=False)
+    assert [r["epoch"] for r in history] == [1, 2, 3] and all(r["complete"] for r in history)
+    assert history[-1]["valid_loss"] < history[0]["valid_loss"]
+    assert sorted(os.listdir(tmp_path)) == ["best.pt", "ckpt-000000000010.pt", "ckpt-000000000015.pt"]
+    saved = load(tmp_path / "ckpt-000000000015.pt")
+    assert saved["progress"]["epoch"] == 3 and saved["progress"]["position"] == 0
+    assert torch.equal(saved["model"]["0.weight"], model[0].weight)
+
+
+# ---------------------------------------------------------------- end to end
+
+def test_tiny_run_end_to_end(tiny_data, tmp_path, capsys):
+    run_dir = str(tmp_path / "run")
+    assert train_main(["--data", tiny_data, "--epochs", "2", "--checkpoint-dir", run_dir] + TINY) == 0
+    out = capsys.readouterr().out
+    assert "precision" in out and "epoch   1 |" in out and "epoch   2 |" in out and "sample:" in out
+    assert "valid bpc" in out and "ckpt stall" in out
+    records = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
+    assert [r["epoch"] for r in records] == [1, 2]
+    assert records[1]["valid_loss"] < records[0]["valid_loss"]
+    with open(os.path.join(run_dir, "loss.png"), "rb") as fh:
+        assert fh.read(8) == b"\x89PNG\r\n\x1a\n"
+    best = load(os.path.join(run_dir, "best.pt"))
+    assert best["progress"]["best_valid_loss"] == records[1]["valid_loss"]
+    assert best["vocab"]["level"] == "char"
+    # torch.load alone reads it (no qrnn needed by whoever consumes the file).
+    plain = torch.load(_latest(run_dir), weights_only=True)
+    assert plain["progress"]["epoch"] == 2
+
+    assert generate_main(["--checkpoint", run_dir, "--prompt", "The ", "--length", "30"]) == 0
+    sample = capsys.readouterr().out
+    assert sample.startswith("The ") and len(sample) > 30
+
+
+def test_resume_is_bit_identical(tiny_data, tmp_path):
+    """--epochs 2 in one go == --epochs 1 then --resume --epochs 2 == a stop mid-epoch then
+    --resume: same weights, optimizer, scaler and schedule, bit for bit (fp16: scaler state)."""
+    common = ["--data", tiny_data, "--precision", "fp16"] + TINY + ["--sample-length", "0"]
+    one_go, split, mid = (str(tmp_path / name) for name in ("one_go", "split", "mid"))
+    assert train_main(common + ["--epochs", "2", "--checkpoint-dir", one_go]) == 0
+    assert train_main(common + ["--epochs", "1", "--checkpoint-dir", split]) == 0
+    assert train_main(common + ["--epochs", "2", "--checkpoint-dir", split, "--resume"]) == 0
+    assert train_main(common + ["--epochs", "2", "--max-steps", "100", "--checkpoint-dir", mid]) == 0
+    assert train_main(common + ["--epochs", "2", "--checkpoint-dir", mid, "--resume"]) == 0
+    reference = load(_latest(one_go))
+    for other in (split, mid):
+        _assert_same_training_state(reference, load(_latest(other)))
+
+
+# ---------------------------------------------------------------- errors
+
+@pytest.mark.parametrize("argv, message", [
+    (["--epochs", "0"], "--epochs: expected a positive int"),
+    (["--precision", "fp8"], "--precision: invalid choice"),
+    (["--batch-size", "many"], "--batch-size: expected a positive int"),
+    (["--dropout", "1.5"], "--dropout: expected a number in [0, 1)"),
+    (["--bogus"], "unrecognized arguments: --bogus"),
+])
+def test_bad_flags_give_one_line(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        train_main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+def test_bad_data_and_checkpoints_give_one_line(tiny_data, tmp_path, capsys):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("  \n")
+    (tmp_path / "folder").mkdir()
+    other = tmp_path / "other.txt"
+    other.write_text(default_text()[5000:20000])
+    run_dir = str(tmp_path / "run")
+    assert train_main(["--data", tiny_data, "--max-steps", "2", "--checkpoint-dir", run_dir] + TINY) == 0
+    capsys.readouterr()
+    cases = [
+        (["--data", str(tmp_path / "missing.txt")], "no such file or folder"),
+        (["--data", str(empty)], "is empty"),
+        (["--data", str(tmp_path / "folder")], "folder has no train.txt/valid.txt/test.txt"),
+        (["--data", tiny_data, "--batch-size", "4096"], "validation split: 597 tokens are too few for --batch-size 4096"),
+        (["--data", tiny_data, "--checkpoint-dir", run_dir], "already holds checkpoints"),
+        (["--data", tiny_data, "--checkpoint-dir", run_dir, "--resume", "--hidden", "64"],
+         "--hidden 64 conflicts with the checkpoint, trained with --hidden 32"),
+        (["--data", str(other), "--checkpoint-dir", run_dir, "--resume"],
+         "training data differs from the checkpoint's"),
+        (["--checkpoint-dir", str(tmp_path / "nothing"), "--resume"], "no checkpoint in"),
+    ]
+    for argv, message in cases:
+        assert train_main(argv + ["--no-progress"]) == 2, argv
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1 and "Traceback" not in err, (argv, err)
+    assert generate_main(["--checkpoint", tiny_data]) == 2
+    assert "cannot read checkpoint" in capsys.readouterr().err
+
+
+def test_command_line_error_has_no_traceback(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "qrnn.train", "--data", str(tmp_path / "nope")],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0 and "no such file or folder" in result.stderr
+
+
+# ---------------------------------------------------------------- many processes
+
+def test_two_process_ddp_stays_in_sync_and_resumes(tiny_data, tmp_path):
+    run_dir = str(tmp_path / "ddp")
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+              "-m", "qrnn.train", "--data", tiny_data, "--checkpoint-dir", run_dir, "--precision", "fp32"] + TINY
+    first = subprocess.run(launch + ["--max-steps", "6"], capture_output=True, text=True, env=env, timeout=300)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "2 processes" in first.stdout and "ranks in sync: 2 processes" in first.stdout
+    saved = load(_latest(run_dir))
+    assert saved["progress"]["step"] == 6 and len(saved["rng"]) == 2 and len(saved["carry"]) == 2
+    # Ranks draw different dropout masks: their RNG streams differ.
+    assert not torch.equal(saved["rng"][0]["torch"], saved["rng"][1]["torch"])
+    second = subprocess.run(launch + ["--max-steps", "10", "--resume"], capture_output=True, text=True,
+                            env=env, timeout=300)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "resuming" in second.stdout and "ranks in sync: 2 processes" in second.stdout
+    assert load(_latest(run_dir))["progress"]["step"] == 10
