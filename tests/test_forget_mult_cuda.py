@@ -125,6 +125,19 @@ def test_sequence_lengths(dtype, seq_len, schedule):
 
 
 @needs_kernels
+@pytest.mark.parametrize("dtype", DTYPES, ids=_id)
+def test_sum_backward_broadcast_grad(dtype):
+    """h.sum().backward() hands the backward a grad_h with all strides 0."""
+    f, x, h0 = _leaves(*make_inputs(40, 3, 16, dtype, "cuda", h0_dtype=dtype))
+    qrnn.forget_mult(f, x, h0).sum().backward()
+    h = qrnn.forget_mult(f.detach(), x.detach(), h0.detach())
+    ref_f, ref_x, ref_h0 = backward_reference(torch.ones_like(h), f, x, h, h0)
+    assert_close_to_reference(f.grad, ref_f, dtype, "grad_f")
+    assert_close_to_reference(x.grad, ref_x, dtype, "grad_x")
+    assert_close_to_reference(h0.grad, ref_h0, dtype, "grad_h0")
+
+
+@needs_kernels
 @pytest.mark.parametrize("dtype", HALF, ids=_id)
 @pytest.mark.parametrize("schedule", ["serial", "chunked"])
 def test_16bit_error_at_most_twice_a_float32_state_loop(dtype, schedule):

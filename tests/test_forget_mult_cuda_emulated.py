@@ -91,7 +91,8 @@ def emulator(tmp_path_factory):
     return Emulator(out)
 
 
-def run_and_check(emulator, f, x, h0, batch_first, schedule="auto", plan=None, check_backward=True):
+def run_and_check(emulator, f, x, h0, batch_first, schedule="auto", plan=None, check_backward=True,
+                  grad_h=None):
     """Forward then backward through the emulated kernels into NaN-poisoned views of wider
     buffers; compare with float64 and check nothing outside the views was written."""
     dtype = f.dtype
@@ -102,7 +103,8 @@ def run_and_check(emulator, f, x, h0, batch_first, schedule="auto", plan=None, c
     assert_untouched_outside(h, h_buffer)
     if not check_backward:
         return fplan, None
-    grad_h = torch.randn(f.shape, dtype=torch.float64).to(dtype)
+    if grad_h is None:
+        grad_h = torch.randn(f.shape, dtype=torch.float64).to(dtype)
     grad_f, gf_buffer = poisoned_like(f)
     grad_x, gx_buffer = poisoned_like(f)
     grad_h0, gh0_buffer = poisoned_like(h0) if h0 is not None else (None, None)
@@ -235,3 +237,12 @@ def test_empty_sequence_writes_zero_grad_h0(emulator, dtype):
     emulator.backward(empty[0], empty[1], grad_h0, empty[2], f, x, empty[3], h0, False, plan)
     assert (grad_h0 == 0).all()
     assert_untouched_outside(grad_h0, buffer)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d)[6:])
+@pytest.mark.parametrize("schedule", ["serial", "chunked"])
+def test_broadcast_grad_h(emulator, dtype, schedule):
+    """h.sum().backward() hands the backward a grad_h with all strides 0."""
+    f, x, h0 = make_inputs(40, 3, 16, dtype, h0_dtype=dtype)
+    grad_h = torch.ones((), dtype=dtype).expand(f.shape)
+    run_and_check(emulator, f, x, h0, False, schedule, grad_h=grad_h)

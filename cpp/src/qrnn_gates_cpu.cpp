@@ -30,7 +30,7 @@ void check_dtype(DType d) {
 
 // A carried state is stored in the sequence dtype, or in float32 next to 16-bit data.
 void check_state_dtype(const char* name, DType state, DType dtype) {
-    check_dtype(state);
+    if (int(state) < 0 || int(state) > 3) fail(std::string(name) + ": unknown dtype value " + std::to_string(int(state)));
     if (state != dtype && !(sixteen_bit(dtype) && state == DType::float32))
         fail(std::string(name) + ": expected " + dtype_name(dtype) + (sixteen_bit(dtype) ? " or float32" : "") +
              ", got " + dtype_name(state));
@@ -111,7 +111,10 @@ void qrnn_gates_forward(const QrnnGatesForwardParams& p, int num_threads) {
         check_state_dtype("c_n_dtype", p.c_n_dtype, p.dtype);
         check_view2("c_n", p.c_n, s);
     }
-    if (s.B * s.H == 0) return;
+    // An empty sequence only writes c_n (= c0): without it there is nothing to do, and
+    // batch * hidden need not even fit in int64 (walking its items would take hours).
+    if (s.T == 0 && !p.c_n.data) return;
+    if (detail::checked_numel(1, s.B, s.H, "qrnn_gates") == 0) return;
     const auto kernel = selected().forward[int(p.dtype)];
     detail::parallel_for(n_items(s), detail::threads_for_work(s.T * s.B * s.H, num_threads),
                          [&](int64_t begin, int64_t end) { kernel(p, begin, end); });
@@ -136,7 +139,9 @@ void qrnn_gates_backward(const QrnnGatesBackwardParams& p, int num_threads) {
     check_gates("grad_gates", p.grad_gates.data, s, p.grad_gates.stride_t, p.grad_gates.stride_b,
                 p.grad_gates.stride_h, p.grad_gate_stride, p.output_gate);
     if (p.grad_c0.data) check_view2("grad_c0", p.grad_c0, s);
-    if (s.B * s.H == 0) return;
+    // An empty sequence only writes grad_c0 (= grad_c_n), as in the forward pass.
+    if (s.T == 0 && !p.grad_c0.data) return;
+    if (detail::checked_numel(1, s.B, s.H, "qrnn_gates_backward") == 0) return;
     const auto kernel = selected().backward[int(p.dtype)];
     detail::parallel_for(n_items(s), detail::threads_for_work(s.T * s.B * s.H, num_threads),
                          [&](int64_t begin, int64_t end) { kernel(p, begin, end); });

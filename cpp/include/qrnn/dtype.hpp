@@ -43,6 +43,15 @@ template <> struct dtype_of<float16> { static constexpr DType value = DType::flo
 template <typename T> struct math_type { using type = float; };
 template <> struct math_type<double> { using type = double; };
 
+// The conversions below are compiled into every per-instruction-set kernel file. Each of
+// those files defines QRNN_ISA first, which gives its copies their own (inline) namespace:
+// otherwise the linker could merge an out-of-line AVX-512 copy into the generic path.
+#if defined(QRNN_ISA)
+inline namespace QRNN_ISA {
+#else
+inline namespace portable {
+#endif
+
 inline float bits_to_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
 inline uint32_t float_to_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
 
@@ -101,4 +110,5 @@ template <> inline float16 from_float<float16>(float v) {
 inline double to_math(double v) { return v; }
 template <typename T> inline float to_math(T v) { return to_float(v); }
 
+}  // inline namespace QRNN_ISA / portable
 }  // namespace qrnn

@@ -94,6 +94,7 @@ def machine_info() -> dict:
         "torch": torch.__version__,
         "qrnn": qrnn.__version__,
         "simd": qrnn.build_info()["simd"],
+        "compiler": qrnn.build_info()["compiler"],
     }
     return info
 

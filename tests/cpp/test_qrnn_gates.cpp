@@ -1,0 +1,370 @@
+// The fused QRNN gate kernels (qrnn::cpu::qrnn_gates_forward/backward) through the public
+// API against a double-precision loop: odd sizes, zero sizes, strided / batch-first /
+// reversed-time / broadcast layouts in exactly sized buffers (see test_arrays.hpp),
+// every dtype and state dtype, output gate on/off, variable lengths (strided), reverse
+// direction, zoneout mask and scale, optional c0 / c_n / grad_output / grad_c_n, several
+// threads, invalid arguments. Run once per instruction set (QRNN_SIMD), like ForgetMult.
+#include <qrnn/build_info.hpp>
+#include <qrnn/forget_mult.hpp>
+#include <qrnn/qrnn_gates.hpp>
+
+#include <cmath>
+#include <csignal>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "test_arrays.hpp"
+#include "test_check.hpp"
+
+using qrnn::DType;
+using namespace qrnn_test;
+
+namespace {
+
+struct Options {
+    bool output_gate, lengths, reverse, mask, c0, c_n, grad_output, grad_c_n;
+    double scale;
+};
+
+// Each option on and off against the others, kept short for the sanitizer runs.
+const Options kOptionSets[] = {
+    {true, false, false, false, false, false, true, false, 1.0},
+    {true, true, true, true, true, true, true, true, 0.75},
+    {false, false, true, true, true, false, true, true, 1.0},
+    {false, true, false, false, false, true, false, true, 0.5},
+    {true, true, false, true, false, true, true, false, 1.0},
+    {false, false, false, false, true, true, true, true, 0.9},
+    {true, false, true, false, true, false, false, true, 1.0},
+};
+
+std::string describe(const char* dir, const char* dtype, const char* state, int64_t T, int64_t B, int64_t H,
+                     const Layout& in, const Layout& out, const Options& o, int threads) {
+    char buf[400];
+    std::snprintf(buf, sizeof buf,
+                  "%s dtype=%s state=%s T=%lld B=%lld H=%lld inputs=%s outputs=%s output_gate=%d lengths=%d "
+                  "reverse=%d mask=%d scale=%g c0=%d c_n=%d grad_output=%d grad_c_n=%d threads=%d",
+                  dir, dtype, state, (long long)T, (long long)B, (long long)H, in.name, out.name, o.output_gate,
+                  o.lengths, o.reverse, o.mask, o.scale, o.c0, o.c_n, o.grad_output, o.grad_c_n, threads);
+    return buf;
+}
+
+double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+template <typename T, typename S>
+struct Case {
+    int64_t T_, B, H, n_gates;
+    Options o;
+    Strided<T> gates, mask;
+    Strided<S> c0;
+    std::vector<int64_t> lengths_buf;  // lengths at stride 2, gaps hold garbage
+    int64_t lengths_stride = 2;
+
+    Case(int64_t steps, int64_t B_, int64_t H_, const Layout& in, const Options& opt)
+        : T_(steps), B(B_), H(H_), n_gates(opt.output_gate ? 3 : 2), o(opt),
+          gates(steps, B_, (opt.output_gate ? 3 : 2) * H_, in), mask(steps, B_, H_, in),
+          c0(1, B_, H_, in) {
+        gates.fill_random(-4, 4);
+        std::uniform_int_distribution<int> bit(0, 3);
+        mask.for_each([&](int64_t, int64_t, int64_t, int64_t off) { mask.buf[size_t(off)] = put<T>(bit(rng) ? 1.0 : 0.0); });
+        c0.fill_random(-1, 1);
+        lengths_buf.assign(size_t(std::max<int64_t>(1, 2 * B)), int64_t(-777));  // gaps: invalid on purpose
+        std::uniform_int_distribution<int64_t> len(0, steps);
+        for (int64_t b = 0; b < B; ++b) lengths_buf[size_t(b * lengths_stride)] = (b == 0 ? steps : len(rng));
+    }
+    int64_t length(int64_t b) const { return o.lengths ? lengths_buf[size_t(b * lengths_stride)] : T_; }
+    int64_t step(int64_t b, int64_t k) const { return o.reverse ? length(b) - 1 - k : k; }
+    const int64_t* lengths_ptr() const { return o.lengths ? lengths_buf.data() : nullptr; }
+    double gate(int64_t g, int64_t t, int64_t b, int64_t j) const { return gates.at(t, b, g * H + j); }
+    double keep(int64_t t, int64_t b, int64_t j) const { return (o.mask ? mask.at(t, b, j) : 1.0) * o.scale; }
+    double c0_at(int64_t b, int64_t j) const { return o.c0 ? c0.at2(b, j) : 0.0; }
+    size_t idx(int64_t t, int64_t b, int64_t j) const { return size_t((t * B + b) * H + j); }
+
+    // Double-precision forward: output, states and the final state.
+    void reference_forward(std::vector<double>& out, std::vector<double>& st, std::vector<double>& c_n) const {
+        out.assign(size_t(T_ * B * H), 0.0);
+        st.assign(size_t(T_ * B * H), 0.0);
+        c_n.assign(size_t(B * H), 0.0);
+        for (int64_t b = 0; b < B; ++b)
+            for (int64_t j = 0; j < H; ++j) {
+                double c = c0_at(b, j);
+                for (int64_t k = 0; k < length(b); ++k) {
+                    const int64_t t = step(b, k);
+                    const double z = std::tanh(gate(0, t, b, j)), f = sigmoid(gate(1, t, b, j)) * keep(t, b, j);
+                    c = f * z + (1 - f) * c;
+                    st[idx(t, b, j)] = c;
+                    out[idx(t, b, j)] = o.output_gate ? sigmoid(gate(2, t, b, j)) * c : c;
+                }
+                c_n[size_t(b * H + j)] = c;
+            }
+    }
+};
+
+template <typename T, typename S>
+void forward_case(int64_t T_, int64_t B, int64_t H, const Layout& in, const Layout& out, const Options& o,
+                  int threads) {
+    qrnn_test::Context ctx(describe("forward", name_of<T>(), name_of<S>(), T_, B, H, in, out, o, threads));
+    Case<T, S> c(T_, B, H, in, o);
+    Strided<T> output(T_, B, H, out), states(T_, B, H, out);
+    Strided<S> c_n(1, B, H, out);
+    qrnn::QrnnGatesForwardParams p;
+    p.seq_len = T_;
+    p.batch = B;
+    p.hidden = H;
+    p.dtype = qrnn::dtype_of<T>::value;
+    p.output_gate = o.output_gate;
+    p.gates = c.gates.cview3();
+    p.gate_stride = H * c.gates.stride[2];
+    if (o.mask) p.forget_mask = c.mask.cview3();
+    p.forget_scale = o.scale;
+    if (o.c0) p.c0 = c.c0.cview2();
+    p.c0_dtype = qrnn::dtype_of<S>::value;
+    p.lengths = c.lengths_ptr();
+    p.lengths_stride = c.lengths_stride;
+    p.reverse = o.reverse;
+    p.output = output.view3();
+    p.states = states.view3();
+    if (o.c_n) p.c_n = c_n.view2();
+    p.c_n_dtype = qrnn::dtype_of<S>::value;
+    CHECK_NOTHROW(qrnn::cpu::qrnn_gates_forward(p, threads));
+    std::vector<double> ref_out, ref_states, ref_cn;
+    c.reference_forward(ref_out, ref_states, ref_cn);
+    output.check_output("output", [&](int64_t t, int64_t b, int64_t j) { return ref_out[c.idx(t, b, j)]; });
+    states.check_output("states", [&](int64_t t, int64_t b, int64_t j) { return ref_states[c.idx(t, b, j)]; });
+    if (o.c_n) c_n.check_output("c_n", [&](int64_t, int64_t b, int64_t j) { return ref_cn[size_t(b * H + j)]; });
+}
+
+template <typename T, typename S>
+void backward_case(int64_t T_, int64_t B, int64_t H, const Layout& in, const Layout& out, const Options& o,
+                   int threads) {
+    qrnn_test::Context ctx(describe("backward", name_of<T>(), name_of<S>(), T_, B, H, in, out, o, threads));
+    Case<T, S> c(T_, B, H, in, o);
+    // The forward's states, as stored (rounded to T), are what the backward reads.
+    std::vector<double> ref_out, ref_states, ref_cn;
+    c.reference_forward(ref_out, ref_states, ref_cn);
+    // states must be what the forward wrote for every row: never a broadcast view.
+    Strided<T> states(T_, B, H, in.broadcast_batch ? kTimeMajor : in), grad_output(T_, B, H, in);
+    states.for_each([&](int64_t t, int64_t b, int64_t j, int64_t off) {
+        states.buf[size_t(off)] = put<T>(ref_states[c.idx(t, b, j)]);
+    });
+    grad_output.fill_random(-1, 1);
+    Strided<S> grad_c_n(1, B, H, in), grad_c0(1, B, H, out);
+    grad_c_n.fill_random(-1, 1);
+    Strided<T> grad_gates(T_, B, c.n_gates * H, out);
+
+    qrnn::QrnnGatesBackwardParams p;
+    p.seq_len = T_;
+    p.batch = B;
+    p.hidden = H;
+    p.dtype = qrnn::dtype_of<T>::value;
+    p.output_gate = o.output_gate;
+    p.gates = c.gates.cview3();
+    p.gate_stride = H * c.gates.stride[2];
+    if (o.mask) p.forget_mask = c.mask.cview3();
+    p.forget_scale = o.scale;
+    if (o.c0) p.c0 = c.c0.cview2();
+    p.c0_dtype = qrnn::dtype_of<S>::value;
+    p.lengths = c.lengths_ptr();
+    p.lengths_stride = c.lengths_stride;
+    p.reverse = o.reverse;
+    p.states = states.cview3();
+    if (o.grad_output) p.grad_output = grad_output.cview3();
+    if (o.grad_c_n) p.grad_c_n = grad_c_n.cview2();
+    p.c_n_dtype = qrnn::dtype_of<S>::value;
+    p.grad_gates = grad_gates.view3();
+    p.grad_gate_stride = H * grad_gates.stride[2];
+    if (o.c0) p.grad_c0 = grad_c0.view2();
+    CHECK_NOTHROW(qrnn::cpu::qrnn_gates_backward(p, threads));
+
+    // Double-precision backward over the stored states.
+    std::vector<double> ref_dg(size_t(T_ * B * c.n_gates * H), 0.0), ref_dc0(size_t(B * H), 0.0);
+    auto dg = [&](int64_t g, int64_t t, int64_t b, int64_t j) -> double& {
+        return ref_dg[size_t((t * B + b) * c.n_gates * H + g * H + j)];
+    };
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t j = 0; j < H; ++j) {
+            double gc = o.grad_c_n ? grad_c_n.at2(b, j) : 0.0;
+            for (int64_t k = c.length(b) - 1; k >= 0; --k) {
+                const int64_t t = c.step(b, k);
+                const double c_t = states.at(t, b, j);
+                const double c_prev = k > 0 ? states.at(c.step(b, k - 1), b, j) : c.c0_at(b, j);
+                const double z = std::tanh(c.gate(0, t, b, j)), fr = sigmoid(c.gate(1, t, b, j));
+                const double f = fr * c.keep(t, b, j);
+                const double go = o.grad_output ? grad_output.at(t, b, j) : 0.0;
+                if (o.output_gate) {
+                    const double og = sigmoid(c.gate(2, t, b, j));
+                    dg(2, t, b, j) = go * c_t * og * (1 - og);
+                    gc += go * og;
+                } else {
+                    gc += go;
+                }
+                dg(0, t, b, j) = gc * f * (1 - z * z);
+                dg(1, t, b, j) = gc * (z - c_prev) * c.keep(t, b, j) * fr * (1 - fr);
+                gc *= 1 - f;
+            }
+            ref_dc0[size_t(b * H + j)] = gc;
+        }
+    grad_gates.check_output("grad_gates", [&](int64_t t, int64_t b, int64_t jj) {
+        return ref_dg[size_t((t * B + b) * c.n_gates * H + jj)];
+    });
+    if (o.c0) grad_c0.check_output("grad_c0", [&](int64_t, int64_t b, int64_t j) { return ref_dc0[size_t(b * H + j)]; });
+}
+
+struct Shape { int64_t T, B, H; };
+const Shape kShapes[] = {{1, 1, 1}, {1, 1, 3}, {5, 1, 17}, {7, 3, 17}, {4, 2, 33}, {3, 2, 300},
+                         {0, 2, 3}, {3, 0, 3}, {3, 2, 0}};
+const Layout kInputs[] = {kTimeMajor, kBatchFirst, kGappy, kReversed, kReversedBatchFirstGappy, kHiddenMajor};
+
+template <typename T, typename S>
+void sweep() {
+    int k = 0;
+    for (const Shape& s : kShapes)
+        for (const Layout& in : kInputs) {
+            const Options& o = kOptionSets[size_t(k) % std::size(kOptionSets)];
+            const Layout& out = kOutputLayouts[size_t(k / 2) % std::size(kOutputLayouts)];
+            ++k;
+            forward_case<T, S>(s.T, s.B, s.H, in, out, o, 1);
+            backward_case<T, S>(s.T, s.B, s.H, in, out, o, 1);
+        }
+    for (const Options& o : kOptionSets) {  // several threads, every option set
+        forward_case<T, S>(9, 6, 700, kBatchFirst, kTimeMajor, o, 4);
+        backward_case<T, S>(9, 6, 700, kReversedBatchFirstGappy, kGappy, o, 4);
+    }
+}
+
+// Broadcast (stride-0) inputs for the mask, c0 and grad_output only: gates keep real strides.
+void broadcast_inputs() {
+    for (const Options& o : kOptionSets) {
+        forward_case<float, float>(4, 3, 9, kBroadcastBatch, kTimeMajor, o, 1);
+        backward_case<float, float>(4, 3, 9, kBroadcastBatch, kTimeMajor, o, 1);
+    }
+}
+
+void invalid_arguments() {
+    qrnn_test::Context ctx("invalid arguments");
+    using qrnn::cpu::qrnn_gates_backward;
+    using qrnn::cpu::qrnn_gates_forward;
+    float g[2 * 2 * 6] = {}, out[2 * 2 * 2] = {}, st[2 * 2 * 2] = {}, dg[2 * 2 * 6] = {};
+    int64_t lengths[2] = {2, 1};
+    const int64_t max = std::numeric_limits<int64_t>::max();
+    auto fwd = [&] {
+        qrnn::QrnnGatesForwardParams p;
+        p.seq_len = 2; p.batch = 2; p.hidden = 2;
+        p.gates = {g, 12, 6, 1}; p.gate_stride = 2;
+        p.output = {out, 4, 2, 1}; p.states = {st, 4, 2, 1};
+        return p;
+    };
+    auto bwd = [&] {
+        qrnn::QrnnGatesBackwardParams p;
+        p.seq_len = 2; p.batch = 2; p.hidden = 2;
+        p.gates = {g, 12, 6, 1}; p.gate_stride = 2;
+        p.states = {st, 4, 2, 1}; p.grad_output = {out, 4, 2, 1};
+        p.grad_gates = {dg, 12, 6, 1}; p.grad_gate_stride = 2;
+        return p;
+    };
+    CHECK_NOTHROW(qrnn_gates_forward(fwd()));
+    CHECK_NOTHROW(qrnn_gates_backward(bwd()));
+    { auto p = fwd(); p.seq_len = -1; CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "seq_len"); }
+    { auto p = fwd(); p.batch = -1; CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "batch"); }
+    { auto p = fwd(); p.hidden = std::numeric_limits<int64_t>::min(); CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "hidden"); }
+    { auto p = fwd(); p.gates.data = nullptr; CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "gates"); }
+    { auto p = fwd(); p.output.data = nullptr; CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "output"); }
+    { auto p = fwd(); p.gate_stride = max; CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "gates"); }
+    { auto p = fwd(); p.gate_stride = std::numeric_limits<int64_t>::min(); CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "gates"); }
+    { auto p = fwd(); p.states.stride_t = max; CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "states"); }
+    { auto p = fwd(); p.seq_len = p.batch = p.hidden = int64_t(1) << 22; CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "overflow"); }
+    { auto p = fwd(); p.dtype = DType(9); CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "dtype"); }
+    { auto p = fwd(); p.forget_scale = std::nan(""); CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "forget_scale"); }
+    { auto p = fwd(); p.forget_scale = -0.1; CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "forget_scale"); }
+    { auto p = fwd(); p.forget_scale = 1.5; CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "forget_scale"); }
+    { auto p = fwd(); p.forget_scale = std::numeric_limits<double>::infinity(); CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "forget_scale"); }
+    { auto p = fwd(); p.lengths = lengths; lengths[1] = 3; CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "lengths[1]"); }
+    { auto p = fwd(); p.lengths = lengths; lengths[1] = -1; CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "lengths[1]"); }
+    lengths[1] = 1;
+    { auto p = fwd(); p.batch = 3; p.lengths = lengths; p.lengths_stride = max / 2 + 1;
+      CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "lengths"); }
+    { auto p = fwd(); p.c0 = {out, 2, 1}; p.c0_dtype = DType::float64; CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "c0_dtype"); }
+    { auto p = fwd(); p.c_n = {out, 2, 1}; p.c_n_dtype = DType(5); CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "c_n_dtype"); }
+    { auto p = fwd(); p.dtype = DType::bfloat16; p.c0 = {out, 2, 1}; p.c0_dtype = DType::float16;
+      CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "c0_dtype"); }
+    { auto p = bwd(); p.states.data = nullptr; CHECK_THROWS(qrnn_gates_backward(p), std::invalid_argument, "states"); }
+    { auto p = bwd(); p.grad_gates.data = nullptr; CHECK_THROWS(qrnn_gates_backward(p), std::invalid_argument, "grad_gates"); }
+    { auto p = bwd(); p.grad_gate_stride = max; CHECK_THROWS(qrnn_gates_backward(p), std::invalid_argument, "grad_gates"); }
+    { auto p = bwd(); p.grad_c0 = {out, max, 1}; p.c0_dtype = DType::float32; CHECK_THROWS(qrnn_gates_backward(p), std::invalid_argument, "grad_c0"); }
+    { auto p = bwd(); p.lengths = lengths; lengths[0] = 5; CHECK_THROWS(qrnn_gates_backward(p), std::invalid_argument, "lengths[0]"); }
+    lengths[0] = 2;
+    // Zero elements: null pointers are fine.
+    { auto p = fwd(); p.batch = 0; p.gates = {}; p.output = {}; p.states = {}; CHECK_NOTHROW(qrnn_gates_forward(p)); }
+}
+
+// An empty sequence over a huge (batch, hidden) has nothing to compute: it must return at
+// once (and batch * hidden, which does not fit in int64 here, must not be evaluated).
+void empty_sequence_huge_batch() {
+    qrnn_test::Context ctx("seq_len 0 with huge batch and hidden");
+    ::alarm(60);  // a hang fails the test (SIGALRM) instead of stalling CI
+    for (int64_t size : {int64_t(1) << 31, int64_t(1) << 32}) {
+        qrnn::QrnnGatesForwardParams f;
+        f.seq_len = 0;
+        f.batch = f.hidden = size;
+        CHECK_NOTHROW(qrnn::cpu::qrnn_gates_forward(f));
+        qrnn::QrnnGatesBackwardParams b;
+        b.seq_len = 0;
+        b.batch = b.hidden = size;
+        CHECK_NOTHROW(qrnn::cpu::qrnn_gates_backward(b));
+    }
+    ::alarm(0);
+}
+
+bool cpu_has(const std::string& isa) {
+#if defined(__x86_64__) || defined(_M_X64)
+    __builtin_cpu_init();
+    if (isa == "avx2") return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    if (isa == "avx512")
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+#endif
+    return isa == "generic";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const bool threaded_only = argc > 1 && std::string(argv[1]) == "--threaded-only";
+    const char* forced = std::getenv("QRNN_SIMD");
+    const std::string want = forced ? forced : "";
+    const std::string level = qrnn::cpu::simd_level();
+    if (!want.empty() && level != want) {
+        if (!cpu_has(want)) {
+            std::printf("skipped: QRNN_SIMD=%s but this CPU lacks it\n", want.c_str());
+            return 77;
+        }
+        CHECK_MSG(false, "QRNN_SIMD=" + want + " was not honoured: the kernels use " + level);
+    }
+    const uint64_t seed = std::random_device{}();
+    rng.seed(seed);
+    std::printf("test_qrnn_gates: kernels %s, seed %llu\n", level.c_str(), (unsigned long long)seed);
+    if (threaded_only) {
+        for (const Options& o : kOptionSets) {
+            forward_case<float, float>(9, 6, 700, kBatchFirst, kTimeMajor, o, 4);
+            backward_case<bfloat16, float>(9, 6, 700, kReversedBatchFirstGappy, kGappy, o, 4);
+        }
+        return qrnn_test::result("test_qrnn_gates");
+    }
+    sweep<float, float>();
+    sweep<double, double>();
+    sweep<bfloat16, bfloat16>();
+    sweep<bfloat16, float>();
+    sweep<float16, float16>();
+    sweep<float16, float>();
+    broadcast_inputs();
+    invalid_arguments();
+    empty_sequence_huge_batch();
+    return qrnn_test::result("test_qrnn_gates");
+}
