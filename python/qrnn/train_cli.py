@@ -183,6 +183,8 @@ def _settings(args, checkpoint) -> dict:
             flag = "--" + key.replace("_", "-")
             raise TrainError(f"{flag} {given} conflicts with the checkpoint, trained with {flag} {saved.get(key)}")
         settings[key] = given if given is not None else saved.get(key, default)
+    if args.data is not None:  # so that --resume finds it from any working folder
+        settings["data"] = os.path.abspath(args.data)
     return settings
 
 
