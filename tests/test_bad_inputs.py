@@ -517,3 +517,180 @@ def test_checkpointer_out_of_threads_raises_not_aborts():
             print("raised", type(e).__name__)
     """, timeout=60)
     assert proc.returncode == 0 and ("raised" in proc.stdout or "made" in proc.stdout), proc.stderr[-2000:]
+
+
+# ---- qrnn.qrnn_gates ---------------------------------------------------------------------------
+
+from qrnn import QRNN, QRNNLayer, QRNNState, qrnn_gates, qrnn_layer  # noqa: E402
+from qrnn.reference import qrnn_gates_reference  # noqa: E402
+
+G_T, G_B, G_H = 3, 2, 4
+
+
+def gate_inputs(dtype=torch.float32):
+    return torch.randn(G_T, G_B, 3 * G_H, dtype=torch.float64).to(dtype)
+
+
+@pytest.mark.parametrize("call, error, match", [
+    (lambda: qrnn_gates([1.0]), TypeError, "gates must be a torch.Tensor"),
+    (lambda: qrnn_gates(torch.ones(G_T, G_B, 3 * G_H, dtype=torch.int32)), TypeError, "int32"),
+    (lambda: qrnn_gates(torch.ones(G_T, G_B, 3 * G_H, dtype=torch.complex64)), TypeError, "complex64"),
+    (lambda: qrnn_gates(torch.ones(G_T, G_B, 3 * G_H, dtype=torch.bool)), TypeError, "bool"),
+    (lambda: qrnn_gates(torch.rand(G_T, 3 * G_H)), ValueError, "3-D"),
+    (lambda: qrnn_gates(torch.rand(G_T, G_B, 3 * G_H + 1)), ValueError, "multiple of 3"),
+    (lambda: qrnn_gates(torch.rand(G_T, G_B, 2 * G_H + 1), output_gate=False), ValueError, "multiple of 2"),
+    (lambda: qrnn_gates(gate_inputs().to_sparse()), TypeError, "dense"),
+    (lambda: qrnn_gates(gate_inputs(), "c0"), TypeError, "c0 must be"),
+    (lambda: qrnn_gates(gate_inputs(), torch.rand(G_B, G_H + 1)), ValueError, "c0 must have shape"),
+    (lambda: qrnn_gates(gate_inputs(), torch.rand(G_B, G_H, dtype=torch.float64)), TypeError, "c0 must have dtype"),
+    (lambda: qrnn_gates(gate_inputs(), torch.rand(G_B, G_H, device="meta")), ValueError, "device"),
+    (lambda: qrnn_gates(gate_inputs(), forget_mask=torch.ones(G_T, G_B, G_H + 1)), ValueError, "forget_mask"),
+    (lambda: qrnn_gates(gate_inputs(), forget_mask=torch.ones(G_T, G_B, G_H, dtype=torch.int64)), TypeError,
+     "forget_mask"),
+    (lambda: qrnn_gates(gate_inputs(), forget_scale=float("nan")), ValueError, "forget_scale"),
+    (lambda: qrnn_gates(gate_inputs(), forget_scale=1.5), ValueError, "forget_scale"),
+    (lambda: qrnn_gates(gate_inputs(), forget_scale=torch.tensor(0.5)), ValueError, "forget_scale"),
+    (lambda: qrnn_gates(gate_inputs(), lengths=[1, 1]), ValueError, "lengths"),
+    (lambda: qrnn_gates(gate_inputs(), lengths=torch.tensor([1, 1], dtype=torch.int32)), ValueError, "lengths"),
+    (lambda: qrnn_gates(gate_inputs(), lengths=torch.tensor([G_T + 1, 1])), ValueError, "lengths"),
+    (lambda: qrnn_gates(gate_inputs(), lengths=torch.tensor([-1, 1])), ValueError, "lengths"),
+    (lambda: qrnn_gates(gate_inputs(), lengths=torch.tensor([1, 1, 1])), ValueError, "lengths"),
+    (lambda: qrnn_gates(gate_inputs(), batch_first="yes"), TypeError, "batch_first"),
+    (lambda: qrnn_gates(gate_inputs(), output_gate=1), TypeError, "output_gate"),
+    (lambda: qrnn_gates(gate_inputs(), reverse=None), TypeError, "reverse"),
+    # The registered ops check on their own: a smaller c0 / mask / gradient is never read out of bounds.
+    (lambda: torch.ops.qrnn.qrnn_gates(torch.rand(30, 30, 90), torch.rand(1, 1), None, None, 1.0, True, False,
+                                       False), ValueError, "c0"),
+    (lambda: torch.ops.qrnn.qrnn_gates(torch.rand(30, 30, 90), None, torch.rand(1, 1, 1), None, 1.0, True, False,
+                                       False), ValueError, "forget_mask"),
+    (lambda: torch.ops.qrnn.qrnn_gates_backward(torch.rand(1, 1, 1), None, torch.rand(30, 30, 90),
+                                                torch.rand(30, 30, 30), None, None, None, 1.0, True, False, False),
+     ValueError, "grad_output"),
+    (lambda: torch.ops.qrnn.qrnn_gates_backward(torch.rand(30, 30, 30), None, torch.rand(30, 30, 90),
+                                                torch.rand(1, 1, 1), None, None, None, 1.0, True, False, False),
+     ValueError, "states"),
+    (lambda: torch.ops.qrnn.qrnn_gates_backward(None, torch.rand(1, 1), torch.rand(30, 30, 90),
+                                                torch.rand(30, 30, 30), None, None, None, 1.0, True, False, False),
+     ValueError, "grad_c_n"),
+], ids=lambda v: None)
+def test_qrnn_gates_bad_arguments(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
+
+
+def test_qrnn_gates_meta_negative_bit_nan_and_empty():
+    # meta: shape propagation, with and without autograd
+    for requires_grad in (False, True):
+        out, c_n = qrnn_gates(torch.empty(G_T, G_B, 3 * G_H, device="meta", requires_grad=requires_grad))
+        assert out.device.type == "meta" and out.shape == (G_T, G_B, G_H) and c_n.shape == (G_B, G_H)
+    # a negative-bit view is read as its values
+    gates = torch.randn(G_T, G_B, 3 * G_H, dtype=torch.complex128).conj().imag
+    assert gates.is_neg()
+    torch.testing.assert_close(qrnn_gates(gates)[0], qrnn_gates_reference(gates.resolve_neg())[0])
+    # NaN and Inf propagate as in the reference
+    gates = gate_inputs(torch.float64)
+    gates[0, 0, 0], gates[1, 1, G_H] = float("nan"), float("inf")
+    out, c_n = qrnn_gates(gates)
+    ref_out, ref_cn = qrnn_gates_reference(gates)
+    torch.testing.assert_close(out, ref_out, equal_nan=True)
+    torch.testing.assert_close(c_n, ref_cn, equal_nan=True)
+    assert out[:, 0, 0].isnan().all()
+    # empty: zero steps keep c0, zero batch or hidden give empty results
+    c0 = torch.randn(G_B, G_H)
+    out, c_n = qrnn_gates(torch.rand(0, G_B, 3 * G_H), c0)
+    assert out.shape == (0, G_B, G_H) and torch.equal(c_n, c0)
+    for shape in ((G_T, 0, 3 * G_H), (G_T, G_B, 0)):
+        gates = torch.rand(shape, requires_grad=True)
+        out, c_n = qrnn_gates(gates)
+        (out.sum() + c_n.sum()).backward()
+        assert gates.grad.shape == shape
+
+
+# ---- qrnn.QRNN, QRNNLayer, qrnn_layer --------------------------------------------------------------
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(input_size=0, hidden_size=3), "input_size"),
+    (dict(input_size="3", hidden_size=3), "input_size"),
+    (dict(input_size=3, hidden_size=-1), "hidden_size"),
+    (dict(input_size=3, hidden_size=3, num_layers=1.5), "num_layers"),
+    (dict(input_size=3, hidden_size=3, num_layers=True), "num_layers"),
+    (dict(input_size=3, hidden_size=3, num_layers=2, window=[1]), "window"),
+    (dict(input_size=3, hidden_size=3, window=0), "window"),
+    (dict(input_size=3, hidden_size=3, zoneout=1.0), "zoneout"),
+    (dict(input_size=3, hidden_size=3, zoneout=float("nan")), "zoneout"),
+    (dict(input_size=3, hidden_size=3, dropout=-0.1), "dropout"),
+], ids=lambda v: repr(v)[:50])
+def test_qrnn_constructor_bad_arguments(kwargs, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        QRNN(**kwargs)
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda m: m([1, 2, 3]), "input must be"),
+    (lambda m: m(torch.rand(2, 2, 2, 3)), "3-D"),
+    (lambda m: m(torch.rand(2, 2, 4)), "input_size"),
+    (lambda m: m(torch.ones(2, 2, 3, dtype=torch.int64)), "type"),
+    (lambda m: m(torch.rand(2, 2, 3, dtype=torch.float64)), "type"),
+    (lambda m: m(torch.rand(2, 2, 3).bfloat16()), "type"),
+    (lambda m: m(torch.rand(2, 2, 3), torch.rand(2, 2, 3)), "hx must have shape"),
+    (lambda m: m(torch.rand(2, 2, 3), [1]), "hx must be"),
+    (lambda m: m(torch.rand(2, 2, 3), torch.rand(1, 2, 3, device="meta")), "device"),
+    (lambda m: m(torch.rand(2, 2, 3), lengths=torch.tensor([3, 1])), "lengths"),
+    (lambda m: m(torch.rand(2, 2, 3), lengths=torch.tensor([1.0, 1.0])), "lengths"),
+    (lambda m: m(torch.rand(2, 2, 3), lengths=torch.tensor([1, 1, 1])), "lengths"),
+    (lambda m: m(torch.rand(2, 2, 3), QRNNState("c")), "hx.c"),
+    (lambda m: m(torch.rand(2, 2, 3), QRNNState(None, (None, None))), "x_tails"),
+], ids=lambda v: None)
+def test_qrnn_forward_bad_arguments(call, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        call(QRNN(3, 3))
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: QRNNLayer(3)(torch.rand(2, 2, 4)), "input_size"),
+    (lambda: QRNNLayer(3)(torch.rand(2, 2, 3), torch.rand(5)), "hx"),
+    (lambda: QRNNLayer(3)(torch.rand(2, 2, 3), "x"), "hx"),
+    (lambda: QRNNLayer(3)(torch.rand(2, 2, 3, dtype=torch.float64)), "type"),
+    (lambda: QRNNLayer(3, window=2)(torch.rand(2, 2, 3), QRNNState(None, (torch.rand(5, 5, 5),))), "x_tails"),
+    (lambda: QRNNLayer(0), "input_size"),
+    (lambda: qrnn_layer(torch.rand(2, 2, 3), torch.rand(9, 3), window=0), "window"),
+    (lambda: qrnn_layer(torch.rand(2, 2, 3), torch.rand(9, 3), zoneout=1.5, training=True), "zoneout"),
+    (lambda: qrnn_layer(torch.rand(2, 2, 3), torch.rand(5, 3)), "multiple of 3"),
+], ids=lambda v: None)
+def test_qrnn_layer_bad_arguments(call, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        call()
+
+
+def test_qrnn_meta_nan_and_empty():
+    # A model built on the meta device infers shapes.
+    model = QRNN(3, 4, num_layers=2, bidirectional=True, device="meta")
+    out, h_n = model(torch.empty(5, 2, 3, device="meta"))
+    assert out.shape == (5, 2, 8) and h_n.shape == (4, 2, 4) and out.device.type == "meta"
+    # NaN in one sequence stays in that sequence.
+    model = QRNN(3, 4)
+    x = torch.rand(4, 2, 3)
+    x[0, 0, 0] = float("nan")
+    out, h_n = model(x)
+    assert out[:, 0].isnan().all() and not out[:, 1].isnan().any()
+    # Empty time, batch, or both, bidirectional and stacked.
+    model = QRNN(3, 4, num_layers=2, bidirectional=True)
+    for shape in ((0, 2, 3), (2, 0, 3), (0, 0, 3)):
+        x = torch.rand(shape, requires_grad=True)
+        out, h_n = model(x)
+        assert out.shape == shape[:2] + (8,) and h_n.shape == (4, shape[1], 4)
+        (out.sum() + h_n.sum()).backward()
+        assert x.grad.shape == shape
+
+
+def test_qrnn_gates_empty_sequence_over_huge_batch_returns():
+    """(0, 2^31, ...) gates: c_n is all that exists to compute; no walk over 2^62 items."""
+    proc = run_python("""
+        import torch, qrnn
+        from qrnn import _C
+        # The kernel itself, with no c_n asked for: must return at once.
+        _C.qrnn_gates_forward(0, 0, 2**31, 2**31, True, 0, (0, 0, 0), 0, 0, (0, 0, 0), 1.0, 0, (0, 0), 0, 0, 1,
+                              False, 0, (0, 0, 0), 0, (0, 0, 0), 0, (0, 0), 0, 1)
+        print("ok")
+    """, timeout=60)
+    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-2000:]

@@ -279,3 +279,156 @@ def test_checkpoint_round_trip(state, use_mmap):
             # Tensors that shared a storage still share one (and only those).
             a, b = storages(loaded, []), storages(state, [])
             assert [a.index(p) for p in a] == [b.index(p) for p in b]
+
+
+# ---- the fused gate kernel ---------------------------------------------------------------------
+
+@st.composite
+def gates_cases(draw):
+    dtype = draw(st.sampled_from(CPU_DTYPES))
+    half = dtype in (torch.bfloat16, torch.float16)
+    return dict(
+        dtype=dtype, T=draw(st.integers(0, 7)), B=draw(st.integers(0, 4)),
+        H=draw(st.one_of(st.integers(1, 20), st.integers(60, 70))),
+        output_gate=draw(st.booleans()), batch_first=draw(st.booleans()), reverse=draw(st.booleans()),
+        lengths=draw(st.booleans()), mask=draw(st.booleans()),
+        scale=draw(st.sampled_from([1.0, 0.8, 0.0])),
+        c0=draw(st.sampled_from(["none", "same", "float32"] if half else ["none", "same"])),
+        gates_layout=draw(st.sampled_from(LAYOUTS_3D)), c0_layout=draw(st.sampled_from(LAYOUTS_2D)),
+        mask_layout=draw(st.sampled_from(LAYOUTS_3D)), expand_dim=draw(st.integers(0, 2)),
+        seed=draw(st.integers(0, 2**31 - 1)),
+    )
+
+
+@SETTINGS
+@given(gates_cases())
+def test_qrnn_gates_matches_reference(case):
+    """qrnn.qrnn_gates (forward and gradients) against the float64 per-step reference, for
+    gates read in place through any strides, every option and dtype."""
+    from qrnn.reference import qrnn_gates_reference
+
+    gen = torch.Generator().manual_seed(case["seed"])
+    dtype, T, B, H, bf = case["dtype"], case["T"], case["B"], case["H"], case["batch_first"]
+    n = 3 if case["output_gate"] else 2
+    shape = (B, T, n * H) if bf else (T, B, n * H)
+    out_shape = shape[:-1] + (H,)
+    # Spread wide enough to reach the activations' flat ends. Gates are never broadcast
+    # (each gradient element belongs to one gate), but may be any other view.
+    layout = case["gates_layout"] if case["gates_layout"] != "expanded" else "strided"
+    gates = (3 * make_tensor(shape, torch.float64, layout, "value", gen)).to(dtype)
+    c0 = None
+    if case["c0"] != "none":
+        c0 = make_tensor((B, H), torch.float32 if case["c0"] == "float32" else dtype, case["c0_layout"], "value", gen,
+                         case["expand_dim"] % 2)
+    mask = None
+    if case["mask"]:
+        mask = (make_tensor(out_shape, torch.float64, case["mask_layout"], "gate", gen, case["expand_dim"]) > 0.3)
+        mask = mask.to(dtype)
+    lengths = None
+    if case["lengths"]:
+        lengths = torch.randint(0, T + 1, (B,), generator=gen)
+    kwargs = dict(output_gate=case["output_gate"], forget_mask=mask, forget_scale=case["scale"], lengths=lengths,
+                  batch_first=bf, reverse=case["reverse"])
+    grad_out = torch.randn(out_shape, generator=gen, dtype=torch.float64)
+    grad_cn = torch.randn(B, H, generator=gen, dtype=torch.float64)
+
+    leaf_gates = gates.detach().requires_grad_()  # keeps the drawn strides
+    leaf_c0 = None if c0 is None else c0.detach().requires_grad_()
+    output, c_n = qrnn.qrnn_gates(leaf_gates, leaf_c0, **kwargs)
+    ref_gates = gates.detach().double().requires_grad_()
+    ref_c0 = None if c0 is None else c0.detach().double().requires_grad_()
+    ref_kwargs = dict(kwargs, forget_mask=None if mask is None else mask.double())
+    ref_out, ref_cn = qrnn_gates_reference(ref_gates, ref_c0, **ref_kwargs)
+    what = describe(case)
+    assert output.dtype == dtype and output.shape == out_shape
+    assert_close_to_reference(output, ref_out, dtype, f"output {what}")
+    assert_close_to_reference(c_n, ref_cn, dtype, f"c_n {what}")
+    if lengths is not None:  # padding steps are exactly zero
+        out_tm = output.transpose(0, 1) if bf else output
+        for b in range(B):
+            assert (out_tm[int(lengths[b]):, b] == 0).all(), what
+
+    if output.numel() == 0 and c_n.numel() == 0:
+        return
+    loss = (output.double() * grad_out).sum() + (c_n.double() * grad_cn).sum()
+    ref_loss = (ref_out * grad_out).sum() + (ref_cn * grad_cn).sum()
+    inputs = [leaf_gates] + ([leaf_c0] if leaf_c0 is not None else [])
+    ref_inputs = [ref_gates] + ([ref_c0] if ref_c0 is not None else [])
+    def gradients(total, leaves):  # None where nothing reaches a leaf (e.g. seq_len 0 without c0)
+        if not total.requires_grad:
+            return [None] * len(leaves)
+        return torch.autograd.grad(total, leaves, allow_unused=True)
+
+    grads, ref_grads = gradients(loss, inputs), gradients(ref_loss, ref_inputs)
+    for got, want, inp, name in zip(grads, ref_grads, inputs, ("grad gates", "grad c0")):
+        got = torch.zeros_like(inp) if got is None else got
+        want = torch.zeros_like(inp, dtype=torch.float64) if want is None else want
+        assert got.dtype == inp.dtype, name
+        assert_close_to_reference(got, want, dtype, f"{name} {what}")
+
+
+# ---- the QRNN module -------------------------------------------------------------------------
+
+@st.composite
+def module_cases(draw):
+    return dict(
+        T=draw(st.integers(1, 6)), B=draw(st.integers(1, 3)), I=draw(st.integers(1, 6)), H=draw(st.integers(1, 6)),
+        num_layers=draw(st.integers(1, 2)), bidirectional=draw(st.booleans()), window=draw(st.integers(1, 3)),
+        output_gate=draw(st.booleans()), batch_first=draw(st.booleans()), lengths=draw(st.booleans()),
+        with_h0=draw(st.booleans()), split=draw(st.integers(1, 5)), seed=draw(st.integers(0, 2**31 - 1)),
+    )
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(module_cases())
+def test_qrnn_module_matches_layer_reference(case):
+    """qrnn.QRNN in float64 (eval) against the per-step layer reference, stacked as nn.GRU
+    stacks layers (each layer reads both directions of the one below)."""
+    from qrnn.reference import qrnn_layer_reference
+
+    torch.manual_seed(case["seed"])
+    T, B, I, H, bf = case["T"], case["B"], case["I"], case["H"], case["batch_first"]
+    D = 2 if case["bidirectional"] else 1
+    model = qrnn.QRNN(I, H, num_layers=case["num_layers"], bidirectional=case["bidirectional"],
+                      window=case["window"], output_gate=case["output_gate"], batch_first=bf,
+                      dtype=torch.float64).eval()
+    x = torch.randn((B, T, I) if bf else (T, B, I), dtype=torch.float64)
+    lengths = torch.randint(0, T + 1, (B,)) if case["lengths"] else None
+    h0 = torch.randn(case["num_layers"] * D, B, H, dtype=torch.float64) if case["with_h0"] else None
+    with torch.no_grad():
+        out, h_n = model(x, h0, lengths=lengths)
+        layer_in, states = x, []
+        for layer in range(case["num_layers"]):
+            outs = []
+            for d in range(D):
+                lin = model.layers[layer * D + d].linear
+                o, c, _ = qrnn_layer_reference(layer_in, lin.weight, lin.bias,
+                                               None if h0 is None else h0[layer * D + d], window=case["window"],
+                                               output_gate=case["output_gate"], lengths=lengths, batch_first=bf,
+                                               reverse=d == 1)
+                outs.append(o)
+                states.append(c)
+            layer_in = torch.cat(outs, -1)
+    what = describe(case)
+    assert_close_to_reference(out, layer_in, torch.float64, f"output {what}")
+    assert_close_to_reference(h_n, torch.stack(states), torch.float64, f"h_n {what}")
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(module_cases())
+def test_qrnn_chunks_equal_whole_sequence(case):
+    """Running a sequence in two chunks with the carried QRNNState gives the same outputs
+    and final state as running it whole (unidirectional: what chunked BPTT relies on)."""
+    torch.manual_seed(case["seed"])
+    T, B, I, H, bf = case["T"], case["B"], case["I"], case["H"], case["batch_first"]
+    model = qrnn.QRNN(I, H, num_layers=case["num_layers"], window=case["window"], output_gate=case["output_gate"],
+                      batch_first=bf, dtype=torch.float64).eval()
+    x = torch.randn((B, T, I) if bf else (T, B, I), dtype=torch.float64)
+    time_dim = 1 if bf else 0
+    split = min(case["split"], T)
+    with torch.no_grad():
+        whole, whole_state = model(x, model.initial_state())
+        first, state = model(x.narrow(time_dim, 0, split), model.initial_state())
+        second, state = model(x.narrow(time_dim, split, T - split), state)
+    torch.testing.assert_close(torch.cat([first, second], time_dim), whole, atol=1e-12, rtol=1e-12)
+    torch.testing.assert_close(state.c, whole_state.c, atol=1e-12, rtol=1e-12)

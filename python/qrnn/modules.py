@@ -59,9 +59,17 @@ class QRNNState(NamedTuple):
 
 def _low_precision_dtype(device_type: str) -> Optional[torch.dtype]:
     """The autocast dtype when autocast is on for this device, else None."""
-    if torch.is_autocast_enabled(device_type):
-        return torch.get_autocast_dtype(device_type)
-    return None
+    try:
+        enabled = torch.is_autocast_enabled(device_type)
+    except RuntimeError:  # a device type without autocast, e.g. meta (shape inference, deferred init)
+        return None
+    return torch.get_autocast_dtype(device_type) if enabled else None
+
+
+def _check_input_dtype(input: Tensor, weight: Tensor) -> None:
+    # As nn.GRU: the input has the parameters' dtype, unless autocast casts both.
+    if input.dtype != weight.dtype and _low_precision_dtype(input.device.type) is None:
+        raise ValueError(f"input must have the type {weight.dtype} (the parameters'), got type {input.dtype}")
 
 
 def _window_inputs(x: Tensor, x_tail: Optional[Tensor], window: int, lengths: Optional[Tensor],
@@ -118,6 +126,8 @@ def qrnn_layer(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None, c0:
         for 16-bit), and the input tail to pass to the next chunk (None for window 1 or
         in reverse).
     """
+    window = _check_positive_int("window", window)
+    zoneout = _check_probability("zoneout", zoneout)
     time_dim = 1 if batch_first else 0
     if window > 1:
         low = _low_precision_dtype(input.device.type)
@@ -235,6 +245,7 @@ class QRNNLayer(nn.Module):
             input = input.unsqueeze(1)
         if input.shape[-1] != self.input_size:
             raise ValueError(f"input must have input_size = {self.input_size} features, got {input.shape[-1]}")
+        _check_input_dtype(input, self.linear.weight)
         T, B = input.shape[0], input.shape[1]
         lengths = _check_lengths(lengths, B, T)
         as_state = isinstance(hx, QRNNState)
@@ -386,6 +397,7 @@ class QRNN(nn.Module):
             input = input.unsqueeze(1 if not self.batch_first else 0)
         if input.shape[-1] != self.input_size:
             raise ValueError(f"input must have input_size = {self.input_size} features, got {input.shape[-1]}")
+        _check_input_dtype(input, self.layers[0].linear.weight)
         time_dim = 1 if self.batch_first else 0
         T, B = input.shape[time_dim], input.shape[1 - time_dim]
         lengths = _check_lengths(lengths, B, T)

@@ -49,11 +49,11 @@ def _check_device_built(t: Tensor) -> None:
         )
 
 
-def _check_dense(name: str, t: Tensor) -> None:
+def _check_dense(name: str, t: Tensor, op: str = "forget_mult") -> None:
     # Kernels read memory through data_ptr and strides: sparse and nested tensors have neither.
     if t.layout is not torch.strided or t.is_nested:
         kind = "nested" if t.is_nested else str(t.layout)
-        raise TypeError(f"forget_mult: {name} must be a dense (strided) tensor, got a {kind} tensor")
+        raise TypeError(f"{op}: {name} must be a dense (strided) tensor, got a {kind} tensor")
 
 
 def check_forget_mult_args(f, x, h0, batch_first) -> None:
@@ -101,7 +101,7 @@ def check_forget_mult_backward_args(grad_h, f, x, h, h0, batch_first) -> None:
     for name, t in (("grad_h", grad_h), ("h", h)):
         if not isinstance(t, Tensor):
             raise TypeError(f"forget_mult_backward: {name} must be a torch.Tensor, got {type(t).__name__}")
-        _check_dense(name, t)
+        _check_dense(name, t, "forget_mult_backward")
         if t.dtype != f.dtype:
             raise TypeError(f"forget_mult_backward: {name} must have f's dtype {f.dtype}, got {t.dtype}")
         if t.shape != f.shape:
@@ -205,10 +205,10 @@ def _plain(t: Optional[Tensor], grad_enabled: bool) -> bool:
     return t is None or (type(t) is Tensor and not (grad_enabled and t.requires_grad))
 
 
-def _any_negative_bit(f: Tensor, x: Tensor, h0: Optional[Tensor]) -> bool:
+def _any_negative_bit(a: Tensor, b: Optional[Tensor], c: Optional[Tensor]) -> bool:
     # A negative-bit view (e.g. complex.conj().imag) stores -values: the dispatcher resolves
     # it on the op path, the raw pointer of the direct path would not.
-    return f.is_neg() or x.is_neg() or (h0 is not None and h0.is_neg())
+    return a.is_neg() or (b is not None and b.is_neg()) or (c is not None and c.is_neg())
 
 
 def forget_mult(f: Tensor, x: Tensor, h0: Optional[Tensor] = None, *, batch_first: bool = False) -> Tensor:
@@ -269,6 +269,10 @@ def check_qrnn_gates_args(gates, c0, forget_mask, forget_scale, lengths, output_
     """Raise TypeError/ValueError naming the bad argument; returns the hidden size."""
     if not isinstance(gates, Tensor):
         raise TypeError(f"qrnn_gates: gates must be a torch.Tensor, got {type(gates).__name__}")
+    _check_dense("gates", gates, "qrnn_gates")
+    for name, flag in (("output_gate", output_gate), ("batch_first", batch_first)):
+        if flag is not True and flag is not False:
+            raise TypeError(f"qrnn_gates: {name} must be a bool, got {type(flag).__name__}")
     if gates.dtype not in _DTYPE_CODES:
         raise TypeError(f"qrnn_gates: gates must be float32, float64, bfloat16 or float16, got {gates.dtype}")
     layout = "(batch, seq_len, gates * hidden)" if batch_first else "(seq_len, batch, gates * hidden)"
@@ -284,6 +288,7 @@ def check_qrnn_gates_args(gates, c0, forget_mask, forget_scale, lengths, output_
     if c0 is not None:
         if not isinstance(c0, Tensor):
             raise TypeError(f"qrnn_gates: c0 must be a torch.Tensor or None, got {type(c0).__name__}")
+        _check_dense("c0", c0, "qrnn_gates")
         if tuple(c0.shape) != (batch, hidden):
             raise ValueError(f"qrnn_gates: c0 must have shape (batch, hidden) = {(batch, hidden)}, "
                              f"got {tuple(c0.shape)}")
@@ -295,6 +300,7 @@ def check_qrnn_gates_args(gates, c0, forget_mask, forget_scale, lengths, output_
     if forget_mask is not None:
         if not isinstance(forget_mask, Tensor):
             raise TypeError(f"qrnn_gates: forget_mask must be a torch.Tensor or None, got {type(forget_mask).__name__}")
+        _check_dense("forget_mask", forget_mask, "qrnn_gates")
         if tuple(forget_mask.shape) != out_shape:
             raise ValueError(f"qrnn_gates: forget_mask must have the output's shape {out_shape}, "
                              f"got {tuple(forget_mask.shape)}")
@@ -310,9 +316,34 @@ def check_qrnn_gates_args(gates, c0, forget_mask, forget_scale, lengths, output_
             raise ValueError(f"qrnn_gates: lengths must be an int64 tensor of shape (batch,) = ({batch},), got "
                              + (f"{lengths.dtype} {tuple(lengths.shape)}" if isinstance(lengths, Tensor)
                                 else type(lengths).__name__))
+        _check_dense("lengths", lengths, "qrnn_gates")
         if lengths.device != gates.device:
             raise ValueError(f"qrnn_gates: lengths must be on gates' device {gates.device}, got {lengths.device}")
     return hidden
+
+
+def check_qrnn_gates_backward_args(grad_output, grad_c_n, gates, states, c0, forget_mask, lengths, forget_scale,
+                                   output_gate, batch_first) -> None:
+    """The forward checks plus the gradients and saved states the backward reads."""
+    hidden = check_qrnn_gates_args(gates, c0, forget_mask, forget_scale, lengths, output_gate, batch_first)
+    out_shape = tuple(gates.shape[:-1]) + (hidden,)
+    batch = gates.shape[0] if batch_first else gates.shape[1]
+    state_dtypes = (gates.dtype, torch.float32) if gates.dtype in _HALF_DTYPES else (gates.dtype,)
+    for name, t, shape, dtypes in (("grad_output", grad_output, out_shape, (gates.dtype,)),
+                                   ("states", states, out_shape, (gates.dtype,)),
+                                   ("grad_c_n", grad_c_n, (batch, hidden), state_dtypes)):
+        if t is None and name != "states":
+            continue
+        if not isinstance(t, Tensor):
+            raise TypeError(f"qrnn_gates_backward: {name} must be a torch.Tensor, got {type(t).__name__}")
+        _check_dense(name, t, "qrnn_gates_backward")
+        if tuple(t.shape) != shape:
+            raise ValueError(f"qrnn_gates_backward: {name} must have shape {shape}, got {tuple(t.shape)}")
+        if t.dtype not in dtypes:
+            raise TypeError(f"qrnn_gates_backward: {name} must have dtype {' or '.join(map(str, dtypes))}, "
+                            f"got {t.dtype}")
+        if t.device != gates.device:
+            raise ValueError(f"qrnn_gates_backward: {name} must be on gates' device {gates.device}, got {t.device}")
 
 
 _NO_VIEW3 = (0, 0, 0, 0)  # pointer 0: absent
@@ -390,6 +421,9 @@ def qrnn_gates_op(gates: Tensor, c0: Optional[Tensor], forget_mask: Optional[Ten
                   ) -> tuple[Tensor, Tensor, Tensor]:
     """Returns (output, c_n, states); states (every c[t], for the backward) is an empty
     tensor without an output gate, where the output is c itself."""
+    # Checked again here: the op can be called directly (torch.ops.qrnn.qrnn_gates), and
+    # the kernels take shapes on trust (a smaller c0 or mask would be read out of bounds).
+    check_qrnn_gates_args(gates, c0, forget_mask, forget_scale, lengths, output_gate, batch_first)
     return _kernel(QRNN_GATES_FORWARD_KERNELS, gates)(gates, c0, forget_mask, lengths, forget_scale, output_gate,
                                                       batch_first, reverse)
 
@@ -410,6 +444,8 @@ def qrnn_gates_backward_op(grad_output: Optional[Tensor], grad_c_n: Optional[Ten
                            lengths: Optional[Tensor], forget_scale: float, output_gate: bool, batch_first: bool,
                            reverse: bool) -> tuple[Tensor, Tensor]:
     """Returns (grad_gates, grad_c0); grad_c0 is an empty tensor when c0 is None."""
+    check_qrnn_gates_backward_args(grad_output, grad_c_n, gates, states, c0, forget_mask, lengths, forget_scale,
+                                   output_gate, batch_first)
     return _kernel(QRNN_GATES_BACKWARD_KERNELS, gates)(grad_output, grad_c_n, gates, states, c0, forget_mask,
                                                        lengths, forget_scale, output_gate, batch_first, reverse)
 
@@ -526,13 +562,15 @@ def qrnn_gates(gates: Tensor, c0: Optional[Tensor] = None, *, output_gate: bool 
         :func:`qrnn_gates_unfused` elsewhere.
     """
     check_qrnn_gates_args(gates, c0, forget_mask, forget_scale, lengths, output_gate, batch_first)
+    if reverse is not True and reverse is not False:
+        raise TypeError(f"qrnn_gates: reverse must be a bool, got {type(reverse).__name__}")
     if not has_fused_qrnn_gates(gates.device):
         return qrnn_gates_unfused(gates, c0, output_gate=output_gate, forget_mask=forget_mask,
                                   forget_scale=forget_scale, lengths=lengths, batch_first=batch_first,
                                   reverse=reverse)
     grad = torch.is_grad_enabled()
     if (type(gates) is Tensor and not (grad and gates.requires_grad) and _plain(c0, grad)
-            and _plain(forget_mask, grad) and _nothing_to_trace()):
+            and _plain(forget_mask, grad) and _nothing_to_trace() and not _any_negative_bit(gates, c0, forget_mask)):
         # Nothing to differentiate or trace: call the kernel directly (and skip saving c[t]).
         output, c_n, _ = QRNN_GATES_FORWARD_KERNELS[gates.device.type](
             gates, c0, forget_mask, lengths, forget_scale, output_gate, batch_first, reverse, need_states=False)

@@ -496,7 +496,8 @@ class Trainer:
             "rng": _all_gather_object(rng_state(self.device), self.dist),
             "carry": _all_gather_object(carry, self.dist),
             "history": self.history,
-            "loss_trace": self.loss_trace,
+            # A tensor, not a list: its bytes are staged by the writer, not pickled on this thread.
+            "loss_trace": torch.tensor(self.loss_trace, dtype=torch.float64).reshape(-1, 2),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -511,7 +512,8 @@ class Trainer:
         self.skipped_steps = progress["skipped_steps"]
         self.best_valid_loss = progress["best_valid_loss"]
         self.history = list(state.get("history") or [])
-        self.loss_trace = [list(point) for point in state.get("loss_trace") or []]
+        trace = state.get("loss_trace")
+        self.loss_trace = [] if trace is None else [[int(step), loss] for step, loss in trace.tolist()]
         same_world = progress.get("world", 1) == self.dist.world
         if self.position and not same_world:
             raise TrainError(f"the checkpoint was written mid-epoch by {progress['world']} processes; "

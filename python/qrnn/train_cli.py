@@ -24,7 +24,8 @@ CHECKPOINT_FORMAT = "qrnn-lm/1"
 
 # Defaults: on a 2-core CPU the default run takes about two minutes.
 DEFAULTS = dict(data=None, level="char", epochs=4, batch_size=16, bptt=64, layers=3, hidden=256,
-                emsize=128, dropout=0.1, lr=5e-3, optimizer="adam", warmup=100, clip=0.25, seed=1234)
+                emsize=128, dropout=0.1, lr=5e-3, optimizer="adam", warmup=100, clip=0.25, seed=1234,
+                precision="auto")
 # Settings a checkpoint fixes: resuming with a different explicit value is an error.
 FIXED_ON_RESUME = ("level", "batch_size", "bptt", "layers", "hidden", "emsize", "dropout", "lr",
                    "optimizer", "warmup", "clip", "seed")
@@ -91,8 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--optimizer", choices=("adam", "sgd"), help=f"(default: {d['optimizer']})")
     train.add_argument("--warmup", type=pos_int, metavar="N", help=f"linear warm-up steps (default: {d['warmup']})")
     train.add_argument("--clip", type=pos_float, metavar="NORM", help=f"gradient-norm clip (default: {d['clip']})")
-    train.add_argument("--precision", choices=PRECISIONS, default="auto",
-                       help="autocast precision; auto: fp16 on CUDA, bf16 on a CPU with native bf16, else fp32")
+    train.add_argument("--precision", choices=PRECISIONS,
+                       help="autocast precision; auto (default): fp16 on CUDA, bf16 on a CPU with native bf16, else fp32")
     train.add_argument("--seed", type=int, metavar="N", help=f"random seed (default: {d['seed']})")
     train.add_argument("--device", help="cpu, cuda, cuda:N (default: cuda when available)")
     ckpt = p.add_argument_group("checkpoints and output")
@@ -182,6 +183,8 @@ def _settings(args, checkpoint) -> dict:
             flag = "--" + key.replace("_", "-")
             raise TrainError(f"{flag} {given} conflicts with the checkpoint, trained with {flag} {saved.get(key)}")
         settings[key] = given if given is not None else saved.get(key, default)
+    if args.data is not None:  # so that --resume finds it from any working folder
+        settings["data"] = os.path.abspath(args.data)
     return settings
 
 
@@ -295,7 +298,7 @@ def train_main(argv=None) -> int:
         extra = {"format": CHECKPOINT_FORMAT, "model_config": model_config, "vocab": corpus.vocab.state_dict(),
                  "settings": settings,
                  "data": {"name": corpus.name, "fingerprint": fingerprint}}
-        trainer = Trainer(model, optimizer, loss_fn, scheduler=scheduler, precision=args.precision, dist=dist,
+        trainer = Trainer(model, optimizer, loss_fn, scheduler=scheduler, precision=settings["precision"], dist=dist,
                           clip_norm=settings["clip"], stateful=True, checkpoint_dir=run_dir,
                           keep_last=args.keep_last, checkpoint_extra=extra, progress=not args.no_progress)
         if checkpoint is not None:

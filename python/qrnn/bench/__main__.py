@@ -1,39 +1,62 @@
-"""``python -m qrnn.bench [area ...] [--quick]``: run the benchmarks, print one table of
-each figure against its target."""
+"""``python -m qrnn.bench [area ...] [--quick] [--write BENCHMARKS.md] [--plots DIR]``: run the
+benchmarks of every area (or the ones named) in one process, print one table of each figure
+against its target, and optionally (re)write BENCHMARKS.md sections and PNG plots.
+
+``--quick`` runs small shapes and few repeats: a smoke test for CI (it checks that every
+benchmark runs, not that targets are met). On a machine with a GPU the areas add their CUDA
+figures."""
 
 import argparse
 import importlib
 import sys
+import time
 
 from . import AREAS
 from .common import format_table, machine_info
-from .report import plot_area, write_report
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m qrnn.bench", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m qrnn.bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("areas", nargs="*", choices=[[]] + list(AREAS), metavar="area",
                         help=f"areas to run (default: all): {', '.join(AREAS)}")
     parser.add_argument("--quick", action="store_true", help="small and short: a smoke test for CI")
-    parser.add_argument("--write", metavar="PATH", help="rewrite these areas' sections of a report, e.g. BENCHMARKS.md")
-    parser.add_argument("--plots", metavar="DIR", help="save one PNG per area of its figures against their targets")
+    parser.add_argument("--write", metavar="MARKDOWN",
+                        help="(re)write this file's sections of the areas that ran, e.g. BENCHMARKS.md")
+    parser.add_argument("--plots", metavar="DIR", help="write one PNG per area into DIR (matplotlib)")
     args = parser.parse_args(argv)
-    areas = args.areas or list(AREAS)
+    areas = list(dict.fromkeys(args.areas)) or list(AREAS)
     info = machine_info()
     print("machine: " + ", ".join(f"{k} {v}" for k, v in info.items()), flush=True)
-    by_area = {}
+
+    results_by_area = {}
     for area in areas:
         module = importlib.import_module(f".{AREAS[area]}", __package__)
-        print(f"running {area} ...", flush=True)
-        by_area[area] = module.run(quick=args.quick)
-    results = [r for area_results in by_area.values() for r in area_results]
+        print(f"running {area}{' (quick)' if args.quick else ''} ...", flush=True)
+        start = time.perf_counter()
+        results_by_area[area] = module.run(quick=args.quick)
+        print(f"  {area}: {len(results_by_area[area])} figures in {time.perf_counter() - start:.1f} s", flush=True)
+
+    results = [r for rs in results_by_area.values() for r in rs]
     print()
     print(format_table(results))
-    by_area = {area: r for area, r in by_area.items() if r}  # an area with nothing to say (no GPU) keeps its section
-    plots = {area: plot_area(area, r, args.plots) for area, r in by_area.items()} if args.plots else {}
-    if args.write:
-        write_report(args.write, by_area, info, list(AREAS), {a: p for a, p in plots.items() if p})
-        print(f"wrote {args.write}")
+    targets = [r for r in results if r.met is not None]
+    print(f"\ntargets met: {sum(bool(r.met) for r in targets)} of {len(targets)}")
+
+    # An area with nothing to report here (e.g. GPU-only figures on a CPU machine) keeps
+    # whatever section and plot it already has.
+    results_by_area = {area: rs for area, rs in results_by_area.items() if rs}
+    plots = {}
+    if args.plots or args.write:
+        from . import report  # matplotlib only when a report is asked for
+
+        if args.plots:
+            plots = report.write_plots(args.plots, results_by_area)
+            for path in plots.values():
+                print(f"wrote {path}")
+        if args.write:
+            report.write_markdown(args.write, results_by_area, info, args.quick, plots, area_order=list(AREAS))
+            print(f"wrote {args.write} ({', '.join(results_by_area)})")
     return 0
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import os
 import platform
 import statistics
 import time
@@ -27,6 +28,9 @@ class Result:
     target: Optional[str] = None  # human-readable target, e.g. ">= 20x"
     met: Optional[bool] = None    # None when the figure has no target
     note: str = ""                # context: the absolute times behind a ratio, what limits it
+    # Optional numbers behind the figure for the plots, e.g. {"qrnn (GB/s)": 41.2, "copy (GB/s)": 55.0}:
+    # `python -m qrnn.bench --plots DIR` draws them as grouped bars, the unit taken from "(...)".
+    series: dict = dataclasses.field(default_factory=dict)
 
     def row(self) -> list:
         status = "" if self.met is None else ("met" if self.met else "NOT met")
@@ -74,6 +78,7 @@ def measure_interleaved(fns: dict, *, device: str = "cpu", rounds: int = 7, repe
 
 
 def machine_info() -> dict:
+    """Where and with what the figures were measured: recorded beside every result table."""
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as fh:
@@ -85,16 +90,19 @@ def machine_info() -> dict:
         pass
     import qrnn
 
+    build = qrnn.build_info()
     info = {
         "date": datetime.date.today().isoformat(),
         "cpu": cpu,
-        "cores": torch.get_num_threads(),
+        "cores": os.cpu_count(),
+        "torch threads": torch.get_num_threads(),
         "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "none",
         "python": platform.python_version(),
         "torch": torch.__version__,
         "qrnn": qrnn.__version__,
-        "simd": qrnn.build_info()["simd"],
-        "compiler": qrnn.build_info()["compiler"],
+        "compiler": build["compiler"],
+        "simd": build["simd"],
+        "cuda kernels": build["cuda_architectures"] if build["cuda"] else "not built",
     }
     return info
 

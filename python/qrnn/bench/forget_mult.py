@@ -58,14 +58,16 @@ def forward_backward(T=70, B=20, H=1550, quick=False) -> list:
         fraction = (nbytes / t["qrnn"]) / (nbytes / t["copy"])
         note = (f"qrnn {t['qrnn'] * 1e3:.2f} ms = {nbytes / t['qrnn'] / 1e9:.1f} GB/s; "
                 f"copy {t['copy'] * 1e3:.2f} ms = {nbytes / t['copy'] / 1e9:.1f} GB/s")
+        bandwidth = {"qrnn (GB/s)": nbytes / t["qrnn"] / 1e9, "copy roofline (GB/s)": nbytes / t["copy"] / 1e9}
         if dtype == torch.float32:
             speedup = t["loop"] / t["qrnn"]
             results.append(Result(AREA, f"fwd+bwd vs per-timestep loop, {shape}", speedup, "x", ">= 20x",
                                   speedup >= 20, f"loop {t['loop'] * 1e3:.1f} ms, qrnn {t['qrnn'] * 1e3:.2f} ms"))
             results.append(Result(AREA, f"fwd+bwd bandwidth vs copy, {shape}", 100 * fraction, "%", ">= 70%",
-                                  fraction >= 0.7, note))
+                                  fraction >= 0.7, note, series=bandwidth))
         else:
-            results.append(Result(AREA, f"fwd+bwd bandwidth vs copy, {shape}", 100 * fraction, "%", None, None, note))
+            results.append(Result(AREA, f"fwd+bwd bandwidth vs copy, {shape}", 100 * fraction, "%", None, None, note,
+                                  series=bandwidth))
     speedup = times[torch.float32] / times[torch.bfloat16]
     results.append(Result(AREA, f"bfloat16 vs float32 fwd+bwd, T={T} B={B} H={H}", speedup, "x", ">= 1.6x",
                           speedup >= 1.6))

@@ -1,76 +1,227 @@
-"""The benchmark report: BENCHMARKS.md sections per area and PNG plots of the figures.
+"""The benchmark report: BENCHMARKS.md sections and PNG plots from a run's results.
 
-A run rewrites the sections of the areas it ran and keeps the others, so areas measured
-on different machines (the CUDA figures need a GPU) live side by side, each with its
-machine, date and versions.
+BENCHMARKS.md holds one section per area between marker comments. Writing replaces the
+sections of the areas that ran and keeps the others (each section records its own machine,
+date and versions), so areas may be measured in separate runs, or on different machines.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
-from pathlib import Path
+import textwrap
+from typing import Optional
 
-from .common import markdown_table
+from .common import Result, markdown_table
+
+_BEGIN = re.compile(r"<!-- qrnn-bench:begin (?P<area>[\w.-]+) (?P<meta>\{.*?\}) -->")
+_END = "<!-- qrnn-bench:end {area} -->"
+
+# Titles of each area's plot (what the brief of each benchmark promises to show).
+PLOT_TITLES = {
+    "forget-mult": "ForgetMult: speed-ups, and achieved bandwidth against a copy of the same bytes (roofline)",
+    "layer": "QRNN layer: speed against nn.LSTM / nn.GRU and against its own GEMMs",
+    "checkpoint": "Checkpoints: blocking and total time against torch.save and torch.distributed.checkpoint",
+    "train": "Training step time per precision",
+}
 
 HEADER = """# Benchmarks
 
-Every figure is a ratio against a baseline measured in the same run (the machines are
-shared and noisy, so absolute times are context only). Reproduce with
-`python -m qrnn.bench [area ...] --write BENCHMARKS.md --plots bench-plots`; each section
-says on which machine, when and with which versions it was measured.
+Measured by `python -m qrnn.bench --write BENCHMARKS.md --plots docs/benchmarks` (one area:
+`python -m qrnn.bench <area> --write BENCHMARKS.md --plots docs/benchmarks`). Every target is a
+ratio against a baseline measured in the same run, so figures from a noisy or different machine
+still compare like with like; absolute times are in the notes for context only. Each area's
+section says where and when it was measured; re-running an area rewrites only its section.
 """
 
-_SECTION = re.compile(r"<!-- area:(?P<area>[\w-]+) -->\n(?P<body>.*?)<!-- end:(?P=area) -->\n", re.S)
+
+def machine_line(info: dict, quick: bool) -> str:
+    gpu = info.get("gpu", "none")
+    line = (f"Measured {info.get('date')} on {info.get('cpu')} ({info.get('cores')} cores, "
+            f"{info.get('torch threads')} torch threads), GPU: {gpu}. Python {info.get('python')}, "
+            f"torch {info.get('torch')}, torch-qrnn {info.get('qrnn')} ({info.get('compiler')}, "
+            f"CPU kernels {info.get('simd')}, CUDA kernels {info.get('cuda kernels')}).")
+    if quick:
+        line += " **Quick run (`--quick`): small shapes, a smoke test, not representative.**"
+    return line
 
 
-def _section(area: str, results: list, info: dict, plot: str | None) -> str:
-    met = [r for r in results if r.met is not None]
-    summary = f"{sum(r.met for r in met)} of {len(met)} targets met" if met else "no targets checked"
-    machine = (f"{info['cpu']}, {info['cores']} threads, GPU: {info['gpu']}; {info['date']}; "
-               f"Python {info['python']}, torch {info['torch']}, qrnn {info['qrnn']}, "
-               f"{info['compiler']}, CPU kernels {info['simd']}")
-    lines = [f"## {area}", "", f"Machine: {machine}.", "", f"**{summary}.**", "", markdown_table(results), ""]
+def _section(area: str, results: list, info: dict, quick: bool, plot: Optional[str]) -> str:
+    targets = [r for r in results if r.met is not None]
+    meta = {"met": sum(bool(r.met) for r in targets), "targets": len(targets), "date": info.get("date"),
+            "machine": info.get("cpu"), "gpu": info.get("gpu"), "quick": quick}
+    lines = [f"<!-- qrnn-bench:begin {area} {json.dumps(meta)} -->", f"## {area}", "", machine_line(info, quick), "",
+             markdown_table(results)]
     if plot:
-        lines += [f"![{area}]({plot})", ""]
+        lines += ["", f"![{area}]({plot})"]
+    lines.append(_END.format(area=area))
     return "\n".join(lines)
 
 
-def write_report(path: str, by_area: dict, info: dict, order: list, plots: dict) -> None:
-    """Rewrite the sections of the areas in `by_area` in `path`, keeping the others."""
-    file = Path(path)
+_LEGACY = re.compile(r"<!-- area:(?P<area>[\w-]+) -->\n(?P<body>.*?)<!-- end:(?P=area) -->\n", re.S)
+
+
+def _read_sections(text: str) -> dict:
+    """area -> (section text, metadata) of an existing BENCHMARKS.md (sections of the
+    earlier `<!-- area:X -->` style are kept too, with a summary line they carried)."""
     sections = {}
-    if file.exists():
-        sections = {m["area"]: m["body"] for m in _SECTION.finditer(file.read_text())}
-    for area, results in by_area.items():
-        sections[area] = _section(area, results, info, plots.get(area))
-    ordered = [a for a in order if a in sections] + sorted(a for a in sections if a not in order)
-    body = "".join(f"<!-- area:{a} -->\n{sections[a]}<!-- end:{a} -->\n" for a in ordered)
-    file.write_text(HEADER + "\n" + body)
+    for match in _LEGACY.finditer(text):
+        area, body = match.group("area"), match.group("body").rstrip()
+        counts = re.search(r"(\d+) of (\d+) targets met", body)
+        meta = {"met": int(counts.group(1)), "targets": int(counts.group(2))} if counts else {}
+        sections[area] = (f"<!-- qrnn-bench:begin {area} {json.dumps(meta)} -->\n{body}\n" + _END.format(area=area),
+                          meta)
+    for match in _BEGIN.finditer(text):
+        area = match.group("area")
+        end = text.find(_END.format(area=area), match.end())
+        if end < 0:
+            continue
+        body = text[match.start():end + len(_END.format(area=area))]
+        try:
+            meta = json.loads(match.group("meta"))
+        except ValueError:
+            meta = {}
+        sections[area] = (body, meta)
+    return sections
 
 
-def plot_area(area: str, results: list, folder: str) -> str | None:
-    """A horizontal bar per ratio figure, green when its target is met, red when not;
-    returns the PNG's path, or None when the area has nothing to plot."""
-    rows = [r for r in results if r.unit in ("x", "%")]
-    if not rows:
-        return None
+def _summary(sections: dict, order: list) -> str:
+    lines = ["## Summary", "", "| area | targets met | measured on |", "|---|---|---|"]
+    for area in order:
+        if area not in sections:
+            continue
+        meta = sections[area][1]
+        where = f"{meta.get('date', '?')}, {meta.get('machine', '?')}"
+        if meta.get("gpu") not in (None, "none"):
+            where += f", {meta['gpu']}"
+        if meta.get("quick"):
+            where += " (quick)"
+        lines.append(f"| [{area}](#{area}) | {meta.get('met', '?')} / {meta.get('targets', '?')} | {where} |")
+    return "\n".join(lines)
+
+
+def write_markdown(path: str, results_by_area: dict, info: dict, quick: bool, plots: Optional[dict] = None,
+                   area_order: Optional[list] = None) -> None:
+    """(Re)write BENCHMARKS.md: sections of the areas in `results_by_area` replaced, the
+    others kept, a summary of all on top."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            sections = _read_sections(fh.read())
+    except FileNotFoundError:
+        sections = {}
+    folder = os.path.dirname(os.path.abspath(path))
+    for area, results in results_by_area.items():
+        plot = (plots or {}).get(area)
+        rel = os.path.relpath(plot, folder).replace(os.sep, "/") if plot else None
+        text = _section(area, results, info, quick, rel)
+        sections[area] = (text, _read_sections(text)[area][1])
+    order = list(area_order or [])
+    order += sorted(a for a in sections if a not in order)
+    body = [HEADER, _summary(sections, order)] + [sections[a][0] for a in order if a in sections]
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write("\n\n".join(body) + "\n")
+    os.replace(tmp, path)
+
+
+# ---- plots -------------------------------------------------------------------------------
+
+_TARGET = re.compile(r"([<>]=?)\s*\+?(-?[\d.]+)")
+_UNIT = re.compile(r"\(([^()]+)\)\s*$")
+
+
+def target_value(target: Optional[str]) -> Optional[float]:
+    """The number in a target such as '>= 20x', '<= 5%' or '<= +1%'."""
+    match = _TARGET.search(target or "")
+    return float(match.group(2)) if match else None
+
+
+def _wrap(label: str, width: int = 58) -> str:
+    return "\n".join(textwrap.wrap(label, width)) or label
+
+
+def plot_area(area: str, results: list, path: str) -> Optional[str]:
+    """One PNG for an area: a panel of its figures per unit (bars, the target marked, green
+    met / red not met / grey no target) and, when results carry `series`, a panel of those
+    numbers as grouped bars (e.g. achieved GB/s of the kernel next to a copy of the same
+    bytes). Returns the path, or None when there is nothing to draw."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    out = Path(folder)
-    out.mkdir(parents=True, exist_ok=True)
-    fig, ax = plt.subplots(figsize=(9, 0.45 * len(rows) + 1.2))
-    colors = ["tab:gray" if r.met is None else ("tab:green" if r.met else "tab:red") for r in rows]
-    ax.barh(range(len(rows)), [r.value for r in rows], color=colors)
-    ax.set_yticks(range(len(rows)), [f"{r.name} ({r.unit})" + (f"  [{r.target}]" if r.target else "")
-                                     for r in rows], fontsize=7)
-    ax.invert_yaxis()
-    ax.set_xscale("log")
-    ax.set_title(f"qrnn.bench {area}: green = target met, red = not met, gray = no target", fontsize=9)
-    fig.tight_layout()
-    png = out / f"{area}.png"
-    fig.savefig(png, dpi=110)
+    by_unit: dict = {}
+    for r in results:
+        by_unit.setdefault(r.unit, []).append(r)
+    with_series = [r for r in results if r.series]
+    panels = list(by_unit.items()) + ([("series", with_series)] if with_series else [])
+    if not panels:
+        return None
+    heights = [max(1.6, 0.55 * (len(rs) if unit != "series" else sum(len(r.series) for r in rs)) + 0.9)
+               for unit, rs in panels]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(11, sum(heights)), squeeze=False,
+                             gridspec_kw={"height_ratios": heights})
+    for ax, (unit, rs) in zip(axes[:, 0], panels):
+        if unit == "series":
+            _series_panel(ax, rs)
+        else:
+            _figures_panel(ax, unit, rs)
+    fig.suptitle(PLOT_TITLES.get(area, area), fontsize=11)
+    fig.tight_layout(rect=(0, 0, 1, 0.97))
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
-    return str(png)
+    return path
+
+
+def _figures_panel(ax, unit: str, results: list) -> None:
+    ys = list(range(len(results)))[::-1]
+    colors = ["#999999" if r.met is None else ("#2e8b57" if r.met else "#c0392b") for r in results]
+    ax.barh(ys, [r.value for r in results], color=colors, height=0.6)
+    for y, r in zip(ys, results):
+        ax.text(r.value, y, f" {r.value:.3g}{r.unit}", va="center", fontsize=8)
+        goal = target_value(r.target)
+        if goal is not None:
+            ax.plot([goal, goal], [y - 0.4, y + 0.4], color="black", linewidth=2)
+    ax.set_yticks(ys)
+    ax.set_yticklabels([_wrap(r.name) for r in results], fontsize=7)
+    reference = 100.0 if unit == "%" else (1.0 if unit == "x" else None)
+    if reference is not None:
+        ax.axvline(reference, color="#555555", linestyle=":", linewidth=1)
+    label = {"x": "ratio (x); black tick: target; dotted: parity",
+             "%": "percent of the baseline; black tick: target"}.get(unit, unit)
+    ax.set_xlabel(label, fontsize=8)
+    ax.margins(x=0.15)
+
+
+def _series_panel(ax, results: list) -> None:
+    keys = []
+    for r in results:
+        keys += [k for k in r.series if k not in keys]
+    units = {m.group(1) for k in keys if (m := _UNIT.search(k))}
+    width = 0.8 / len(keys)
+    ys = list(range(len(results)))[::-1]
+    for i, key in enumerate(keys):
+        values = [r.series.get(key, 0.0) for r in results]
+        bars = ax.barh([y + (len(keys) / 2 - i - 0.5) * width for y in ys], values, height=width, label=key)
+        for bar, v in zip(bars, values):
+            ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {v:.3g}", va="center", fontsize=7)
+    ax.set_yticks(ys)
+    ax.set_yticklabels([_wrap(r.name) for r in results], fontsize=7)
+    ax.set_xlabel(", ".join(sorted(units)) or "value", fontsize=8)
+    ax.legend(fontsize=7, loc="best", framealpha=0.8)
+    ax.margins(x=0.12)
+
+
+def write_plots(folder: str, results_by_area: dict) -> dict:
+    """area -> PNG path for every area that has something to draw."""
+    written = {}
+    for area, results in results_by_area.items():
+        path = plot_area(area, results, os.path.join(folder, f"{area}.png"))
+        if path:
+            written[area] = path
+    return written
+
+
+__all__ = ["write_markdown", "write_plots", "plot_area", "machine_line", "target_value", "Result"]
