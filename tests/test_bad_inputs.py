@@ -689,8 +689,9 @@ def test_qrnn_gates_empty_sequence_over_huge_batch_returns():
         import torch, qrnn
         from qrnn import _C
         # The kernel itself, with no c_n asked for: must return at once.
-        _C.qrnn_gates_forward(0, 0, 2**31, 2**31, True, 0, (0, 0, 0), 0, 0, (0, 0, 0), 1.0, 0, (0, 0), 0, 0, 1,
-                              False, 0, (0, 0, 0), 0, (0, 0, 0), 0, (0, 0), 0, 1)
+        null3, null2 = (0, 0, 0, 0), (0, 0, 0)  # absent views: pointer 0 and strides
+        _C.qrnn_gates_forward(1.0, 0, 0, 2**31, 2**31, 1, *null3, 0, *null3, *null2, 0, 0, 1, 0,
+                              *null3, *null3, *null2, 0, 1)
         print("ok")
     """, timeout=60)
     assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-2000:]
