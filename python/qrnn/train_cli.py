@@ -57,6 +57,17 @@ def _non_negative_int(text):
     return value
 
 
+def _seed(text):
+    # torch.manual_seed takes a 64-bit seed, and each rank adds its rank to it.
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an int, got {text!r}") from None
+    if not -2**63 <= value < 2**63 - 2**16:
+        raise argparse.ArgumentTypeError(f"expected an int in [-2**63, 2**63 - 2**16), got {text}")
+    return value
+
+
 def _fraction(text):
     try:
         value = float(text)
@@ -93,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--clip", type=pos_float, metavar="NORM", help=f"gradient-norm clip (default: {d['clip']})")
     train.add_argument("--precision", choices=PRECISIONS, default="auto",
                        help="autocast precision; auto: fp16 on CUDA, bf16 on a CPU with native bf16, else fp32")
-    train.add_argument("--seed", type=int, metavar="N", help=f"random seed (default: {d['seed']})")
+    train.add_argument("--seed", type=_seed, metavar="N", help=f"random seed (default: {d['seed']})")
     train.add_argument("--device", help="cpu, cuda, cuda:N (default: cuda when available)")
     ckpt = p.add_argument_group("checkpoints and output")
     ckpt.add_argument("--checkpoint-dir", metavar="DIR", help="run folder: checkpoints, best.pt, metrics.jsonl, "
