@@ -379,7 +379,7 @@ def generate_main(argv=None) -> int:
     p.add_argument("--prompt", default="", help="text to continue (default: start of a line)")
     p.add_argument("--length", type=_positive(int), default=300, help="tokens to generate (default: 300)")
     p.add_argument("--temperature", type=_positive(float), default=0.8, help="softmax temperature (default: 0.8)")
-    p.add_argument("--seed", type=int, metavar="N", default=0, help="sampling seed (default: 0)")
+    p.add_argument("--seed", type=_seed, metavar="N", default=0, help="sampling seed (default: 0)")
     p.add_argument("--device", default="cpu", help="device (default: cpu)")
     args = p.parse_args(argv)
     try:
