@@ -60,8 +60,8 @@ def cpu_bf16_support() -> tuple:
 
 def choose_precision(requested: str, device: torch.device) -> tuple:
     """(precision, reason) for --precision auto|fp32|fp16|bf16 on `device`."""
-    if requested not in PRECISIONS:
-        raise TrainError(f"--precision must be one of {', '.join(PRECISIONS)}, got {requested!r}")
+    if requested not in PRECISIONS:  # a bad argument (the command line restricts the choices itself)
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {requested!r}")
     if device.type == "cuda":
         if requested == "bf16" and not torch.cuda.is_bf16_supported():
             raise TrainError("--precision bf16: this GPU has no bfloat16 support; use fp16")
@@ -107,6 +107,8 @@ def init_distributed(device: Optional[str] = None) -> Distributed:
         dev = torch.device(device)
     except RuntimeError:
         raise TrainError(f"--device {device!r} is not a device torch knows (e.g. cpu, cuda, cuda:1)") from None
+    if dev.type not in ("cpu", "cuda"):  # e.g. meta: no data, no autocast
+        raise TrainError(f"--device {device}: training runs on cpu or cuda")
     if dev.type == "cuda":
         if not torch.cuda.is_available():
             raise TrainError(f"--device {device}: torch sees no CUDA device")
@@ -280,6 +282,12 @@ class Trainer:
                  checkpoint_extra: Optional[dict] = None, checkpoint_overlap: bool = True,
                  progress: bool = True,
                  log: Callable[[str], None] = print):
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
+        if not callable(loss_fn):
+            raise TypeError(f"loss_fn must be callable, got {type(loss_fn).__name__}")
         self.dist = dist or Distributed(device=next(model.parameters()).device)
         self.device = self.dist.device
         self.module = model.to(self.device)

@@ -58,6 +58,17 @@ def _non_negative_int(text):
     return value
 
 
+def _seed(text):
+    # torch.manual_seed takes a 64-bit seed, and each rank adds its rank to it.
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an int, got {text!r}") from None
+    if not -2**63 <= value < 2**63 - 2**16:
+        raise argparse.ArgumentTypeError(f"expected an int in [-2**63, 2**63 - 2**16), got {text}")
+    return value
+
+
 def _fraction(text):
     try:
         value = float(text)
@@ -94,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--clip", type=pos_float, metavar="NORM", help=f"gradient-norm clip (default: {d['clip']})")
     train.add_argument("--precision", choices=PRECISIONS,
                        help="autocast precision; auto (default): fp16 on CUDA, bf16 on a CPU with native bf16, else fp32")
-    train.add_argument("--seed", type=int, metavar="N", help=f"random seed (default: {d['seed']})")
+    train.add_argument("--seed", type=_seed, metavar="N", help=f"random seed (default: {d['seed']})")
     train.add_argument("--device", help="cpu, cuda, cuda:N (default: cuda when available)")
     ckpt = p.add_argument_group("checkpoints and output")
     ckpt.add_argument("--checkpoint-dir", metavar="DIR", help="run folder: checkpoints, best.pt, metrics.jsonl, "
@@ -371,7 +382,7 @@ def generate_main(argv=None) -> int:
     p.add_argument("--prompt", default="", help="text to continue (default: start of a line)")
     p.add_argument("--length", type=_positive(int), default=300, help="tokens to generate (default: 300)")
     p.add_argument("--temperature", type=_positive(float), default=0.8, help="softmax temperature (default: 0.8)")
-    p.add_argument("--seed", type=int, metavar="N", default=0, help="sampling seed (default: 0)")
+    p.add_argument("--seed", type=_seed, metavar="N", default=0, help="sampling seed (default: 0)")
     p.add_argument("--device", default="cpu", help="device (default: cpu)")
     args = p.parse_args(argv)
     try:
