@@ -11,6 +11,7 @@
 #include <string>
 
 #include "check.hpp"
+#include "forget_mult_check.hpp"
 #include "forget_mult_launch.hpp"
 #include "qrnn/forget_mult_cuda.hpp"
 
@@ -25,64 +26,9 @@ struct Strided {
     int64_t stride_t, stride_b, stride_h;
 };
 
-void check_dtypes(DType dtype, DType h0_dtype, bool has_h0) {
-    if (int(dtype) < 0 || int(dtype) > 3) fail("dtype: unknown value " + std::to_string(int(dtype)));
-    if (!has_h0) return;
-    const bool sixteen_bit = dtype == DType::bfloat16 || dtype == DType::float16;
-    if (h0_dtype != dtype && !(sixteen_bit && h0_dtype == DType::float32))
-        fail(std::string("h0_dtype: expected ") + dtype_name(dtype) + (sixteen_bit ? " or float32" : "") +
-             ", got " + dtype_name(h0_dtype));
-}
-
 void check_schedule(Schedule s) {
     if (int(s) < 0 || int(s) > 2) fail("schedule: expected 0 (automatic), 1 (serial) or 2 (chunked), got " +
                                        std::to_string(int(s)));
-}
-
-void check_view3(const char* name, const void* data, int64_t T, int64_t B, int64_t H, int64_t st, int64_t sb,
-                 int64_t sh) {
-    const int64_t sizes[3] = {T, B, H}, strides[3] = {st, sb, sh};
-    qrnn::detail::check_pointer(name, data, T * B * H);
-    qrnn::detail::check_extent(name, sizes, strides, 3);
-}
-
-void check_view2(const char* name, const void* data, int64_t B, int64_t H, int64_t sb, int64_t sh) {
-    const int64_t sizes[2] = {B, H}, strides[2] = {sb, sh};
-    qrnn::detail::check_pointer(name, data, B * H);
-    qrnn::detail::check_extent(name, sizes, strides, 2);
-}
-
-#define QRNN_CHECK_VIEW3(p, v) \
-    check_view3(#v, (p).v.data, (p).seq_len, (p).batch, (p).hidden, (p).v.stride_t, (p).v.stride_b, (p).v.stride_h)
-
-int64_t validate(const ForgetMultForwardParams& p) {
-    qrnn::detail::check_size("seq_len", p.seq_len);
-    qrnn::detail::check_size("batch", p.batch);
-    qrnn::detail::check_size("hidden", p.hidden);
-    const int64_t numel = qrnn::detail::checked_numel(p.seq_len, p.batch, p.hidden, "forget_mult");
-    check_dtypes(p.dtype, p.h0_dtype, p.h0.data != nullptr);
-    QRNN_CHECK_VIEW3(p, f);
-    QRNN_CHECK_VIEW3(p, x);
-    QRNN_CHECK_VIEW3(p, h);
-    if (p.h0.data) check_view2("h0", p.h0.data, p.batch, p.hidden, p.h0.stride_b, p.h0.stride_h);
-    return numel;
-}
-
-void validate(const ForgetMultBackwardParams& p) {
-    qrnn::detail::check_size("seq_len", p.seq_len);
-    qrnn::detail::check_size("batch", p.batch);
-    qrnn::detail::check_size("hidden", p.hidden);
-    qrnn::detail::checked_numel(p.seq_len, p.batch, p.hidden, "forget_mult_backward");
-    check_dtypes(p.dtype, p.h0_dtype, p.h0.data != nullptr || p.grad_h0.data != nullptr);
-    QRNN_CHECK_VIEW3(p, f);
-    QRNN_CHECK_VIEW3(p, x);
-    QRNN_CHECK_VIEW3(p, h);
-    QRNN_CHECK_VIEW3(p, grad_h);
-    QRNN_CHECK_VIEW3(p, grad_f);
-    QRNN_CHECK_VIEW3(p, grad_x);
-    if (p.h0.data) check_view2("h0", p.h0.data, p.batch, p.hidden, p.h0.stride_b, p.h0.stride_h);
-    if (p.grad_h0.data)
-        check_view2("grad_h0", p.grad_h0.data, p.batch, p.hidden, p.grad_h0.stride_b, p.grad_h0.stride_h);
 }
 
 // Can every array be read and written `width` elements at a time? Needs unit hidden
@@ -172,7 +118,7 @@ void check_launch(const char* what) {
 
 void forget_mult_forward(const ForgetMultForwardParams& p, void* stream, Schedule schedule) {
     check_schedule(schedule);
-    if (validate(p) == 0) return;
+    if (qrnn::detail::validate_forget_mult(p) == 0) return;
     const LaunchPlan plan = plan_of(p, schedule);
     switch (p.dtype) {
         case DType::float32: return detail::launch_forward<DType::float32>(p, plan, stream);
@@ -184,7 +130,7 @@ void forget_mult_forward(const ForgetMultForwardParams& p, void* stream, Schedul
 
 void forget_mult_backward(const ForgetMultBackwardParams& p, void* stream, Schedule schedule) {
     check_schedule(schedule);
-    validate(p);
+    qrnn::detail::validate_forget_mult(p);
     // An empty sequence still owes grad_h0 (zeros): the serial kernel writes it.
     if (p.batch * p.hidden == 0 || (p.seq_len == 0 && p.grad_h0.data == nullptr)) return;
     const LaunchPlan plan = plan_of(p, schedule);
@@ -198,13 +144,13 @@ void forget_mult_backward(const ForgetMultBackwardParams& p, void* stream, Sched
 
 LaunchPlan forget_mult_forward_plan(const ForgetMultForwardParams& p, Schedule schedule) {
     check_schedule(schedule);
-    validate(p);
+    qrnn::detail::validate_forget_mult(p);
     return plan_of(p, schedule);
 }
 
 LaunchPlan forget_mult_backward_plan(const ForgetMultBackwardParams& p, Schedule schedule) {
     check_schedule(schedule);
-    validate(p);
+    qrnn::detail::validate_forget_mult(p);
     return plan_of(p, schedule);
 }
 

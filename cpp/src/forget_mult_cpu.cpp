@@ -3,6 +3,7 @@
 #include <string>
 
 #include "check.hpp"
+#include "forget_mult_check.hpp"
 #include "cpu_isa.hpp"
 #include "forget_mult_table.hpp"
 #include "parallel.hpp"
@@ -22,18 +23,6 @@ const KernelTable& selected() {
     return table;
 }
 
-void check_dtypes(DType dtype, DType h0_dtype, bool has_h0) {
-    if (int(dtype) < 0 || int(dtype) > 3) fail("dtype: unknown value " + std::to_string(int(dtype)));
-    if (!has_h0) return;
-    const bool sixteen_bit = dtype == DType::bfloat16 || dtype == DType::float16;
-    if (h0_dtype != dtype && !(sixteen_bit && h0_dtype == DType::float32))
-        fail(std::string("h0_dtype: expected ") + dtype_name(dtype) +
-             (sixteen_bit ? " or float32" : "") + ", got " + dtype_name(h0_dtype));
-}
-
-#define QRNN_CHECK_VIEW3(p, v) detail::check_view3(#v, (p).v.data, (p).seq_len, (p).batch, (p).hidden, \
-                                                   (p).v.stride_t, (p).v.stride_b, (p).v.stride_h)
-
 // The fixed entry points' time stride batch * hidden, computed only once the sizes are
 // known to be valid (a product that overflows int64 is undefined behaviour).
 int64_t contiguous_time_stride(int64_t seq_len, int64_t batch, int64_t hidden, const char* what) {
@@ -52,15 +41,7 @@ int64_t n_items(int64_t batch, int64_t hidden) {
 const char* simd_level() { return isa_name(selected_isa()); }
 
 void forget_mult_forward(const ForgetMultForwardParams& p, int num_threads) {
-    detail::check_size("seq_len", p.seq_len);
-    detail::check_size("batch", p.batch);
-    detail::check_size("hidden", p.hidden);
-    const int64_t numel = detail::checked_numel(p.seq_len, p.batch, p.hidden, "forget_mult");
-    check_dtypes(p.dtype, p.h0_dtype, p.h0.data != nullptr);
-    QRNN_CHECK_VIEW3(p, f);
-    QRNN_CHECK_VIEW3(p, x);
-    QRNN_CHECK_VIEW3(p, h);
-    if (p.h0.data) detail::check_view2("h0", p.h0.data, p.batch, p.hidden, p.h0.stride_b, p.h0.stride_h);
+    const int64_t numel = detail::validate_forget_mult(p);
     if (numel == 0) return;
     const auto kernel = selected().forward[int(p.dtype)];
     detail::parallel_for(n_items(p.batch, p.hidden), detail::threads_for_work(numel, num_threads),
@@ -68,20 +49,7 @@ void forget_mult_forward(const ForgetMultForwardParams& p, int num_threads) {
 }
 
 void forget_mult_backward(const ForgetMultBackwardParams& p, int num_threads) {
-    detail::check_size("seq_len", p.seq_len);
-    detail::check_size("batch", p.batch);
-    detail::check_size("hidden", p.hidden);
-    const int64_t numel = detail::checked_numel(p.seq_len, p.batch, p.hidden, "forget_mult_backward");
-    check_dtypes(p.dtype, p.h0_dtype, p.h0.data != nullptr || p.grad_h0.data != nullptr);
-    QRNN_CHECK_VIEW3(p, f);
-    QRNN_CHECK_VIEW3(p, x);
-    QRNN_CHECK_VIEW3(p, h);
-    QRNN_CHECK_VIEW3(p, grad_h);
-    QRNN_CHECK_VIEW3(p, grad_f);
-    QRNN_CHECK_VIEW3(p, grad_x);
-    if (p.h0.data) detail::check_view2("h0", p.h0.data, p.batch, p.hidden, p.h0.stride_b, p.h0.stride_h);
-    if (p.grad_h0.data)
-        detail::check_view2("grad_h0", p.grad_h0.data, p.batch, p.hidden, p.grad_h0.stride_b, p.grad_h0.stride_h);
+    const int64_t numel = detail::validate_forget_mult(p);
     // An empty sequence still writes grad_h0 (zeros), if asked for: batch * hidden items of
     // nothing else. Without grad_h0 there is nothing to do (and batch * hidden may not even
     // fit in int64 when seq_len is 0).
