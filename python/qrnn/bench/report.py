@@ -8,6 +8,7 @@ date and versions), so areas may be measured in separate runs, or on different m
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import textwrap
@@ -180,7 +181,10 @@ def _figures_panel(ax, unit: str, results: list) -> None:
     colors = ["#999999" if r.met is None else ("#2e8b57" if r.met else "#c0392b") for r in results]
     ax.barh(ys, [r.value for r in results], color=colors, height=0.6)
     for y, r in zip(ys, results):
-        ax.text(r.value, y, f" {r.value:.3g}{r.unit}", va="center", fontsize=8)
+        if math.isfinite(r.value):
+            ax.text(r.value, y, f" {r.value:.3g}{r.unit}", va="center", fontsize=8)
+        else:  # not measured here (e.g. needs a GPU)
+            ax.text(0, y, f" n/a: {r.note or 'not measured'}", va="center", fontsize=7, color="#555555")
         goal = target_value(r.target)
         if goal is not None:
             ax.plot([goal, goal], [y - 0.4, y + 0.4], color="black", linewidth=2)
