@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import qrnn
+from qrnn.reference import forget_mult_backward_reference
 
 # (atol, rtol) of a kernel's output against the float64 reference, per storage dtype.
 # 16-bit storage rounds every stored element (bf16: 8 mantissa bits, fp16: 11); the state
@@ -39,6 +40,17 @@ def assert_close_to_reference(actual, expected, dtype, what=""):
     atol, rtol = TOLERANCES[dtype]
     torch.testing.assert_close(actual.double().cpu(), expected.double().cpu(), atol=atol, rtol=rtol,
                                msg=lambda m: f"{what} ({dtype}): {m}")
+
+
+def reference_grads(grad_h, f, x, h_saved, h0=None, batch_first=False):
+    """float64 (grad_f, grad_x, grad_h0) of ForgetMult, given the forward output `h_saved` that
+    autograd hands the backward op. With 16-bit storage that output is rounded, and
+    grad_f = grad_c * (x - h[t-1]) inherits its rounding times |grad_c| (which sums over many
+    steps): no backward kernel can undo that, so the exact reference of the backward is the
+    one fed the same stored h. The forward is checked against the float64 recurrence itself."""
+    as64 = lambda t: None if t is None else t.detach().double()
+    return forget_mult_backward_reference(as64(grad_h), as64(f), as64(x), as64(h_saved), as64(h0),
+                                          batch_first=batch_first)
 
 
 @pytest.fixture(autouse=True)

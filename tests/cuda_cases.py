@@ -1,10 +1,8 @@
 """Inputs and float64 references shared by the CUDA kernel tests (on a GPU, and emulated on
 the CPU): random inputs, the strided views the kernels must handle, NaN-poisoned outputs
-inside wider buffers, and a backward reference that uses the same saved ``h`` as the kernel."""
+inside wider buffers (the backward reference is conftest.reference_grads)."""
 
 from __future__ import annotations
-
-from typing import Optional
 
 import torch
 from torch import Tensor
@@ -76,27 +74,3 @@ def forward_reference(f, x, h0, batch_first=False) -> Tensor:
     """float64 forward on the (already rounded) inputs; differentiable when they require grad."""
     return forget_mult_reference(f.double(), x.double(), None if h0 is None else h0.double(),
                                  batch_first=batch_first)
-
-
-def backward_reference(grad_h, f, x, h, h0: Optional[Tensor], batch_first=False):
-    """float64 backward with the same saved ``h`` the kernel reads (so the comparison sees
-    only the kernel's own rounding): walking t down with the gradient reaching h[t],
-    g = carry + dh[t]; dx = f g; df = (x - h[t-1]) g; carry = g - f g; dh0 = carry."""
-    def tm(t):  # time-major float64
-        t = t.detach().double()
-        return t.transpose(0, 1) if batch_first else t
-
-    grad_h, f, x, h = tm(grad_h), tm(f), tm(x), tm(h)
-    T = f.shape[0]
-    grad_f, grad_x = torch.empty_like(f), torch.empty_like(f)
-    carry = torch.zeros_like(f[0]) if T else torch.zeros(f.shape[1:], dtype=torch.float64, device=f.device)
-    start = h0.detach().double() if h0 is not None else torch.zeros_like(carry)
-    for t in range(T - 1, -1, -1):
-        g = carry + grad_h[t]
-        prev = h[t - 1] if t >= 1 else start
-        grad_x[t] = f[t] * g
-        grad_f[t] = (x[t] - prev) * g
-        carry = g - f[t] * g
-    if batch_first:
-        grad_f, grad_x = grad_f.transpose(0, 1), grad_x.transpose(0, 1)
-    return grad_f, grad_x, carry

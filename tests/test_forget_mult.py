@@ -10,7 +10,7 @@ import qrnn
 from qrnn import ops
 from qrnn.reference import forget_mult_backward_reference, forget_mult_reference
 
-from conftest import CPU_DTYPES, assert_close_to_reference
+from conftest import CPU_DTYPES, assert_close_to_reference, reference_grads
 
 
 def make_inputs(T, B, H, dtype, *, batch_first=False, with_h0=True, requires_grad=False):
@@ -25,12 +25,13 @@ def make_inputs(T, B, H, dtype, *, batch_first=False, with_h0=True, requires_gra
     return f, x, h0
 
 
-def reference_fwd_bwd(f, x, h0, grad_h, batch_first):
-    """float64 outputs and gradients of the plain recurrence, from the same inputs."""
-    f64, x64, grad64 = f.detach().double(), x.detach().double(), grad_h.double()
+def reference_fwd_bwd(f, x, h0, grad_h, h_saved, batch_first):
+    """float64 output of the plain recurrence, and its float64 gradients given `h_saved`, the
+    forward output the backward op receives (16-bit storage rounds it; see reference_grads)."""
+    f64, x64 = f.detach().double(), x.detach().double()
     h064 = h0.detach().double() if h0 is not None else None
     h = forget_mult_reference(f64, x64, h064, batch_first=batch_first)
-    return (h,) + forget_mult_backward_reference(grad64, f64, x64, h, h064, batch_first=batch_first)
+    return (h,) + reference_grads(grad_h, f, x, h_saved, h0, batch_first)
 
 
 def test_backward_reference_matches_autograd():
@@ -50,10 +51,9 @@ def check_against_reference(T, B, H, dtype, batch_first, with_h0):
     assert h.shape == f.shape and h.dtype == dtype
     grad_h = torch.randn(h.shape, dtype=torch.float64).to(dtype)
     h.backward(grad_h)
-    ref_h, ref_df, ref_dx, ref_dh0 = reference_fwd_bwd(f, x, h0, grad_h, batch_first)
+    ref_h, ref_df, ref_dx, ref_dh0 = reference_fwd_bwd(f, x, h0, grad_h, h, batch_first)
     what = f"T={T} B={B} H={H} batch_first={batch_first} h0={with_h0}"
     assert_close_to_reference(h, ref_h, dtype, f"h {what}")
-    # Gradients accumulate over up to T steps: allow the 16-bit rounding of each term to add up.
     assert_close_to_reference(x.grad, ref_dx, dtype, f"grad_x {what}")
     assert_close_to_reference(f.grad, ref_df, dtype, f"grad_f {what}")
     if with_h0:

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import qrnn
-from conftest import TOLERANCES, assert_close_to_reference
-from cuda_cases import (assert_untouched_outside, backward_reference, forward_reference, make_inputs,
+from conftest import TOLERANCES, assert_close_to_reference, reference_grads
+from cuda_cases import (assert_untouched_outside, forward_reference, make_inputs,
                         poisoned_like)
 from qrnn import ops, ops_cuda
 
@@ -47,7 +47,7 @@ def _check_op(f, x, h0, batch_first, what=""):
     assert_close_to_reference(h, forward_reference(f.detach(), x.detach(), h0, batch_first), dtype, f"h {what}")
     grad_h = torch.randn(f.shape, dtype=torch.float64, device=f.device).to(dtype)
     h.backward(grad_h)
-    ref_f, ref_x, ref_h0 = backward_reference(grad_h, f.detach(), x.detach(), h.detach(), h0, batch_first)
+    ref_f, ref_x, ref_h0 = reference_grads(grad_h, f.detach(), x.detach(), h.detach(), h0, batch_first)
     assert_close_to_reference(f.grad, ref_f, dtype, f"grad_f {what}")
     assert_close_to_reference(x.grad, ref_x, dtype, f"grad_x {what}")
     if h0 is not None:
@@ -90,7 +90,7 @@ def test_layouts_odd_sizes_and_poisoned_outputs(dtype, layout, hidden, schedule)
         grad_h0, gh0_buffer = poisoned_like(h0)
         ops_cuda.backward_into(grad_f, grad_x, grad_h0, grad_h, f, x, h, h0)
         torch.cuda.synchronize()
-    ref_f, ref_x, ref_h0 = backward_reference(grad_h, f, x, h, h0)
+    ref_f, ref_x, ref_h0 = reference_grads(grad_h, f, x, h, h0)
     assert_close_to_reference(grad_f, ref_f, dtype, f"grad_f {layout}")
     assert_close_to_reference(grad_x, ref_x, dtype, f"grad_x {layout}")
     assert_close_to_reference(grad_h0, ref_h0, dtype, f"grad_h0 {layout}")
@@ -131,7 +131,7 @@ def test_sum_backward_broadcast_grad(dtype):
     f, x, h0 = _leaves(*make_inputs(40, 3, 16, dtype, "cuda", h0_dtype=dtype))
     qrnn.forget_mult(f, x, h0).sum().backward()
     h = qrnn.forget_mult(f.detach(), x.detach(), h0.detach())
-    ref_f, ref_x, ref_h0 = backward_reference(torch.ones_like(h), f, x, h, h0)
+    ref_f, ref_x, ref_h0 = reference_grads(torch.ones_like(h), f, x, h, h0)
     assert_close_to_reference(f.grad, ref_f, dtype, "grad_f")
     assert_close_to_reference(x.grad, ref_x, dtype, "grad_x")
     assert_close_to_reference(h0.grad, ref_h0, dtype, "grad_h0")
@@ -221,7 +221,7 @@ def test_runs_on_the_current_stream(schedule):
         h.backward(grad_h)
     side.synchronize()
     assert_close_to_reference(h, forward_reference(f_src, x_src, h0), torch.float32, "h on a side stream")
-    ref_f, _, _ = backward_reference(grad_src, f_src, x_src, h.detach(), h0)
+    ref_f, _, _ = reference_grads(grad_src, f_src, x_src, h.detach(), h0)
     assert_close_to_reference(f.grad, ref_f, torch.float32, "grad_f on a side stream")
 
 
@@ -256,7 +256,7 @@ def test_cuda_graph_capture_and_replay(dtype, schedule):
         torch.cuda.synchronize()
         assert_close_to_reference(h, forward_reference(nf, nx, nh0), dtype, "replayed h")
         assert torch.equal(h, h_eager_path)
-        ref_f, ref_x, ref_h0 = backward_reference(grad_h, nf, nx, h, nh0)
+        ref_f, ref_x, ref_h0 = reference_grads(grad_h, nf, nx, h, nh0)
         assert_close_to_reference(grad_f, ref_f, dtype, "replayed grad_f")
         assert_close_to_reference(grad_x, ref_x, dtype, "replayed grad_x")
         assert_close_to_reference(grad_h0, ref_h0, dtype, "replayed grad_h0")
@@ -320,7 +320,7 @@ def test_64_bit_offsets(hidden):
     grad1 = torch.randn(T, 1, hidden, device="cuda").half()
     grad_f, grad_x = torch.empty_like(h), torch.empty_like(h)
     ops_cuda.backward_into(grad_f, grad_x, None, grad1.expand(T, B, hidden), f, x, h)
-    ref_f, ref_x, _ = backward_reference(grad1, f1, x1, h[:, :1], None)
+    ref_f, ref_x, _ = reference_grads(grad1, f1, x1, h[:, :1], None)
     for b in (0, B - 1):
         assert_close_to_reference(grad_f[:, b:b + 1], ref_f, torch.float16, f"grad_f batch row {b}")
         assert_close_to_reference(grad_x[:, b:b + 1], ref_x, torch.float16, f"grad_x batch row {b}")

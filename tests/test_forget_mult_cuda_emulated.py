@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import assert_close_to_reference
-from cuda_cases import (assert_untouched_outside, backward_reference, forward_reference, make_inputs,
+from conftest import assert_close_to_reference, reference_grads
+from cuda_cases import (assert_untouched_outside, forward_reference, make_inputs,
                         poisoned_like)
 from qrnn import ops_cuda
 
@@ -111,7 +111,7 @@ def run_and_check(emulator, f, x, h0, batch_first, schedule="auto", plan=None, c
     bplan = plan or ops_cuda.backward_plan(grad_f, grad_x, grad_h0, grad_h, f, x, h, h0,
                                            batch_first=batch_first, schedule=schedule)
     emulator.backward(grad_f, grad_x, grad_h0, grad_h, f, x, h, h0, batch_first, bplan)
-    ref_f, ref_x, ref_h0 = backward_reference(grad_h, f, x, h, h0, batch_first)
+    ref_f, ref_x, ref_h0 = reference_grads(grad_h, f, x, h, h0, batch_first)
     assert_close_to_reference(grad_f, ref_f, dtype, f"grad_f {bplan}")
     assert_close_to_reference(grad_x, ref_x, dtype, f"grad_x {bplan}")
     assert_untouched_outside(grad_f, gf_buffer)

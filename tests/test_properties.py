@@ -11,9 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import qrnn
-from qrnn.reference import forget_mult_backward_reference, forget_mult_reference
+from qrnn.reference import forget_mult_reference
 
-from conftest import CPU_DTYPES, assert_close_to_reference
+from conftest import CPU_DTYPES, assert_close_to_reference, reference_grads
 
 SETTINGS = settings(max_examples=100, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -115,8 +115,7 @@ def test_forget_mult_matches_reference(case):
     h = qrnn.forget_mult(f, x, h0, batch_first=batch_first)
     assert_close_to_reference(h, ref_h, dtype, f"h {what}")
     h.backward(grad_h)
-    ref_df, ref_dx, ref_dh0 = forget_mult_backward_reference(grad_h.double(), f64, x64, ref_h, h064,
-                                                             batch_first=batch_first)
+    ref_df, ref_dx, ref_dh0 = reference_grads(grad_h, f, x, h, h0, batch_first)
     assert_close_to_reference(f.grad, ref_df, dtype, f"grad_f {what}")
     assert_close_to_reference(x.grad, ref_dx, dtype, f"grad_x {what}")
     if h0 is not None:
