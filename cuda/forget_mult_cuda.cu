@@ -20,30 +20,9 @@ namespace {
 
 using qrnn::detail::fail;
 
-// A strided (time, batch, hidden) array as the plan sees it.
-struct Strided {
-    const void* data;
-    int64_t stride_t, stride_b, stride_h;
-};
-
 void check_schedule(Schedule s) {
     if (int(s) < 0 || int(s) > 2) fail("schedule: expected 0 (automatic), 1 (serial) or 2 (chunked), got " +
                                        std::to_string(int(s)));
-}
-
-// Can every array be read and written `width` elements at a time? Needs unit hidden
-// strides and, wherever a thread's pack starts, an address aligned to the pack size.
-bool vectorisable(int width, int64_t elem_size, int64_t T, int64_t B, int64_t H,
-                  std::initializer_list<Strided> arrays) {
-    if (width > H) return false;
-    const int64_t bytes = width * elem_size;
-    for (const Strided& a : arrays) {
-        if (a.stride_h != 1) return false;
-        if (reinterpret_cast<uintptr_t>(a.data) % uintptr_t(bytes) != 0) return false;
-        if (T > 1 && (a.stride_t * elem_size) % bytes != 0) return false;
-        if (B > 1 && (a.stride_b * elem_size) % bytes != 0) return false;
-    }
-    return true;
 }
 
 int64_t steps_in_flight(bool backward, int vector_width, int64_t elem_size) {
@@ -56,11 +35,11 @@ int64_t steps_in_flight(bool backward, int vector_width, int64_t elem_size) {
 // kBytesInFlight and the sequence is at least 4 * steps long, split time into chunks so
 // that chunks * that covers kBytesInFlight (at most kMaxChunks, at most the sequence).
 LaunchPlan make_plan(DType dtype, int64_t T, int64_t B, int64_t H, bool backward, Schedule schedule,
-                     std::initializer_list<Strided> arrays) {
+                     std::initializer_list<detail::Strided> arrays) {
     const int64_t elem_size = dtype_size(dtype);
     LaunchPlan plan;
     for (int width = int(16 / elem_size); width > 1; width /= 2) {
-        if (vectorisable(width, elem_size, T, B, H, arrays)) {
+        if (detail::vectorisable(width, elem_size, T, B, H, arrays)) {
             plan.vector_width = width;
             break;
         }

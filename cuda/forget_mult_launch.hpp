@@ -1,13 +1,15 @@
-// Internal: what the CUDA entry point (forget_mult_cuda.cu) and the per-dtype
-// translation units (forget_mult_<dtype>.cu) share. Plain C++, no CUDA types, so the
-// plan logic is ordinary host code.
+// Internal: what the CUDA entry points (forget_mult_cuda.cu, qrnn_gates_cuda.cu) and the
+// per-dtype translation units (forget_mult_<dtype>.cu, qrnn_gates_<dtype>.cu) share.
+// Plain C++, no CUDA types, so the plan logic is ordinary host code.
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 
 #include "qrnn/dtype.hpp"
 #include "qrnn/forget_mult.hpp"
 #include "qrnn/forget_mult_cuda.hpp"
+#include "qrnn/qrnn_gates.hpp"
 
 namespace qrnn::cuda::detail {
 
@@ -60,10 +62,37 @@ inline LaunchShape launch_shape(int64_t batch, int64_t hidden, int vector_width,
     return s;
 }
 
+// A strided (time, batch, hidden) array as a launch plan sees it.
+struct Strided {
+    const void* data;
+    int64_t stride_t, stride_b, stride_h;
+};
+
+// Can every array be read and written `width` elements at a time? Needs unit hidden
+// strides and, wherever a thread's pack starts, an address aligned to the pack size.
+// Absent optional arrays (null data) are skipped.
+inline bool vectorisable(int width, int64_t elem_size, int64_t T, int64_t B, int64_t H,
+                         std::initializer_list<Strided> arrays) {
+    if (width > H) return false;
+    const int64_t bytes = width * elem_size;
+    for (const Strided& a : arrays) {
+        if (a.data == nullptr) continue;
+        if (a.stride_h != 1) return false;
+        if (reinterpret_cast<uintptr_t>(a.data) % uintptr_t(bytes) != 0) return false;
+        if (T > 1 && (a.stride_t * elem_size) % bytes != 0) return false;
+        if (B > 1 && (a.stride_b * elem_size) % bytes != 0) return false;
+    }
+    return true;
+}
+
 // One launcher per storage dtype, each in its own translation unit; they launch the
 // plan's kernel on `stream` and throw std::runtime_error if the launch fails.
 template <DType D> void launch_forward(const ForgetMultForwardParams& p, const LaunchPlan& plan, void* stream);
 template <DType D> void launch_backward(const ForgetMultBackwardParams& p, const LaunchPlan& plan, void* stream);
+
+// The fused gate launchers (qrnn_gates_<dtype>.cu): `width` hidden units per thread.
+template <DType D> void launch_gates_forward(const QrnnGatesForwardParams& p, int width, void* stream);
+template <DType D> void launch_gates_backward(const QrnnGatesBackwardParams& p, int width, void* stream);
 
 // Throws std::runtime_error naming `what` if the last launch failed (defined in
 // forget_mult_cuda.cu, which owns the CUDA runtime error handling).

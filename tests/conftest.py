@@ -1,5 +1,7 @@
 """Shared test fixtures: per-dtype tolerances, fresh random inputs, device parametrisation."""
 
+import ctypes
+import os
 import shutil
 import subprocess
 import sys
@@ -9,6 +11,7 @@ import pytest
 import torch
 
 import qrnn
+from qrnn import ops_cuda
 from qrnn.reference import forget_mult_backward_reference
 
 # (atol, rtol) of a kernel's output against the float64 reference, per storage dtype.
@@ -85,3 +88,78 @@ def consumer_build(tmp_path_factory):
     proc = subprocess.run([cmake, "--build", str(build)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return build
+
+
+# ---- The CUDA kernels emulated on the CPU (test_*_cuda_emulated.py) ----------------------
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _cuda_include():
+    roots = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")]
+    if shutil.which("nvcc"):  # nvcc names its own installation (it may be a wrapper script)
+        dry = subprocess.run(["nvcc", "--dryrun", "-x", "cu", "-c", os.devnull, "-o", os.devnull],
+                             capture_output=True, text=True)
+        roots += [line.split("TOP=", 1)[1].strip() for line in (dry.stdout + dry.stderr).splitlines()
+                  if "TOP=" in line]
+    for root in roots:
+        if root and (Path(root) / "include" / "cuda_fp16.h").is_file():
+            return Path(root) / "include"
+    return None
+
+
+class Emulator:
+    """ctypes front of tests/cuda_emulation/emulate_kernels.cpp: the integers of qrnn._C's
+    CUDA launchers (built by qrnn.ops_cuda / qrnn.ops) and a launch plan or vector width."""
+
+    def __init__(self, path: Path):
+        lib = ctypes.CDLL(str(path))
+        for fn in (lib.qrnn_emulate_forward, lib.qrnn_emulate_backward):
+            fn.argtypes = [ctypes.POINTER(ctypes.c_int64), ctypes.c_int, ctypes.c_int]
+        for fn in (lib.qrnn_emulate_gates_forward, lib.qrnn_emulate_gates_backward):
+            fn.argtypes = [ctypes.c_double, ctypes.POINTER(ctypes.c_int64), ctypes.c_int]
+        self.lib = lib
+
+    @staticmethod
+    def _ints(args):
+        return (ctypes.c_int64 * len(args))(*args)
+
+    def forward(self, h, f, x, h0, batch_first, plan):
+        args = ops_cuda._forward_args(h, f, x, h0, batch_first)
+        assert len(args) == 20
+        assert self.lib.qrnn_emulate_forward(self._ints(args), *plan) == 0
+
+    def backward(self, grad_f, grad_x, grad_h0, grad_h, f, x, h, h0, batch_first, plan):
+        args = ops_cuda._backward_args(grad_f, grad_x, grad_h0, grad_h, f, x, h, h0, batch_first)
+        assert len(args) == 35
+        assert self.lib.qrnn_emulate_backward(self._ints(args), *plan) == 0
+
+    def gates_forward(self, args: tuple, width: int):
+        """`args`: ops._gates_forward_args (forget_scale, then 33 integers)."""
+        assert len(args) == 34
+        assert self.lib.qrnn_emulate_gates_forward(args[0], self._ints(args[1:]), width) == 0
+
+    def gates_backward(self, args: tuple, width: int):
+        """`args`: ops._gates_backward_args (forget_scale, then 41 integers)."""
+        assert len(args) == 42
+        assert self.lib.qrnn_emulate_gates_backward(args[0], self._ints(args[1:]), width) == 0
+
+
+@pytest.fixture(scope="session")
+def emulator(tmp_path_factory):
+    if not ops_cuda.AVAILABLE:
+        pytest.skip("qrnn was built without its CUDA kernels")
+    include = _cuda_include()
+    cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
+    if include is None or cxx is None:
+        pytest.skip("needs the CUDA headers (CUDA_HOME or nvcc on PATH) and a C++ compiler")
+    out = tmp_path_factory.mktemp("cuda_emulation") / "emulate_kernels.so"
+    # QRNN_EMULATOR_CXXFLAGS adds flags, e.g. "-fsanitize=address" (then run pytest with
+    # LD_PRELOAD set to the compiler's libasan) to catch any access outside the tensors.
+    extra = os.environ.get("QRNN_EMULATOR_CXXFLAGS", "").split()
+    source = REPO / "tests" / "cuda_emulation" / "emulate_kernels.cpp"
+    cmd = [cxx, "-std=c++20", "-O1", "-g", "-shared", "-fPIC", "-pthread", *extra, f"-I{include}",
+           f"-I{REPO / 'cpp' / 'include'}", f"-I{REPO / 'cuda'}", str(source), "-o", str(out)]
+    built = subprocess.run(cmd, capture_output=True, text=True)
+    assert built.returncode == 0, f"building the kernel emulator failed:\n{built.stderr[-4000:]}"
+    return Emulator(out)

@@ -1,9 +1,9 @@
 """The CUDA ForgetMult kernels, run on the CPU by emulation: no GPU needed.
 
-tests/cuda_emulation/emulate_forget_mult.cpp compiles cuda/forget_mult_kernels.cuh with the
-host C++ compiler against the CUDA headers and runs a grid block by block (each thread of a
-chunked block a std::thread, __syncthreads a barrier). These tests drive it with the launch
-plans the real build picks (qrnn.ops_cuda.forward_plan / backward_plan) and with every plan
+tests/cuda_emulation/emulate_kernels.cpp (built by the ``emulator`` fixture of conftest.py)
+compiles cuda/forget_mult_kernels.cuh with the host C++ compiler against the CUDA headers and
+runs a grid block by block (each thread of a chunked block a fiber, __syncthreads a
+barrier). These tests drive it with the launch plans the real build picks (qrnn.ops_cuda.forward_plan / backward_plan) and with every plan
 the kernels have, on strided, unaligned and odd-sized inputs, NaN-poisoned outputs inside
 wider buffers, and compare with the float64 reference. The GPU tests
 (test_forget_mult_cuda.py) run the same kernels for real.
@@ -14,12 +14,6 @@ and a C++20 compiler; skipped otherwise.
 
 from __future__ import annotations
 
-import ctypes
-import os
-import shutil
-import subprocess
-from pathlib import Path
-
 import pytest
 import torch
 
@@ -28,67 +22,10 @@ from cuda_cases import (assert_untouched_outside, forward_reference, make_inputs
                         poisoned_like)
 from qrnn import ops_cuda
 
-REPO = Path(__file__).resolve().parents[1]
-SOURCE = REPO / "tests" / "cuda_emulation" / "emulate_forget_mult.cpp"
 DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
 HALF = (torch.float16, torch.bfloat16)
 
 pytestmark = pytest.mark.skipif(not ops_cuda.AVAILABLE, reason="qrnn was built without its CUDA kernels")
-
-
-def _cuda_include():
-    roots = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")]
-    if shutil.which("nvcc"):  # nvcc names its own installation (it may be a wrapper script)
-        dry = subprocess.run(["nvcc", "--dryrun", "-x", "cu", "-c", os.devnull, "-o", os.devnull],
-                             capture_output=True, text=True)
-        roots += [line.split("TOP=", 1)[1].strip() for line in (dry.stdout + dry.stderr).splitlines()
-                  if "TOP=" in line]
-    for root in roots:
-        if root and (Path(root) / "include" / "cuda_fp16.h").is_file():
-            return Path(root) / "include"
-    return None
-
-
-class Emulator:
-    """ctypes front of the emulation library: the integers of qrnn._C's CUDA launchers
-    (built by qrnn.ops_cuda) and a launch plan."""
-
-    def __init__(self, path: Path):
-        lib = ctypes.CDLL(str(path))
-        for fn in (lib.qrnn_emulate_forward, lib.qrnn_emulate_backward):
-            fn.argtypes = [ctypes.POINTER(ctypes.c_int64), ctypes.c_int, ctypes.c_int]
-        self.lib = lib
-
-    @staticmethod
-    def _ints(args):
-        return (ctypes.c_int64 * len(args))(*args)
-
-    def forward(self, h, f, x, h0, batch_first, plan):
-        args = ops_cuda._forward_args(h, f, x, h0, batch_first)
-        assert len(args) == 20
-        assert self.lib.qrnn_emulate_forward(self._ints(args), *plan) == 0
-
-    def backward(self, grad_f, grad_x, grad_h0, grad_h, f, x, h, h0, batch_first, plan):
-        args = ops_cuda._backward_args(grad_f, grad_x, grad_h0, grad_h, f, x, h, h0, batch_first)
-        assert len(args) == 35
-        assert self.lib.qrnn_emulate_backward(self._ints(args), *plan) == 0
-
-
-@pytest.fixture(scope="session")
-def emulator(tmp_path_factory):
-    include = _cuda_include()
-    cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
-    if include is None or cxx is None:
-        pytest.skip("needs the CUDA headers (CUDA_HOME or nvcc on PATH) and a C++ compiler")
-    out = tmp_path_factory.mktemp("cuda_emulation") / "emulate_forget_mult.so"
-    # QRNN_EMULATOR_CXXFLAGS adds flags, e.g. "-fsanitize=address" (then run pytest with
-    # LD_PRELOAD set to the compiler's libasan) to catch any access outside the tensors.
-    extra = os.environ.get("QRNN_EMULATOR_CXXFLAGS", "").split()
-    cmd = [cxx, "-std=c++20", "-O1", "-g", "-shared", "-fPIC", "-pthread", *extra, f"-I{include}",
-           f"-I{REPO / 'cpp' / 'include'}", f"-I{REPO / 'cuda'}", str(SOURCE), "-o", str(out)]
-    built = subprocess.run(cmd, capture_output=True, text=True)
-    assert built.returncode == 0, f"building the kernel emulator failed:\n{built.stderr[-4000:]}"
-    return Emulator(out)
 
 
 def run_and_check(emulator, f, x, h0, batch_first, schedule="auto", plan=None, check_backward=True,

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import qrnn
-from qrnn import _C, ops
+from qrnn import _C, ops, ops_cuda
 from qrnn.reference import qrnn_gates_reference
 
 from conftest import CPU_DTYPES, HAS_CUDA, assert_close_to_reference
@@ -328,3 +328,89 @@ def test_cuda_matches_cpu(dtype):
     cuda[0].float().sum().backward()
     assert g.grad.shape == g.shape and g.grad.isfinite().all()
     assert HAS_CUDA
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not ops_cuda.AVAILABLE, reason="qrnn was built without its CUDA kernels")
+@pytest.mark.parametrize("options", OPTION_SETS, ids=OPTION_IDS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("H", [37, 40])
+def test_cuda_fused_matches_float64_reference(dtype, options, H):
+    """The fused CUDA kernels through the op (autograd included) against float64."""
+    assert ops.has_fused_qrnn_gates("cuda")
+    output_gate, lengths, reverse, batch_first, mask, c0 = options
+    gates, c0, forget_mask, lens = make_inputs(9, 4, H, dtype, output_gate, lengths, batch_first, mask, c0)
+    kwargs = dict(output_gate=output_gate, forget_scale=0.85, lengths=lens, batch_first=batch_first, reverse=reverse)
+    grad_out = torch.randn(gates.shape[:-1] + (H,), dtype=torch.float64)
+    grad_cn = torch.randn(4, H, dtype=torch.float64)
+    ref_g = gates.double().requires_grad_()
+    ref_c0 = None if c0 is None else c0.double().requires_grad_()
+    expected = run_with_grads(qrnn_gates_reference, ref_g, ref_c0,
+                              dict(kwargs, forget_mask=None if forget_mask is None else forget_mask.double()),
+                              grad_out, grad_cn)
+    cuda = lambda t: None if t is None else t.cuda()  # noqa: E731
+    g = gates.cuda().requires_grad_()
+    h = None if c0 is None else c0.cuda().requires_grad_()
+    output, c_n, grads = run_with_grads(qrnn.qrnn_gates, g, h,
+                                        dict(kwargs, forget_mask=cuda(forget_mask), lengths=cuda(lens)),
+                                        grad_out.cuda(), grad_cn.cuda())
+    assert output.is_cuda and output.dtype == dtype
+    for got, want, what in zip((output, c_n) + tuple(grads), expected[:2] + tuple(expected[2]),
+                               ("output", "c_n", "grad gates", "grad c0")):
+        assert_close_to_reference(got, want, dtype, what)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not ops_cuda.AVAILABLE, reason="qrnn was built without its CUDA kernels")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_cuda_every_output_element_is_written(dtype):
+    T, B, H = 6, 5, 40
+    gates, c0, mask, lens = (t.cuda() for t in make_inputs(T, B, H, dtype, lengths=True, mask=True, c0=True))
+    lens[1] = 0
+    for reverse in (False, True):
+        output = torch.full((T, B, H), float("nan"), dtype=dtype, device="cuda")
+        states, c_n = torch.full_like(output, float("nan")), torch.full_like(c0, float("nan"))
+        ops_cuda.gates_forward_into(output, states, c_n, gates, c0, mask, lens, reverse=reverse)
+        grad_gates, grad_c0 = torch.full_like(gates, float("nan")), torch.full_like(c0, float("nan"))
+        ops_cuda.gates_backward_into(grad_gates, grad_c0, torch.randn_like(output), None, gates, states, c0, mask,
+                                     lens, reverse=reverse)
+        torch.cuda.synchronize()
+        for t in (output, states, c_n, grad_gates, grad_c0):
+            assert not t.isnan().any()
+        assert (output[:, 1] == 0).all() and (grad_gates[:, 1] == 0).all()
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not ops_cuda.AVAILABLE, reason="qrnn was built without its CUDA kernels")
+def test_cuda_opcheck_and_side_stream():
+    gates, c0, mask, lens = (t.cuda() for t in make_inputs(7, 3, 16, torch.float32, lengths=True, mask=True, c0=True))
+    gates.requires_grad_()
+    torch.library.opcheck(torch.ops.qrnn.qrnn_gates.default, (gates, c0, mask, lens, 0.9, True, False, True))
+    ref = qrnn.qrnn_gates(gates, c0, forget_mask=mask, lengths=lens)[0]
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        out = qrnn.qrnn_gates(gates, c0, forget_mask=mask, lengths=lens)[0]
+    torch.cuda.current_stream().wait_stream(side)
+    torch.testing.assert_close(out, ref)
+
+
+@pytest.mark.skipif(not ops_cuda.AVAILABLE or HAS_CUDA, reason="needs a CUDA build on a machine without a GPU")
+def test_cuda_launchers_without_a_gpu_raise():
+    """The binding reads the CPU entry points' arguments and validates them before any CUDA
+    call (bad input: ValueError); a valid call on a machine without a GPU fails the launch
+    with a RuntimeError naming the kernel, never a crash."""
+    gates, c0, mask, lens = make_inputs(4, 2, 8, torch.float32, lengths=True, mask=True, c0=True)
+    output, states, c_n = ops._gates_forward_outputs(gates, True, False)
+    args = ops._gates_forward_args(output, states, c_n, gates, c0, mask, lens, 1.0, True, False, False)
+    with pytest.raises(TypeError, match="integer arguments"):
+        _C.cuda_qrnn_gates_forward(*args)
+    with pytest.raises(ValueError, match="forget_scale"):
+        _C.cuda_qrnn_gates_forward(2.0, *args[1:], 0)
+    with pytest.raises(RuntimeError, match="qrnn::cuda::qrnn_gates_forward"):
+        _C.cuda_qrnn_gates_forward(*args, 0)
+    grad_gates = torch.empty_like(gates)
+    bargs = ops._gates_backward_args(grad_gates, None, torch.ones_like(output), None, gates, states, c0, mask, lens,
+                                     1.0, True, False, False)
+    with pytest.raises(RuntimeError, match="qrnn::cuda::qrnn_gates_backward"):
+        _C.cuda_qrnn_gates_backward(*bargs, 0)

@@ -20,6 +20,7 @@
 #include "qrnn/forget_mult.hpp"
 #include "qrnn/forget_mult_cuda.hpp"
 #include "qrnn/qrnn_gates.hpp"
+#include "qrnn/qrnn_gates_cuda.hpp"
 
 namespace py = pybind11;
 
@@ -327,22 +328,41 @@ void read_gates_common(ArgReader& r, double scale, Params& p) {
     p.reverse = r.next() != 0;
 }
 
+// <common>, output[4], states[4], c_n[3], c_n_dtype: the first 33 integers of qrnn_gates_forward's.
+qrnn::QrnnGatesForwardParams read_gates_forward(const int64_t* a, double scale) {
+    qrnn::QrnnGatesForwardParams p;
+    ArgReader r{a};
+    read_gates_common(r, scale, p);
+    p.output = r.mview3();
+    p.states = r.mview3();
+    p.c_n = r.mview2();
+    p.c_n_dtype = r.dtype();
+    return p;
+}
+
+// <common>, states[4], grad_output[4], grad_c_n[3], c_n_dtype, grad_gates[4], grad_gate_stride,
+// grad_c0[3]: the first 41 integers of qrnn_gates_backward's.
+qrnn::QrnnGatesBackwardParams read_gates_backward(const int64_t* a, double scale) {
+    qrnn::QrnnGatesBackwardParams p;
+    ArgReader r{a};
+    read_gates_common(r, scale, p);
+    p.states = r.cview3();
+    p.grad_output = r.cview3();
+    p.grad_c_n = r.cview2();
+    p.c_n_dtype = r.dtype();
+    p.grad_gates = r.mview3();
+    p.grad_gate_stride = r.next();
+    p.grad_c0 = r.mview2();
+    return p;
+}
+
 // qrnn_gates_forward(forget_scale, <common>, output[4], states[4], c_n[3], c_n_dtype, num_threads)
 PyObject* qrnn_gates_forward(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     double scale;
     int64_t a[34];
     if (!parse_scale_and_ints("qrnn_gates_forward", args, nargs, scale, a)) return nullptr;
-    qrnn::QrnnGatesForwardParams p;
-    const int num_threads = int(a[33]);
-    return run_kernel(work_of(a[1], a[2], a[3]), [&] {
-        ArgReader r{a};
-        read_gates_common(r, scale, p);
-        p.output = r.mview3();
-        p.states = r.mview3();
-        p.c_n = r.mview2();
-        p.c_n_dtype = r.dtype();
-        qrnn::cpu::qrnn_gates_forward(p, num_threads);
-    });
+    return run_kernel(work_of(a[1], a[2], a[3]),
+                      [&] { qrnn::cpu::qrnn_gates_forward(read_gates_forward(a, scale), int(a[33])); });
 }
 
 // qrnn_gates_backward(forget_scale, <common>, states[4], grad_output[4], grad_c_n[3], c_n_dtype,
@@ -351,20 +371,8 @@ PyObject* qrnn_gates_backward(PyObject*, PyObject* const* args, Py_ssize_t nargs
     double scale;
     int64_t a[42];
     if (!parse_scale_and_ints("qrnn_gates_backward", args, nargs, scale, a)) return nullptr;
-    qrnn::QrnnGatesBackwardParams p;
-    const int num_threads = int(a[41]);
-    return run_kernel(work_of(a[1], a[2], a[3]), [&] {
-        ArgReader r{a};
-        read_gates_common(r, scale, p);
-        p.states = r.cview3();
-        p.grad_output = r.cview3();
-        p.grad_c_n = r.cview2();
-        p.c_n_dtype = r.dtype();
-        p.grad_gates = r.mview3();
-        p.grad_gate_stride = r.next();
-        p.grad_c0 = r.mview2();
-        qrnn::cpu::qrnn_gates_backward(p, num_threads);
-    });
+    return run_kernel(work_of(a[1], a[2], a[3]),
+                      [&] { qrnn::cpu::qrnn_gates_backward(read_gates_backward(a, scale), int(a[41])); });
 }
 
 PyMethodDef gates_methods[] = {
@@ -447,6 +455,41 @@ PyObject* cuda_forget_mult_backward_plan(PyObject*, PyObject* const* args, Py_ss
     return plan_tuple([&] { return qrnn::cuda::forget_mult_backward_plan(read_backward(a), schedule_of(a[35])); });
 }
 
+// cuda_qrnn_gates_forward(forget_scale, <33 forward integers>, stream)
+PyObject* cuda_qrnn_gates_forward(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+    double scale;
+    int64_t a[34];
+    if (!parse_scale_and_ints("cuda_qrnn_gates_forward", args, nargs, scale, a)) return nullptr;
+    return run_kernel(0, [&] { qrnn::cuda::qrnn_gates_forward(read_gates_forward(a, scale), stream_of(a[33])); });
+}
+
+// cuda_qrnn_gates_backward(forget_scale, <41 backward integers>, stream)
+PyObject* cuda_qrnn_gates_backward(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+    double scale;
+    int64_t a[42];
+    if (!parse_scale_and_ints("cuda_qrnn_gates_backward", args, nargs, scale, a)) return nullptr;
+    return run_kernel(0, [&] { qrnn::cuda::qrnn_gates_backward(read_gates_backward(a, scale), stream_of(a[41])); });
+}
+
+// cuda_qrnn_gates_{forward,backward}_width(forget_scale, <integers>) -> (hidden units per thread, 1), host-only
+PyObject* cuda_qrnn_gates_forward_width(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+    double scale;
+    int64_t a[33];
+    if (!parse_scale_and_ints("cuda_qrnn_gates_forward_width", args, nargs, scale, a)) return nullptr;
+    return plan_tuple([&] {
+        return qrnn::cuda::LaunchPlan{qrnn::cuda::qrnn_gates_forward_vector_width(read_gates_forward(a, scale)), 1};
+    });
+}
+
+PyObject* cuda_qrnn_gates_backward_width(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+    double scale;
+    int64_t a[41];
+    if (!parse_scale_and_ints("cuda_qrnn_gates_backward_width", args, nargs, scale, a)) return nullptr;
+    return plan_tuple([&] {
+        return qrnn::cuda::LaunchPlan{qrnn::cuda::qrnn_gates_backward_vector_width(read_gates_backward(a, scale)), 1};
+    });
+}
+
 #define QRNN_FASTCALL(fn) reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(fn)), METH_FASTCALL
 PyMethodDef cuda_kernel_methods[] = {
     {"cuda_forget_mult_forward", QRNN_FASTCALL(cuda_forget_mult_forward),
@@ -458,6 +501,15 @@ PyMethodDef cuda_kernel_methods[] = {
      "cuda_forget_mult_forward_plan(<forward integers>, schedule) -> (vector_width, chunks), host-only"},
     {"cuda_forget_mult_backward_plan", QRNN_FASTCALL(cuda_forget_mult_backward_plan),
      "cuda_forget_mult_backward_plan(<backward integers>, schedule) -> (vector_width, chunks), host-only"},
+    {"cuda_qrnn_gates_forward", QRNN_FASTCALL(cuda_qrnn_gates_forward),
+     "cuda_qrnn_gates_forward(<qrnn_gates_forward's arguments but num_threads>, stream): fused gates forward on "
+     "stream (a cudaStream_t) of the current device; lengths in device memory"},
+    {"cuda_qrnn_gates_backward", QRNN_FASTCALL(cuda_qrnn_gates_backward),
+     "cuda_qrnn_gates_backward(<qrnn_gates_backward's arguments but num_threads>, stream)"},
+    {"cuda_qrnn_gates_forward_width", QRNN_FASTCALL(cuda_qrnn_gates_forward_width),
+     "cuda_qrnn_gates_forward_width(<forward arguments but num_threads>) -> (vector_width, 1), host-only"},
+    {"cuda_qrnn_gates_backward_width", QRNN_FASTCALL(cuda_qrnn_gates_backward_width),
+     "cuda_qrnn_gates_backward_width(<backward arguments but num_threads>) -> (vector_width, 1), host-only"},
     {nullptr, nullptr, 0, nullptr},
 };
 #undef QRNN_FASTCALL

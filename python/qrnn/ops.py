@@ -368,43 +368,58 @@ def _gates_common_args(gates, hidden, forget_mask, c0, lengths, output_gate, bat
             *((0, 1) if lengths is None else (lengths.data_ptr(), lengths.stride(0))), int(reverse))
 
 
-def _qrnn_gates_forward_cpu(gates, c0, forget_mask, lengths, forget_scale, output_gate, batch_first, reverse,
-                            need_states=True):
+def _gates_forward_outputs(gates, output_gate, batch_first, need_states=True) -> tuple:
+    """Fresh (output, states or None, c_n) for a gates forward kernel."""
     shape = gates.shape
-    hidden = shape[2] // (3 if output_gate else 2)
-    dtype = gates.dtype
+    hidden = shape[2] // _gate_count(output_gate)
     output = gates.new_empty((shape[0], shape[1], hidden))  # new_empty: gates' device even if the default moved
     # The backward needs every c[t]; without an output gate that is the output itself.
     states = gates.new_empty((shape[0], shape[1], hidden)) if (output_gate and need_states) else None
-    state_dtype = torch.float32 if dtype in _HALF_DTYPES else dtype
-    c_n = gates.new_empty((shape[0] if batch_first else shape[1], hidden), dtype=state_dtype)
-    _C.qrnn_gates_forward(
-        float(forget_scale), *_gates_common_args(gates, hidden, forget_mask, c0, lengths, output_gate, batch_first,
-                                                 reverse),
-        *_view3(output, batch_first), *_view3(states, batch_first), *_view2(c_n), _DTYPE_CODES[state_dtype],
-        torch.get_num_threads(),
-    )
+    c_n = gates.new_empty((shape[0] if batch_first else shape[1], hidden), dtype=_state_dtype(gates.dtype))
+    return output, states, c_n
+
+
+def _gates_forward_args(output, states, c_n, gates, c0, forget_mask, lengths, forget_scale, output_gate,
+                        batch_first, reverse) -> tuple:
+    """The arguments of _C.qrnn_gates_forward (and the CUDA launcher) but the last."""
+    return (float(forget_scale), *_gates_common_args(gates, output.shape[2], forget_mask, c0, lengths, output_gate,
+                                                     batch_first, reverse),
+            *_view3(output, batch_first), *_view3(states, batch_first), *_view2(c_n),
+            _DTYPE_CODES[_state_dtype(gates.dtype)])
+
+
+def _gates_backward_args(grad_gates, grad_c0, grad_output, grad_c_n, gates, states, c0, forget_mask, lengths,
+                         forget_scale, output_gate, batch_first, reverse) -> tuple:
+    """The arguments of _C.qrnn_gates_backward (and the CUDA launcher) but the last;
+    grad_c0 None: not written."""
+    hidden = gates.shape[2] // _gate_count(output_gate)
+    return (float(forget_scale), *_gates_common_args(gates, hidden, forget_mask, c0, lengths, output_gate,
+                                                     batch_first, reverse),
+            *_view3(states, batch_first), *_view3(grad_output, batch_first),
+            *_view2(grad_c_n), _DTYPE_CODES[_state_dtype(gates.dtype)],
+            *_view3(grad_gates, batch_first), hidden * grad_gates.stride(2), *_view2(grad_c0))
+
+
+def _qrnn_gates_forward_cpu(gates, c0, forget_mask, lengths, forget_scale, output_gate, batch_first, reverse,
+                            need_states=True):
+    output, states, c_n = _gates_forward_outputs(gates, output_gate, batch_first, need_states)
+    _C.qrnn_gates_forward(*_gates_forward_args(output, states, c_n, gates, c0, forget_mask, lengths, forget_scale,
+                                               output_gate, batch_first, reverse), torch.get_num_threads())
     return output, c_n, (states if states is not None else gates.new_empty(0))
 
 
 def _qrnn_gates_backward_cpu(grad_output, grad_c_n, gates, states, c0, forget_mask, lengths, forget_scale,
                              output_gate, batch_first, reverse):
-    hidden = gates.shape[2] // (3 if output_gate else 2)
     grad_gates = _empty_contiguous(gates)
-    grad_c0 = _empty_contiguous(c0) if c0 is not None else gates.new_empty(0)
-    _C.qrnn_gates_backward(
-        float(forget_scale), *_gates_common_args(gates, hidden, forget_mask, c0, lengths, output_gate, batch_first,
-                                                 reverse),
-        *_view3(states, batch_first), *_view3(grad_output, batch_first),
-        *_view2(grad_c_n), _DTYPE_CODES[_state_dtype(gates.dtype)],
-        *_view3(grad_gates, batch_first), hidden * grad_gates.stride(2),
-        *_view2(grad_c0 if c0 is not None else None), torch.get_num_threads(),
-    )
-    return grad_gates, grad_c0
+    grad_c0 = _empty_contiguous(c0) if c0 is not None else None
+    _C.qrnn_gates_backward(*_gates_backward_args(grad_gates, grad_c0, grad_output, grad_c_n, gates, states, c0,
+                                                 forget_mask, lengths, forget_scale, output_gate, batch_first,
+                                                 reverse), torch.get_num_threads())
+    return grad_gates, (grad_c0 if grad_c0 is not None else gates.new_empty(0))
 
 
 # Fused kernels per device type. A device listed here runs qrnn_gates fused; any other
-# falls back to qrnn_gates_unfused. The CUDA backend adds its pair with two lines.
+# falls back to qrnn_gates_unfused. The CUDA backend (ops_cuda) adds its pair.
 QRNN_GATES_FORWARD_KERNELS = {"cpu": _qrnn_gates_forward_cpu}
 QRNN_GATES_BACKWARD_KERNELS = {"cpu": _qrnn_gates_backward_cpu}
 
@@ -558,8 +573,8 @@ def qrnn_gates(gates: Tensor, c0: Optional[Tensor] = None, *, output_gate: bool 
     Returns:
         ``(output, c_n)``: output in gates' dtype with ``hidden`` features; ``c_n``
         ``(batch, hidden)`` in float32 for 16-bit gates, gates' dtype otherwise.
-        Differentiable in gates and c0; fused on devices that have the kernel (the CPU),
-        :func:`qrnn_gates_unfused` elsewhere.
+        Differentiable in gates and c0; fused on devices that have the kernel (the CPU,
+        and CUDA in builds with it), :func:`qrnn_gates_unfused` elsewhere.
     """
     check_qrnn_gates_args(gates, c0, forget_mask, forget_scale, lengths, output_gate, batch_first)
     if reverse is not True and reverse is not False:

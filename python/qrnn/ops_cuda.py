@@ -1,5 +1,6 @@
-"""The CUDA kernels behind the ``qrnn::forget_mult`` ops, registered for device type
-``"cuda"`` in :mod:`qrnn.ops` when this build has them (``qrnn.build_info()["cuda"]``).
+"""The CUDA kernels behind the ``qrnn::forget_mult`` and ``qrnn::qrnn_gates`` ops, registered
+for device type ``"cuda"`` in :mod:`qrnn.ops` when this build has them
+(``qrnn.build_info()["cuda"]``).
 
 Every call reads the current CUDA stream of the tensors' device (never cached, so
 ``torch.cuda.stream(...)`` blocks, CUDA graphs and ``torch.compile(mode="reduce-overhead")``
@@ -18,7 +19,8 @@ from torch import Tensor
 
 from . import _C, ops
 
-__all__ = ["AVAILABLE", "schedule", "forward_into", "backward_into", "forward_plan", "backward_plan"]
+__all__ = ["AVAILABLE", "schedule", "forward_into", "backward_into", "forward_plan", "backward_plan",
+           "gates_forward_into", "gates_backward_into", "gates_forward_width", "gates_backward_width"]
 
 AVAILABLE = hasattr(_C, "cuda_forget_mult_forward")
 
@@ -69,15 +71,16 @@ def _backward_args(grad_f, grad_x, grad_h0, grad_h, f, x, h, h0, batch_first) ->
             tgf.data_ptr(), *tgf.stride(), tgx.data_ptr(), *tgx.stride(), *ops._view2(grad_h0))
 
 
-def _launch(kernel, device: torch.device, args: tuple) -> None:
+def _launch(kernel, device: torch.device, args: tuple, schedule: bool = True) -> None:
     """Run `kernel` on `device`'s current stream, with `device` current (a stream only
-    takes launches from its own device's context)."""
+    takes launches from its own device's context). ForgetMult kernels also take the schedule."""
     index = device.index
+    tail = (_schedule,) if schedule else ()
     if index == torch.cuda.current_device():
-        kernel(*args, current_stream_handle(index), _schedule)
+        kernel(*args, current_stream_handle(index), *tail)
     else:
         with torch.cuda.device(index):
-            kernel(*args, current_stream_handle(index), _schedule)
+            kernel(*args, current_stream_handle(index), *tail)
 
 
 def _forward_cuda(f: Tensor, x: Tensor, h0: Optional[Tensor], batch_first: bool) -> Tensor:
@@ -143,6 +146,68 @@ def backward_plan(grad_f: Tensor, grad_x: Tensor, grad_h0: Optional[Tensor], gra
     return _C.cuda_forget_mult_backward_plan(*args, _SCHEDULES[schedule])
 
 
+# ---- Fused QRNN gates ------------------------------------------------------------------
+
+
+def _gates_forward_cuda(gates, c0, forget_mask, lengths, forget_scale, output_gate, batch_first, reverse,
+                        need_states=True):
+    output, states, c_n = ops._gates_forward_outputs(gates, output_gate, batch_first, need_states)
+    _launch(_C.cuda_qrnn_gates_forward, gates.device,
+            ops._gates_forward_args(output, states, c_n, gates, c0, forget_mask, lengths, forget_scale, output_gate,
+                                    batch_first, reverse), schedule=False)
+    return output, c_n, (states if states is not None else gates.new_empty(0))
+
+
+def _gates_backward_cuda(grad_output, grad_c_n, gates, states, c0, forget_mask, lengths, forget_scale,
+                         output_gate, batch_first, reverse):
+    grad_gates = ops._empty_contiguous(gates)
+    grad_c0 = ops._empty_contiguous(c0) if c0 is not None else None
+    _launch(_C.cuda_qrnn_gates_backward, gates.device,
+            ops._gates_backward_args(grad_gates, grad_c0, grad_output, grad_c_n, gates, states, c0, forget_mask,
+                                     lengths, forget_scale, output_gate, batch_first, reverse), schedule=False)
+    return grad_gates, (grad_c0 if grad_c0 is not None else gates.new_empty(0))
+
+
+def gates_forward_into(output: Tensor, states: Optional[Tensor], c_n: Optional[Tensor], gates: Tensor,
+                       c0: Optional[Tensor] = None, forget_mask: Optional[Tensor] = None,
+                       lengths: Optional[Tensor] = None, *, forget_scale: float = 1.0, output_gate: bool = True,
+                       batch_first: bool = False, reverse: bool = False) -> Tensor:
+    """The fused gates forward writing into given (any-strided) ``output``, ``states`` and
+    ``c_n`` (None: not written), as :func:`forward_into` does for ForgetMult."""
+    ops.check_qrnn_gates_args(gates, c0, forget_mask, forget_scale, lengths, output_gate, batch_first)
+    _launch(_C.cuda_qrnn_gates_forward, gates.device,
+            ops._gates_forward_args(output, states, c_n, gates, c0, forget_mask, lengths, forget_scale, output_gate,
+                                    batch_first, reverse), schedule=False)
+    return output
+
+
+def gates_backward_into(grad_gates: Tensor, grad_c0: Optional[Tensor], grad_output: Optional[Tensor],
+                        grad_c_n: Optional[Tensor], gates: Tensor, states: Tensor, c0: Optional[Tensor] = None,
+                        forget_mask: Optional[Tensor] = None, lengths: Optional[Tensor] = None, *,
+                        forget_scale: float = 1.0, output_gate: bool = True, batch_first: bool = False,
+                        reverse: bool = False) -> Tensor:
+    """The fused gates backward writing into given ``grad_gates`` and ``grad_c0`` (None: not written)."""
+    ops.check_qrnn_gates_backward_args(grad_output, grad_c_n, gates, states, c0, forget_mask, lengths, forget_scale,
+                                       output_gate, batch_first)
+    _launch(_C.cuda_qrnn_gates_backward, gates.device,
+            ops._gates_backward_args(grad_gates, grad_c0, grad_output, grad_c_n, gates, states, c0, forget_mask,
+                                     lengths, forget_scale, output_gate, batch_first, reverse), schedule=False)
+    return grad_gates
+
+
+def gates_forward_width(args: tuple) -> int:
+    """Hidden units per thread that the gates forward launches for ``ops._gates_forward_args``
+    (host-only, so CPU tensors answer too)."""
+    return _C.cuda_qrnn_gates_forward_width(*args)[0]
+
+
+def gates_backward_width(args: tuple) -> int:
+    """As :func:`gates_forward_width`, for ``ops._gates_backward_args``."""
+    return _C.cuda_qrnn_gates_backward_width(*args)[0]
+
+
 if AVAILABLE:
     ops.FORWARD_KERNELS["cuda"] = _forward_cuda
     ops.BACKWARD_KERNELS["cuda"] = _backward_cuda
+    ops.QRNN_GATES_FORWARD_KERNELS["cuda"] = _gates_forward_cuda
+    ops.QRNN_GATES_BACKWARD_KERNELS["cuda"] = _gates_backward_cuda

@@ -1,8 +1,9 @@
-// Runs the CUDA ForgetMult kernels of cuda/forget_mult_kernels.cuh on the CPU, compiled
-// by the host C++ compiler against the CUDA headers (whose half/bfloat16 conversions
-// have host versions), so the kernels' indexing, vector and tail paths and the chunked
-// schedule's carry logic are checked on machines without a GPU
-// (tests/test_forget_mult_cuda_emulated.py builds and drives this file).
+// Runs the CUDA kernels of cuda/forget_mult_kernels.cuh and cuda/qrnn_gates_kernels.cuh on
+// the CPU, compiled by the host C++ compiler against the CUDA headers (whose half/bfloat16
+// conversions have host versions), so the kernels' indexing, vector and tail paths, the
+// chunked schedule's carry logic and the gate kernels' lengths/reverse walks are checked
+// on machines without a GPU (the emulator fixture in tests/conftest.py builds this file;
+// tests/test_*_cuda_emulated.py drive it).
 //
 // A grid runs one block at a time. In a chunked block every CUDA thread is a fiber
 // (ucontext) with its own stack: each runs until it reaches __syncthreads, and when all
@@ -104,6 +105,7 @@ inline R __ldg(const R* p) { return *p; }
 #endif
 
 #include "forget_mult_kernels.cuh"
+#include "qrnn_gates_kernels.cuh"
 
 namespace qrnn::cuda::kernels {
 alignas(16) unsigned char smem_bytes[1 << 16];  // the dynamic shared memory of the running block
@@ -182,6 +184,7 @@ void by_dtype(int dtype, Fn&& fn) {
 struct Reader {
     const int64_t* a;
     int64_t next() { return *a++; }
+    DType dtype() { return DType(next()); }
     const void* cptr() { return reinterpret_cast<const void*>(static_cast<uintptr_t>(next())); }
     void* mptr() { return reinterpret_cast<void*>(static_cast<uintptr_t>(next())); }
     ConstView3 cview3() { auto p = cptr(); auto st = next(), sb = next(), sh = next(); return {p, st, sb, sh}; }
@@ -189,6 +192,62 @@ struct Reader {
     ConstView2 cview2() { auto p = cptr(); auto sb = next(), sh = next(); return {p, sb, sh}; }
     View2 mview2() { auto p = mptr(); auto sb = next(), sh = next(); return {p, sb, sh}; }
 };
+
+// The fields both gate directions share, in qrnn._C's argument order:
+// dtype, T, B, H, output_gate, gates[4], gate_stride, mask[4], c0[3], c0_dtype, lengths[2], reverse
+template <typename Params>
+void read_gates_common(Reader& r, double scale, Params& p) {
+    p.dtype = r.dtype();
+    p.seq_len = r.next(), p.batch = r.next(), p.hidden = r.next();
+    p.output_gate = r.next() != 0;
+    p.gates = r.cview3();
+    p.gate_stride = r.next();
+    p.forget_mask = r.cview3();
+    p.forget_scale = scale;
+    p.c0 = r.cview2();
+    p.c0_dtype = r.dtype();
+    p.lengths = static_cast<const int64_t*>(r.cptr());
+    p.lengths_stride = r.next();
+    p.reverse = r.next() != 0;
+}
+
+// The grid qrnn_gates_launch.cuh launches: blocks of kGatesThreads threads, one per
+// (batch row, vector of hidden units).
+template <typename Params>
+detail::LaunchShape gates_shape(const Params& p, int width) {
+    detail::LaunchShape s;
+    s.vectors_per_row = (p.hidden + width - 1) / width;
+    s.lanes = kernels::kGatesThreads;
+    s.blocks = (p.batch * s.vectors_per_row + s.lanes - 1) / s.lanes;
+    return s;
+}
+
+template <typename T, int V>
+void gates_forward_width(const QrnnGatesForwardParams& p) {
+    constexpr int U = kernels::gates_forward_steps(int(sizeof(T)) * V);
+    const auto s = gates_shape(p, V);
+    if (p.output_gate) return run_grid(kernels::gates_forward<T, V, U, true>, p, s);
+    return run_grid(kernels::gates_forward<T, V, U, false>, p, s);
+}
+
+template <typename T, int V>
+void gates_backward_width(const QrnnGatesBackwardParams& p) {
+    constexpr int U = kernels::gates_backward_steps(int(sizeof(T)) * V);
+    const auto s = gates_shape(p, V);
+    if (p.output_gate) return run_grid(kernels::gates_backward<T, V, U, true>, p, s);
+    return run_grid(kernels::gates_backward<T, V, U, false>, p, s);
+}
+
+// The gate kernels' widths: 8 and 4 bytes per pack (when over one element), 1.
+template <typename T, typename Fn>
+void by_gates_width(int width, Fn&& fn) {
+    constexpr int widest = kernels::gates_max_width(int(sizeof(T)));
+    if (width == widest) return fn(std::integral_constant<int, widest>{});
+    if constexpr (widest / 2 > 1)
+        if (width == widest / 2) return fn(std::integral_constant<int, widest / 2>{});
+    if (width == 1) return fn(std::integral_constant<int, 1>{});
+    throw std::runtime_error("no gate kernel for this vector width");
+}
 
 }  // namespace
 
@@ -234,6 +293,47 @@ int qrnn_emulate_backward(const int64_t* args, int vector_width, int chunks) {
         return 0;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "qrnn_emulate_backward: %s\n", e.what());
+        return 1;
+    }
+}
+
+// args: the 33 integers of qrnn._C.cuda_qrnn_gates_forward between forget_scale and stream.
+int qrnn_emulate_gates_forward(double scale, const int64_t* args, int vector_width) {
+    try {
+        Reader r{args};
+        QrnnGatesForwardParams p;
+        read_gates_common(r, scale, p);
+        p.output = r.mview3(), p.states = r.mview3(), p.c_n = r.mview2();
+        p.c_n_dtype = r.dtype();
+        by_dtype(int(p.dtype), [&](auto t) {
+            using TT = decltype(t);
+            by_gates_width<TT>(vector_width, [&](auto v) { gates_forward_width<TT, decltype(v)::value>(p); });
+        });
+        return 0;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "qrnn_emulate_gates_forward: %s\n", e.what());
+        return 1;
+    }
+}
+
+// args: the 41 integers of qrnn._C.cuda_qrnn_gates_backward between forget_scale and stream.
+int qrnn_emulate_gates_backward(double scale, const int64_t* args, int vector_width) {
+    try {
+        Reader r{args};
+        QrnnGatesBackwardParams p;
+        read_gates_common(r, scale, p);
+        p.states = r.cview3(), p.grad_output = r.cview3(), p.grad_c_n = r.cview2();
+        p.c_n_dtype = r.dtype();
+        p.grad_gates = r.mview3();
+        p.grad_gate_stride = r.next();
+        p.grad_c0 = r.mview2();
+        by_dtype(int(p.dtype), [&](auto t) {
+            using TT = decltype(t);
+            by_gates_width<TT>(vector_width, [&](auto v) { gates_backward_width<TT, decltype(v)::value>(p); });
+        });
+        return 0;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "qrnn_emulate_gates_backward: %s\n", e.what());
         return 1;
     }
 }
