@@ -32,10 +32,6 @@ int64_t contiguous_time_stride(int64_t seq_len, int64_t batch, int64_t hidden, c
     return detail::checked_numel(1, batch, hidden, what);
 }
 
-int64_t n_items(int64_t batch, int64_t hidden) {
-    return batch * ((hidden + forget_mult_block - 1) / forget_mult_block);
-}
-
 }  // namespace
 
 const char* simd_level() { return isa_name(selected_isa()); }
@@ -44,7 +40,7 @@ void forget_mult_forward(const ForgetMultForwardParams& p, int num_threads) {
     const int64_t numel = detail::validate_forget_mult(p);
     if (numel == 0) return;
     const auto kernel = selected().forward[int(p.dtype)];
-    detail::parallel_for(n_items(p.batch, p.hidden), detail::threads_for_work(numel, num_threads),
+    detail::parallel_for(row_items(p.batch, p.hidden), detail::threads_for_work(numel, num_threads),
                          [&](int64_t begin, int64_t end) { kernel(p, begin, end); });
 }
 
@@ -56,7 +52,7 @@ void forget_mult_backward(const ForgetMultBackwardParams& p, int num_threads) {
     if (numel == 0 && !p.grad_h0.data) return;
     if (detail::checked_numel(1, p.batch, p.hidden, "forget_mult_backward: grad_h0") == 0) return;
     const auto kernel = selected().backward[int(p.dtype)];
-    detail::parallel_for(n_items(p.batch, p.hidden), detail::threads_for_work(numel, num_threads),
+    detail::parallel_for(row_items(p.batch, p.hidden), detail::threads_for_work(numel, num_threads),
                          [&](int64_t begin, int64_t end) { kernel(p, begin, end); });
 }
 

@@ -2,13 +2,14 @@
 // once per instruction set (see forget_mult_cpu_<isa>.cpp), each time inside its own
 // namespace QRNN_ISA, so one binary carries generic, AVX2 and AVX-512 code paths.
 //
-// Work is split into items = (batch row, block of kBlock hidden units). An item walks
-// time serially and keeps its state in a local float array; the loop over the
-// block's hidden units is the vectorised one (contiguous along hidden).
+// Work is split into items = (batch row, block of hidden units), walked in chunks of
+// consecutive items step by step together (cpu_work_items.hpp). An item keeps its state
+// in a float row; the loop over the block's hidden units is the vectorised one.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "cpu_kernel_common.hpp"
 #include "forget_mult_table.hpp"
@@ -20,41 +21,92 @@
 
 namespace qrnn::cpu::QRNN_ISA {
 
-constexpr int64_t kBlock = forget_mult_block;
+// One work item: a batch row's block of hidden units [j0, j0 + n).
+struct RowItem {
+    int64_t b, j0, n;
+};
 
-// Contig: every hidden stride is 1, which lets the compiler vectorise the j loop.
+// Items first .. first + count - 1 of `hidden`'s blocks of `block` units.
+inline void describe_rows(int64_t hidden, int64_t block, int64_t first, int64_t count, RowItem* items) {
+    const int64_t blocks = (hidden + block - 1) / block;
+    for (int64_t i = 0; i < count; ++i) {
+        const int64_t item = first + i, j0 = (item % blocks) * block;
+        items[i] = {item / blocks, j0, std::min(block, hidden - j0)};
+    }
+}
+
+template <typename V>
+inline int64_t row_offset(const V& v, int64_t t, const RowItem& it) {
+    return t * v.stride_t + it.b * v.stride_b + it.j0 * v.stride_h;
+}
+
+// Contig: every hidden stride is 1, which lets the compiler vectorise the j loops.
 template <typename T, bool Contig>
 void forward_items(const ForgetMultForwardParams& p, int64_t begin, int64_t end) {
     using M = typename math_type<T>::type;
-    const int64_t blocks = (p.hidden + kBlock - 1) / kBlock;
-    M state[kBlock];
-    for (int64_t item = begin; item < end; ++item) {
-        const int64_t b = item / blocks, j0 = (item % blocks) * kBlock;
-        const int64_t n = std::min(kBlock, p.hidden - j0);
-        load_state(p.h0, p.h0_dtype, b, j0, n, state);
-        const int64_t sf = Contig ? 1 : p.f.stride_h, sx = Contig ? 1 : p.x.stride_h,
-                      sh = Contig ? 1 : p.h.stride_h;
-        const T* __restrict__ f = at<T>(p.f.data, b * p.f.stride_b + j0 * p.f.stride_h);
-        const T* __restrict__ x = at<T>(p.x.data, b * p.x.stride_b + j0 * p.x.stride_h);
-        T* __restrict__ h = at<T>(p.h.data, b * p.h.stride_b + j0 * p.h.stride_h);
+    const int64_t block = row_block(p.hidden);
+    const int64_t per_chunk = std::max<int64_t>(1, kChunkUnits / block);
+    const int64_t sf = Contig ? 1 : p.f.stride_h, sx = Contig ? 1 : p.x.stride_h, sh = Contig ? 1 : p.h.stride_h;
+    std::vector<RowItem> items(size_t(std::min(per_chunk, end - begin)));
+    std::vector<M> states(items.size() * size_t(block));
+    for (int64_t first = begin; first < end; first += per_chunk) {
+        const int64_t count = std::min(per_chunk, end - first);
+        describe_rows(p.hidden, block, first, count, items.data());
+        for (int64_t i = 0; i < count; ++i) load_state(p.h0, p.h0_dtype, items[i].b, items[i].j0, items[i].n, &states[i * block]);
         for (int64_t t = 0; t < p.seq_len; ++t) {
-            if constexpr (Contig && is_16bit<T>) {
-                float fr[kBlock], xr[kBlock];
-                row_to_float(f, fr, n);
-                row_to_float(x, xr, n);
-                for (int64_t j = 0; j < n; ++j) state[j] = fr[j] * xr[j] + (1.f - fr[j]) * state[j];
-                row_from_float(state, h, n);
-            } else {
-                for (int64_t j = 0; j < n; ++j) {
-                    const M fv = load<T, M>(f, j, sf);
-                    const M s = fv * load<T, M>(x, j, sx) + (M(1) - fv) * state[j];
-                    state[j] = s;
-                    store<T, M>(h, j, sh, s);
+            for (int64_t i = 0; i < count; ++i) {
+                const RowItem& it = items[i];
+                const int64_t n = it.n;
+                M* __restrict__ state = &states[i * block];
+                const T* __restrict__ f = at<T>(p.f.data, row_offset(p.f, t, it));
+                const T* __restrict__ x = at<T>(p.x.data, row_offset(p.x, t, it));
+                T* __restrict__ h = at<T>(p.h.data, row_offset(p.h, t, it));
+                if constexpr (Contig && is_16bit<T>) {
+                    float fr[kMaxRowBlock], xr[kMaxRowBlock];
+                    row_to_float(f, fr, n);
+                    row_to_float(x, xr, n);
+                    for (int64_t j = 0; j < n; ++j) state[j] = fr[j] * xr[j] + (1.f - fr[j]) * state[j];
+                    row_from_float(state, h, n);
+                } else {
+                    for (int64_t j = 0; j < n; ++j) {
+                        const M fv = load<T, M>(f, j, sf);
+                        const M s = fv * load<T, M>(x, j, sx) + (M(1) - fv) * state[j];
+                        state[j] = s;
+                        store<T, M>(h, j, sh, s);
+                    }
                 }
             }
-            f += p.f.stride_t;
-            x += p.x.stride_t;
-            h += p.h.stride_t;
+        }
+    }
+}
+
+// One step of one row of the backward (t >= 1). A function of its own so that the
+// restrict-qualified parameters tell the compiler no output aliases the running gradient.
+template <typename T, typename M, bool Contig>
+inline void backward_row(const T* __restrict__ f, const T* __restrict__ x, const T* __restrict__ hprev,
+                         const T* __restrict__ dh, T* __restrict__ df, T* __restrict__ dx, M* __restrict__ grad,
+                         int64_t n, int64_t sf, int64_t sx, int64_t sh, int64_t sg, int64_t sdf, int64_t sdx) {
+    if constexpr (Contig && is_16bit<T>) {
+        float fr[kMaxRowBlock], xr[kMaxRowBlock], hr[kMaxRowBlock], gr[kMaxRowBlock];
+        row_to_float(f, fr, n);
+        row_to_float(x, xr, n);
+        row_to_float(hprev, hr, n);
+        row_to_float(dh, gr, n);
+        for (int64_t j = 0; j < n; ++j) {
+            const float g = grad[j] + gr[j];
+            xr[j] = (xr[j] - hr[j]) * g;  // grad_f, in place
+            gr[j] = fr[j] * g;             // grad_x, in place
+            grad[j] = g - fr[j] * g;
+        }
+        row_from_float(xr, df, n);
+        row_from_float(gr, dx, n);
+    } else {
+        for (int64_t j = 0; j < n; ++j) {
+            const M g = grad[j] + load<T, M>(dh, j, sg);
+            const M fv = load<T, M>(f, j, sf);
+            store<T, M>(dx, j, sdx, fv * g);
+            store<T, M>(df, j, sdf, (load<T, M>(x, j, sx) - load<T, M>(hprev, j, sh)) * g);
+            grad[j] = g - fv * g;
         }
     }
 }
@@ -64,68 +116,46 @@ void forward_items(const ForgetMultForwardParams& p, int64_t begin, int64_t end)
 template <typename T, bool Contig>
 void backward_items(const ForgetMultBackwardParams& p, int64_t begin, int64_t end) {
     using M = typename math_type<T>::type;
-    const int64_t blocks = (p.hidden + kBlock - 1) / kBlock;
-    M grad[kBlock];
-    M h0[kBlock];
-    for (int64_t item = begin; item < end; ++item) {
-        const int64_t b = item / blocks, j0 = (item % blocks) * kBlock;
-        const int64_t n = std::min(kBlock, p.hidden - j0);
-        std::fill(grad, grad + n, M(0));
-        load_state(p.h0, p.h0_dtype, b, j0, n, h0);
-        const int64_t sf = Contig ? 1 : p.f.stride_h, sx = Contig ? 1 : p.x.stride_h,
-                      sh = Contig ? 1 : p.h.stride_h, sg = Contig ? 1 : p.grad_h.stride_h,
-                      sdf = Contig ? 1 : p.grad_f.stride_h, sdx = Contig ? 1 : p.grad_x.stride_h;
-        const int64_t last = p.seq_len - 1;
-        if (last < 0) {  // empty sequence: the gradient reaching h0 is zero
-            if (p.grad_h0.data) store_state(p.grad_h0, p.h0_dtype, b, j0, n, grad);
-            continue;
-        }
-        const int64_t prev = last >= 1 ? last - 1 : 0;  // only read when last >= 1
-        const T* __restrict__ f = at<T>(p.f.data, last * p.f.stride_t + b * p.f.stride_b + j0 * p.f.stride_h);
-        const T* __restrict__ x = at<T>(p.x.data, last * p.x.stride_t + b * p.x.stride_b + j0 * p.x.stride_h);
-        const T* __restrict__ hprev = at<T>(p.h.data, prev * p.h.stride_t + b * p.h.stride_b + j0 * p.h.stride_h);
-        const T* __restrict__ dh = at<T>(p.grad_h.data, last * p.grad_h.stride_t + b * p.grad_h.stride_b + j0 * p.grad_h.stride_h);
-        T* __restrict__ df = at<T>(p.grad_f.data, last * p.grad_f.stride_t + b * p.grad_f.stride_b + j0 * p.grad_f.stride_h);
-        T* __restrict__ dx = at<T>(p.grad_x.data, last * p.grad_x.stride_t + b * p.grad_x.stride_b + j0 * p.grad_x.stride_h);
-        for (int64_t t = last; t >= 1; --t) {
-            if constexpr (Contig && is_16bit<T>) {
-                float fr[kBlock], xr[kBlock], hr[kBlock], gr[kBlock];
-                row_to_float(f, fr, n);
-                row_to_float(x, xr, n);
-                row_to_float(hprev, hr, n);
-                row_to_float(dh, gr, n);
-                for (int64_t j = 0; j < n; ++j) {
-                    const float g = grad[j] + gr[j];
-                    xr[j] = (xr[j] - hr[j]) * g;  // grad_f, in place
-                    gr[j] = fr[j] * g;             // grad_x, in place
-                    grad[j] = g - fr[j] * g;
+    const int64_t block = row_block(p.hidden);
+    const int64_t per_chunk = std::max<int64_t>(1, kChunkUnits / block);
+    const int64_t sf = Contig ? 1 : p.f.stride_h, sx = Contig ? 1 : p.x.stride_h, sh = Contig ? 1 : p.h.stride_h,
+                  sg = Contig ? 1 : p.grad_h.stride_h, sdf = Contig ? 1 : p.grad_f.stride_h,
+                  sdx = Contig ? 1 : p.grad_x.stride_h;
+    std::vector<RowItem> items(size_t(std::min(per_chunk, end - begin)));
+    std::vector<M> grads(items.size() * size_t(block));
+    M h0[kMaxRowBlock];
+    for (int64_t first = begin; first < end; first += per_chunk) {
+        const int64_t count = std::min(per_chunk, end - first);
+        describe_rows(p.hidden, block, first, count, items.data());
+        std::fill(grads.begin(), grads.begin() + count * block, M(0));
+        for (int64_t t = p.seq_len - 1; t >= 0; --t) {
+            for (int64_t i = 0; i < count; ++i) {
+                const RowItem& it = items[i];
+                const int64_t n = it.n;
+                M* __restrict__ grad = &grads[i * block];
+                const T* __restrict__ f = at<T>(p.f.data, row_offset(p.f, t, it));
+                const T* __restrict__ x = at<T>(p.x.data, row_offset(p.x, t, it));
+                const T* __restrict__ dh = at<T>(p.grad_h.data, row_offset(p.grad_h, t, it));
+                T* __restrict__ df = at<T>(p.grad_f.data, row_offset(p.grad_f, t, it));
+                T* __restrict__ dx = at<T>(p.grad_x.data, row_offset(p.grad_x, t, it));
+                if (t == 0) {  // h[-1] is h0 (zeros when absent)
+                    load_state(p.h0, p.h0_dtype, it.b, it.j0, n, h0);
+                    for (int64_t j = 0; j < n; ++j) {
+                        const M g = grad[j] + load<T, M>(dh, j, sg);
+                        const M fv = load<T, M>(f, j, sf);
+                        store<T, M>(dx, j, sdx, fv * g);
+                        store<T, M>(df, j, sdf, (load<T, M>(x, j, sx) - h0[j]) * g);
+                        grad[j] = g - fv * g;
+                    }
+                    continue;
                 }
-                row_from_float(xr, df, n);
-                row_from_float(gr, dx, n);
-            } else {
-                for (int64_t j = 0; j < n; ++j) {
-                    const M g = grad[j] + load<T, M>(dh, j, sg);
-                    const M fv = load<T, M>(f, j, sf);
-                    store<T, M>(dx, j, sdx, fv * g);
-                    store<T, M>(df, j, sdf, (load<T, M>(x, j, sx) - load<T, M>(hprev, j, sh)) * g);
-                    grad[j] = g - fv * g;
-                }
+                backward_row<T, M, Contig>(f, x, at<T>(p.h.data, row_offset(p.h, t - 1, it)), dh, df, dx, grad, n, sf,
+                                           sx, sh, sg, sdf, sdx);
             }
-            f -= p.f.stride_t;
-            x -= p.x.stride_t;
-            hprev -= p.h.stride_t;
-            dh -= p.grad_h.stride_t;
-            df -= p.grad_f.stride_t;
-            dx -= p.grad_x.stride_t;
         }
-        for (int64_t j = 0; j < n; ++j) {  // t = 0 reads h0 instead of h[-1]
-            const M g = grad[j] + load<T, M>(dh, j, sg);
-            const M fv = load<T, M>(f, j, sf);
-            store<T, M>(dx, j, sdx, fv * g);
-            store<T, M>(df, j, sdf, (load<T, M>(x, j, sx) - h0[j]) * g);
-            grad[j] = g - fv * g;
-        }
-        if (p.grad_h0.data) store_state(p.grad_h0, p.h0_dtype, b, j0, n, grad);
+        if (p.grad_h0.data)  // an empty sequence gives zeros
+            for (int64_t i = 0; i < count; ++i)
+                store_state(p.grad_h0, p.h0_dtype, items[i].b, items[i].j0, items[i].n, &grads[i * block]);
     }
 }
 

@@ -3,12 +3,10 @@
 
 #include <cstdint>
 
+#include "cpu_work_items.hpp"
 #include "qrnn/forget_mult.hpp"
 
 namespace qrnn::cpu {
-
-// Hidden units per work item: the state of one item (512 floats) stays in L1.
-constexpr int64_t forget_mult_block = 512;
 
 using ForwardKernel = void (*)(const ForgetMultForwardParams&, int64_t begin, int64_t end);
 using BackwardKernel = void (*)(const ForgetMultBackwardParams&, int64_t begin, int64_t end);

@@ -21,9 +21,7 @@ const GatesKernelTable& selected() {
 // Splits the (batch row, hidden block) items over threads.
 template <typename Params, typename Kernel>
 void run_items(const Params& p, Kernel kernel, int num_threads) {
-    const int64_t block = gates_block(p.hidden);
-    const int64_t items = p.batch * ((p.hidden + block - 1) / block);
-    detail::parallel_for(items, detail::threads_for_work(p.seq_len * p.batch * p.hidden, num_threads),
+    detail::parallel_for(row_items(p.batch, p.hidden), detail::threads_for_work(p.seq_len * p.batch * p.hidden, num_threads),
                          [&](int64_t begin, int64_t end) { kernel(p, begin, end); });
 }
 

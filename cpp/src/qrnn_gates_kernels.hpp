@@ -1,12 +1,9 @@
 // Fused QRNN gate kernels (activations + ForgetMult + output gate), templated over the
 // storage type and compiled once per instruction set inside namespace QRNN_ISA.
 //
-// Work is split into items = (batch row, block of hidden units), like ForgetMult. Each
-// item walks its sequence's valid steps serially (forwards, or backwards for
-// `reverse`), keeping its state in float. A thread walks a chunk of items step by step
-// together: in the time-major layout their rows of one step are adjacent in memory,
-// so each step streams one contiguous stretch rather than each item hopping through
-// memory a time stride at a time.
+// Work is split into items = (batch row, block of hidden units) walked in chunks, like
+// ForgetMult (cpu_work_items.hpp). Each item walks its sequence's valid steps serially
+// (forwards, or backwards for `reverse`), keeping its state in float.
 //
 // The math of a step runs over rows of the math type M (float, or double for double
 // storage), contiguous: float32/float64 rows are used in place, 16-bit rows are first
@@ -29,9 +26,6 @@
 #endif
 
 namespace qrnn::cpu::QRNN_ISA {
-
-// Hidden units walked together per thread chunk (their float state stays in L2).
-constexpr int64_t kChunkUnits = 16384;
 
 // ---- Rows ----------------------------------------------------------------------------
 
@@ -185,7 +179,7 @@ template <typename T, bool Contig, bool OutputGate>
 void gates_forward_items(const QrnnGatesForwardParams& p, int64_t begin, int64_t end) {
     using M = typename math_type<T>::type;
     constexpr bool in_place = std::is_same_v<T, M>;
-    const int64_t block = gates_block(p.hidden);
+    const int64_t block = row_block(p.hidden);
     const int64_t per_chunk = std::max<int64_t>(1, kChunkUnits / block);
     const int64_t gs = p.gate_stride;
     const M scale = M(p.forget_scale);
@@ -244,7 +238,7 @@ template <typename T, bool Contig, bool OutputGate>
 void gates_backward_items(const QrnnGatesBackwardParams& p, int64_t begin, int64_t end) {
     using M = typename math_type<T>::type;
     constexpr bool in_place = std::is_same_v<T, M>;
-    const int64_t block = gates_block(p.hidden);
+    const int64_t block = row_block(p.hidden);
     const int64_t per_chunk = std::max<int64_t>(1, kChunkUnits / block);
     const int64_t gs = p.gate_stride, dgs = p.grad_gate_stride;
     const int n_gates = OutputGate ? 3 : 2;
