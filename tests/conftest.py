@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import qrnn
-from qrnn import ops_cuda
+from qrnn import ops, ops_cuda
 from qrnn.reference import forget_mult_backward_reference
 
 # (atol, rtol) of a kernel's output against the float64 reference, per storage dtype.
@@ -125,12 +125,12 @@ class Emulator:
         return (ctypes.c_int64 * len(args))(*args)
 
     def forward(self, h, f, x, h0, batch_first, plan):
-        args = ops_cuda._forward_args(h, f, x, h0, batch_first)
+        args = ops._forward_args(h, f, x, h0, batch_first)
         assert len(args) == 20
         assert self.lib.qrnn_emulate_forward(self._ints(args), *plan) == 0
 
     def backward(self, grad_f, grad_x, grad_h0, grad_h, f, x, h, h0, batch_first, plan):
-        args = ops_cuda._backward_args(grad_f, grad_x, grad_h0, grad_h, f, x, h, h0, batch_first)
+        args = ops._backward_args(grad_f, grad_x, grad_h0, grad_h, f, x, h, h0, batch_first)
         assert len(args) == 35
         assert self.lib.qrnn_emulate_backward(self._ints(args), *plan) == 0
 

@@ -35,6 +35,15 @@ inline void describe_rows(int64_t hidden, int64_t block, int64_t first, int64_t 
     }
 }
 
+// Per-thread scratch of at least n elements, kept across calls so that a kernel call
+// allocates nothing (Slot tells apart two buffers of one type).
+template <typename E, int Slot>
+E* scratch(size_t n) {
+    thread_local std::vector<E> buffer;
+    if (buffer.size() < n) buffer.resize(n);
+    return buffer.data();
+}
+
 template <typename V>
 inline int64_t row_offset(const V& v, int64_t t, const RowItem& it) {
     return t * v.stride_t + it.b * v.stride_b + it.j0 * v.stride_h;
@@ -47,11 +56,11 @@ void forward_items(const ForgetMultForwardParams& p, int64_t begin, int64_t end)
     const int64_t block = row_block(p.hidden);
     const int64_t per_chunk = std::max<int64_t>(1, kChunkUnits / block);
     const int64_t sf = Contig ? 1 : p.f.stride_h, sx = Contig ? 1 : p.x.stride_h, sh = Contig ? 1 : p.h.stride_h;
-    std::vector<RowItem> items(size_t(std::min(per_chunk, end - begin)));
-    std::vector<M> states(items.size() * size_t(block));
+    RowItem* items = scratch<RowItem, 0>(size_t(std::min(per_chunk, end - begin)));
+    M* states = scratch<M, 1>(size_t(std::min(per_chunk, end - begin) * block));
     for (int64_t first = begin; first < end; first += per_chunk) {
         const int64_t count = std::min(per_chunk, end - first);
-        describe_rows(p.hidden, block, first, count, items.data());
+        describe_rows(p.hidden, block, first, count, items);
         for (int64_t i = 0; i < count; ++i) load_state(p.h0, p.h0_dtype, items[i].b, items[i].j0, items[i].n, &states[i * block]);
         for (int64_t t = 0; t < p.seq_len; ++t) {
             for (int64_t i = 0; i < count; ++i) {
@@ -61,7 +70,7 @@ void forward_items(const ForgetMultForwardParams& p, int64_t begin, int64_t end)
                 const T* __restrict__ f = at<T>(p.f.data, row_offset(p.f, t, it));
                 const T* __restrict__ x = at<T>(p.x.data, row_offset(p.x, t, it));
                 T* __restrict__ h = at<T>(p.h.data, row_offset(p.h, t, it));
-                if constexpr (Contig && is_16bit<T>) {
+                if constexpr (Contig && std::is_same_v<T, float16>) {
                     float fr[kMaxRowBlock], xr[kMaxRowBlock];
                     row_to_float(f, fr, n);
                     row_to_float(x, xr, n);
@@ -86,7 +95,7 @@ template <typename T, typename M, bool Contig>
 inline void backward_row(const T* __restrict__ f, const T* __restrict__ x, const T* __restrict__ hprev,
                          const T* __restrict__ dh, T* __restrict__ df, T* __restrict__ dx, M* __restrict__ grad,
                          int64_t n, int64_t sf, int64_t sx, int64_t sh, int64_t sg, int64_t sdf, int64_t sdx) {
-    if constexpr (Contig && is_16bit<T>) {
+    if constexpr (Contig && std::is_same_v<T, float16>) {
         float fr[kMaxRowBlock], xr[kMaxRowBlock], hr[kMaxRowBlock], gr[kMaxRowBlock];
         row_to_float(f, fr, n);
         row_to_float(x, xr, n);
@@ -121,13 +130,13 @@ void backward_items(const ForgetMultBackwardParams& p, int64_t begin, int64_t en
     const int64_t sf = Contig ? 1 : p.f.stride_h, sx = Contig ? 1 : p.x.stride_h, sh = Contig ? 1 : p.h.stride_h,
                   sg = Contig ? 1 : p.grad_h.stride_h, sdf = Contig ? 1 : p.grad_f.stride_h,
                   sdx = Contig ? 1 : p.grad_x.stride_h;
-    std::vector<RowItem> items(size_t(std::min(per_chunk, end - begin)));
-    std::vector<M> grads(items.size() * size_t(block));
+    RowItem* items = scratch<RowItem, 0>(size_t(std::min(per_chunk, end - begin)));
+    M* grads = scratch<M, 1>(size_t(std::min(per_chunk, end - begin) * block));
     M h0[kMaxRowBlock];
     for (int64_t first = begin; first < end; first += per_chunk) {
         const int64_t count = std::min(per_chunk, end - first);
-        describe_rows(p.hidden, block, first, count, items.data());
-        std::fill(grads.begin(), grads.begin() + count * block, M(0));
+        describe_rows(p.hidden, block, first, count, items);
+        std::fill(grads, grads + count * block, M(0));
         for (int64_t t = p.seq_len - 1; t >= 0; --t) {
             for (int64_t i = 0; i < count; ++i) {
                 const RowItem& it = items[i];

@@ -160,18 +160,34 @@ inline int64_t offset(const V& v, int64_t t, const Item& it) {
 }
 
 // Per-thread scratch: the chunk's items and states, and rows for widened 16-bit data.
+// One per thread and math type, kept across calls: a kernel call allocates nothing (and
+// leaves the heap as it found it, so the caller's freed outputs are not trimmed away
+// and page-faulted back in on the next call).
 template <typename M>
 struct Scratch {
     std::vector<Item> items;
     std::vector<M> state, state2;  // forward: c; backward: running gradient and c0
     std::vector<M> rows;           // 11 rows of one block: gates, mask, c[t-1], dh, results
     std::vector<M> ones, zeros;
-    int64_t block;
-    Scratch(int64_t block_, int64_t n_items)
-        : items(size_t(n_items)), state(size_t(n_items * block_)), state2(size_t(n_items * block_)),
-          rows(size_t(11 * block_)), ones(size_t(block_), M(1)), zeros(size_t(block_), M(0)), block(block_) {}
+    int64_t block = 0;
     M* row(int k) { return rows.data() + k * block; }
 };
+
+template <typename M>
+Scratch<M>& thread_scratch(int64_t block, int64_t n_items) {
+    thread_local Scratch<M> s;
+    const auto grow = [](auto& v, int64_t n) { if (v.size() < size_t(n)) v.resize(size_t(n)); };
+    grow(s.items, n_items);
+    grow(s.state, n_items * block);
+    grow(s.state2, n_items * block);
+    grow(s.rows, 11 * block);
+    if (s.block != block) {
+        s.ones.assign(size_t(block), M(1));
+        s.zeros.assign(size_t(block), M(0));
+        s.block = block;
+    }
+    return s;
+}
 
 // ---- Forward ------------------------------------------------------------------------
 
@@ -188,7 +204,7 @@ void gates_forward_items(const QrnnGatesForwardParams& p, int64_t begin, int64_t
     const int64_t sk = Contig ? 1 : p.forget_mask.stride_h;
     const int64_t so = Contig ? 1 : p.output.stride_h;
     const int64_t ss = Contig ? 1 : p.states.stride_h;
-    Scratch<M> s(block, std::min(per_chunk, end - begin));
+    Scratch<M>& s = thread_scratch<M>(block, std::min(per_chunk, end - begin));
     for (int64_t first = begin; first < end; first += per_chunk) {
         const int64_t count = std::min(per_chunk, end - first);
         const int64_t max_valid = describe_items(p, block, first, count, s.items.data());
@@ -249,7 +265,7 @@ void gates_backward_items(const QrnnGatesBackwardParams& p, int64_t begin, int64
     const int64_t sc = Contig ? 1 : p.states.stride_h;
     const int64_t sd = Contig ? 1 : p.grad_output.stride_h;
     const int64_t sdg = Contig ? 1 : p.grad_gates.stride_h;
-    Scratch<M> s(block, std::min(per_chunk, end - begin));
+    Scratch<M>& s = thread_scratch<M>(block, std::min(per_chunk, end - begin));
     for (int64_t first = begin; first < end; first += per_chunk) {
         const int64_t count = std::min(per_chunk, end - first);
         const int64_t max_valid = describe_items(p, block, first, count, s.items.data());

@@ -49,6 +49,9 @@ def _check_device_built(t: Tensor) -> None:
         )
 
 
+_STRIDED = torch.strided
+
+
 def _check_dense(name: str, t: Tensor, op: str = "forget_mult") -> None:
     # Kernels read memory through data_ptr and strides: sparse and nested tensors have neither.
     if t.layout is not torch.strided or t.is_nested:
@@ -63,8 +66,9 @@ def check_forget_mult_args(f, x, h0, batch_first) -> None:
         raise TypeError(f"forget_mult: f must be a torch.Tensor, got {type(f).__name__}")
     if not isinstance(x, Tensor):
         raise TypeError(f"forget_mult: x must be a torch.Tensor, got {type(x).__name__}")
-    _check_dense("f", f)
-    _check_dense("x", x)
+    if f.layout is not _STRIDED or x.layout is not _STRIDED or f.is_nested or x.is_nested:
+        _check_dense("f", f)  # raises, naming the argument
+        _check_dense("x", x)
     if batch_first is not True and batch_first is not False:
         raise TypeError(f"forget_mult: batch_first must be a bool, got {type(batch_first).__name__}")
     dtype, shape = f.dtype, f.shape
@@ -110,30 +114,48 @@ def check_forget_mult_backward_args(grad_h, f, x, h, h0, batch_first) -> None:
             raise ValueError(f"forget_mult_backward: {name} must be on f's device {f.device}, got {t.device}")
 
 
-def _forward_cpu(f: Tensor, x: Tensor, h0: Optional[Tensor], batch_first: bool) -> Tensor:
-    out = _empty_contiguous(f)
-    f, x, h = _time_major(batch_first, f, x, out)
+def _forward_args(h: Tensor, f: Tensor, x: Tensor, h0: Optional[Tensor], batch_first: bool) -> tuple:
+    """The integers of _C.forget_mult_forward (time-major sizes and strides), less num_threads
+    (the CUDA launcher takes the same ones, then the stream)."""
+    f, x, h = _time_major(batch_first, f, x, h)
     code = _DTYPE_CODES[f.dtype]
-    _C.forget_mult_forward(
-        code, *f.shape, f.data_ptr(), *f.stride(), x.data_ptr(), *x.stride(),
-        *_view2(h0), code if h0 is None else _DTYPE_CODES[h0.dtype], h.data_ptr(), *h.stride(),
-        torch.get_num_threads(),
-    )
+    return (code, *f.shape, f.data_ptr(), *f.stride(), x.data_ptr(), *x.stride(), *_view2(h0),
+            code if h0 is None else _DTYPE_CODES[h0.dtype], h.data_ptr(), *h.stride())
+
+
+def _backward_args(grad_f, grad_x, grad_h0, grad_h, f, x, h, h0, batch_first) -> tuple:
+    """The integers of _C.forget_mult_backward, less num_threads (grad_h0 None: not written)."""
+    tf, tx, th, tgh, tgf, tgx = _time_major(batch_first, f, x, h, grad_h, grad_f, grad_x)
+    code = _DTYPE_CODES[f.dtype]
+    return (code, *tf.shape, tf.data_ptr(), *tf.stride(), tx.data_ptr(), *tx.stride(), th.data_ptr(), *th.stride(),
+            *_view2(h0), code if h0 is None else _DTYPE_CODES[h0.dtype], tgh.data_ptr(), *tgh.stride(),
+            tgf.data_ptr(), *tgf.stride(), tgx.data_ptr(), *tgx.stride(), *_view2(grad_h0))
+
+
+def _forward_cpu(f: Tensor, x: Tensor, h0: Optional[Tensor], batch_first: bool) -> Tensor:
+    out = torch.empty_like(f) if f.is_contiguous() else torch.empty_like(f, memory_format=torch.contiguous_format)
+    code = _DTYPE_CODES[f.dtype]
+    if batch_first:
+        f, x, h = f.transpose(0, 1), x.transpose(0, 1), out.transpose(0, 1)
+    else:
+        h = out
+    # Written out in full: this is the eager path's per-call cost (each call here is ~0.1 us).
+    if h0 is None:
+        _C.forget_mult_forward(code, *f.shape, f.data_ptr(), *f.stride(), x.data_ptr(), *x.stride(), 0, 0, 0, code,
+                               h.data_ptr(), *h.stride(), torch.get_num_threads())
+    else:
+        _C.forget_mult_forward(code, *f.shape, f.data_ptr(), *f.stride(), x.data_ptr(), *x.stride(), h0.data_ptr(),
+                               *h0.stride(), _DTYPE_CODES[h0.dtype], h.data_ptr(), *h.stride(),
+                               torch.get_num_threads())
     return out
 
 
 def _backward_cpu(grad_h, f, x, h, h0, batch_first):
     grad_f, grad_x = _empty_contiguous(f), _empty_contiguous(f)
-    grad_h0 = _empty_contiguous(h0) if h0 is not None else f.new_empty(0)
-    tf, tx, th, tgh, tgf, tgx = _time_major(batch_first, f, x, h, grad_h, grad_f, grad_x)
-    code = _DTYPE_CODES[f.dtype]
-    _C.forget_mult_backward(
-        code, *tf.shape, tf.data_ptr(), *tf.stride(), tx.data_ptr(), *tx.stride(), th.data_ptr(), *th.stride(),
-        *_view2(h0), code if h0 is None else _DTYPE_CODES[h0.dtype], tgh.data_ptr(), *tgh.stride(),
-        tgf.data_ptr(), *tgf.stride(), tgx.data_ptr(), *tgx.stride(), *_view2(grad_h0 if h0 is not None else None),
-        torch.get_num_threads(),
-    )
-    return grad_f, grad_x, grad_h0
+    grad_h0 = _empty_contiguous(h0) if h0 is not None else None
+    _C.forget_mult_backward(*_backward_args(grad_f, grad_x, grad_h0, grad_h, f, x, h, h0, batch_first),
+                            torch.get_num_threads())
+    return grad_f, grad_x, (grad_h0 if grad_h0 is not None else f.new_empty(0))
 
 
 # Kernels per device type; other modules (the CUDA backend) add theirs.
@@ -194,10 +216,14 @@ def _backward(ctx, grad_h):
 forget_mult_op.register_autograd(_backward, setup_context=_setup_context)
 
 
+_torch_function_mode = torch._C._is_torch_function_mode_enabled
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+
+
 def _nothing_to_trace() -> bool:
-    """True when no compiler, torch-function mode or dispatch mode needs to see a call."""
-    return not (torch.compiler.is_compiling() or torch._C._is_torch_function_mode_enabled()
-                or torch._C._len_torch_dispatch_stack())
+    """True when no compiler, torch-function mode or dispatch mode needs to see a call
+    (forget_mult inlines the same test: a function call is a visible share of its cost)."""
+    return not (torch.compiler.is_compiling() or _torch_function_mode() or _dispatch_modes())
 
 
 def _plain(t: Optional[Tensor], grad_enabled: bool) -> bool:
@@ -233,8 +259,11 @@ def forget_mult(f: Tensor, x: Tensor, h0: Optional[Tensor] = None, *, batch_firs
     """
     check_forget_mult_args(f, x, h0, batch_first)
     grad = torch.is_grad_enabled()
-    if (type(f) is Tensor and type(x) is Tensor and _plain(h0, grad) and _nothing_to_trace()
-            and not (grad and (f.requires_grad or x.requires_grad)) and not _any_negative_bit(f, x, h0)):
+    if (type(f) is Tensor and type(x) is Tensor
+            and (h0 is None or (type(h0) is Tensor and not (grad and h0.requires_grad)))
+            and not (grad and (f.requires_grad or x.requires_grad))
+            and not (torch.compiler.is_compiling() or _torch_function_mode() or _dispatch_modes())
+            and not (f.is_neg() or x.is_neg() or (h0 is not None and h0.is_neg()))):
         # Direct call: the dispatcher and autograd machinery would cost more than the kernel.
         if f.is_cpu:
             return _forward_cpu(f, x, h0, batch_first)

@@ -54,23 +54,6 @@ def schedule(name: str):
         _schedule = previous
 
 
-def _forward_args(h: Tensor, f: Tensor, x: Tensor, h0: Optional[Tensor], batch_first: bool) -> tuple:
-    """The integers of _C.forget_mult_forward (time-major sizes and strides), less num_threads."""
-    f, x, h = ops._time_major(batch_first, f, x, h)
-    code = ops._DTYPE_CODES[f.dtype]
-    return (code, *f.shape, f.data_ptr(), *f.stride(), x.data_ptr(), *x.stride(), *ops._view2(h0),
-            code if h0 is None else ops._DTYPE_CODES[h0.dtype], h.data_ptr(), *h.stride())
-
-
-def _backward_args(grad_f, grad_x, grad_h0, grad_h, f, x, h, h0, batch_first) -> tuple:
-    """The integers of _C.forget_mult_backward, less num_threads (grad_h0 None: not written)."""
-    tf, tx, th, tgh, tgf, tgx = ops._time_major(batch_first, f, x, h, grad_h, grad_f, grad_x)
-    code = ops._DTYPE_CODES[f.dtype]
-    return (code, *tf.shape, tf.data_ptr(), *tf.stride(), tx.data_ptr(), *tx.stride(), th.data_ptr(), *th.stride(),
-            *ops._view2(h0), code if h0 is None else ops._DTYPE_CODES[h0.dtype], tgh.data_ptr(), *tgh.stride(),
-            tgf.data_ptr(), *tgf.stride(), tgx.data_ptr(), *tgx.stride(), *ops._view2(grad_h0))
-
-
 def _launch(kernel, device: torch.device, args: tuple, schedule: bool = True) -> None:
     """Run `kernel` on `device`'s current stream, with `device` current (a stream only
     takes launches from its own device's context). ForgetMult kernels also take the schedule."""
@@ -85,7 +68,7 @@ def _launch(kernel, device: torch.device, args: tuple, schedule: bool = True) ->
 
 def _forward_cuda(f: Tensor, x: Tensor, h0: Optional[Tensor], batch_first: bool) -> Tensor:
     h = ops._empty_contiguous(f)
-    _launch(_C.cuda_forget_mult_forward, f.device, _forward_args(h, f, x, h0, batch_first))
+    _launch(_C.cuda_forget_mult_forward, f.device, ops._forward_args(h, f, x, h0, batch_first))
     return h
 
 
@@ -93,7 +76,7 @@ def _backward_cuda(grad_h, f, x, h, h0, batch_first):
     grad_f, grad_x = ops._empty_contiguous(f), ops._empty_contiguous(f)
     grad_h0 = ops._empty_contiguous(h0) if h0 is not None else None
     _launch(_C.cuda_forget_mult_backward, f.device,
-            _backward_args(grad_f, grad_x, grad_h0, grad_h, f, x, h, h0, batch_first))
+            ops._backward_args(grad_f, grad_x, grad_h0, grad_h, f, x, h, h0, batch_first))
     return grad_f, grad_x, (grad_h0 if grad_h0 is not None else f.new_empty(0))
 
 
@@ -111,7 +94,7 @@ def forward_into(h: Tensor, f: Tensor, x: Tensor, h0: Optional[Tensor] = None, *
     written, and views of wider buffers to prove nothing else is."""
     ops.check_forget_mult_args(f, x, h0, batch_first)
     _check_out("h", h, f)
-    _launch(_C.cuda_forget_mult_forward, f.device, _forward_args(h, f, x, h0, batch_first))
+    _launch(_C.cuda_forget_mult_forward, f.device, ops._forward_args(h, f, x, h0, batch_first))
     return h
 
 
@@ -127,7 +110,7 @@ def backward_into(grad_f: Tensor, grad_x: Tensor, grad_h0: Optional[Tensor], gra
             raise ValueError("grad_h0 needs h0 (its dtype and layout)")
         _check_out("grad_h0", grad_h0, h0)
     _launch(_C.cuda_forget_mult_backward, f.device,
-            _backward_args(grad_f, grad_x, grad_h0, grad_h, f, x, h, h0, batch_first))
+            ops._backward_args(grad_f, grad_x, grad_h0, grad_h, f, x, h, h0, batch_first))
     return grad_f, grad_x, grad_h0
 
 
@@ -135,14 +118,14 @@ def forward_plan(h: Tensor, f: Tensor, x: Tensor, h0: Optional[Tensor] = None, *
                  schedule: str = "auto") -> tuple:
     """``(vector_width, chunks)`` that :func:`forward_into` would launch with these tensors.
     Host-only: only sizes, strides and addresses are looked at, so CPU tensors answer too."""
-    return _C.cuda_forget_mult_forward_plan(*_forward_args(h, f, x, h0, batch_first), _SCHEDULES[schedule])
+    return _C.cuda_forget_mult_forward_plan(*ops._forward_args(h, f, x, h0, batch_first), _SCHEDULES[schedule])
 
 
 def backward_plan(grad_f: Tensor, grad_x: Tensor, grad_h0: Optional[Tensor], grad_h: Tensor, f: Tensor,
                   x: Tensor, h: Tensor, h0: Optional[Tensor] = None, *, batch_first: bool = False,
                   schedule: str = "auto") -> tuple:
     """``(vector_width, chunks)`` that :func:`backward_into` would launch (host-only)."""
-    args = _backward_args(grad_f, grad_x, grad_h0, grad_h, f, x, h, h0, batch_first)
+    args = ops._backward_args(grad_f, grad_x, grad_h0, grad_h, f, x, h, h0, batch_first)
     return _C.cuda_forget_mult_backward_plan(*args, _SCHEDULES[schedule])
 
 
@@ -153,7 +136,7 @@ def _gates_forward_cuda(gates, c0, forget_mask, lengths, forget_scale, output_ga
                         need_states=True):
     output, states, c_n = ops._gates_forward_outputs(gates, output_gate, batch_first, need_states)
     _launch(_C.cuda_qrnn_gates_forward, gates.device,
-            ops._gates_forward_args(output, states, c_n, gates, c0, forget_mask, lengths, forget_scale, output_gate,
+            ops._gatesops._forward_args(output, states, c_n, gates, c0, forget_mask, lengths, forget_scale, output_gate,
                                     batch_first, reverse), schedule=False)
     return output, c_n, (states if states is not None else gates.new_empty(0))
 
@@ -163,7 +146,7 @@ def _gates_backward_cuda(grad_output, grad_c_n, gates, states, c0, forget_mask, 
     grad_gates = ops._empty_contiguous(gates)
     grad_c0 = ops._empty_contiguous(c0) if c0 is not None else None
     _launch(_C.cuda_qrnn_gates_backward, gates.device,
-            ops._gates_backward_args(grad_gates, grad_c0, grad_output, grad_c_n, gates, states, c0, forget_mask,
+            ops._gatesops._backward_args(grad_gates, grad_c0, grad_output, grad_c_n, gates, states, c0, forget_mask,
                                      lengths, forget_scale, output_gate, batch_first, reverse), schedule=False)
     return grad_gates, (grad_c0 if grad_c0 is not None else gates.new_empty(0))
 
@@ -176,7 +159,7 @@ def gates_forward_into(output: Tensor, states: Optional[Tensor], c_n: Optional[T
     ``c_n`` (None: not written), as :func:`forward_into` does for ForgetMult."""
     ops.check_qrnn_gates_args(gates, c0, forget_mask, forget_scale, lengths, output_gate, batch_first)
     _launch(_C.cuda_qrnn_gates_forward, gates.device,
-            ops._gates_forward_args(output, states, c_n, gates, c0, forget_mask, lengths, forget_scale, output_gate,
+            ops._gatesops._forward_args(output, states, c_n, gates, c0, forget_mask, lengths, forget_scale, output_gate,
                                     batch_first, reverse), schedule=False)
     return output
 
@@ -187,10 +170,10 @@ def gates_backward_into(grad_gates: Tensor, grad_c0: Optional[Tensor], grad_outp
                         forget_scale: float = 1.0, output_gate: bool = True, batch_first: bool = False,
                         reverse: bool = False) -> Tensor:
     """The fused gates backward writing into given ``grad_gates`` and ``grad_c0`` (None: not written)."""
-    ops.check_qrnn_gates_backward_args(grad_output, grad_c_n, gates, states, c0, forget_mask, lengths, forget_scale,
+    ops.check_qrnn_gatesops._backward_args(grad_output, grad_c_n, gates, states, c0, forget_mask, lengths, forget_scale,
                                        output_gate, batch_first)
     _launch(_C.cuda_qrnn_gates_backward, gates.device,
-            ops._gates_backward_args(grad_gates, grad_c0, grad_output, grad_c_n, gates, states, c0, forget_mask,
+            ops._gatesops._backward_args(grad_gates, grad_c0, grad_output, grad_c_n, gates, states, c0, forget_mask,
                                      lengths, forget_scale, output_gate, batch_first, reverse), schedule=False)
     return grad_gates
 

@@ -77,11 +77,12 @@ template <> inline float from_float<float>(float v) { return v; }
 template <> inline double from_float<double>(float v) { return v; }
 
 // float -> bfloat16 with round-to-nearest-even; NaN stays a (quiet) NaN.
+// Branch-free (a select), so that loops storing bfloat16 vectorise.
 template <> inline bfloat16 from_float<bfloat16>(float v) {
     const uint32_t u = float_to_bits(v);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return bfloat16{uint16_t((u >> 16) | 0x40u)};
-    const uint32_t rounded = u + 0x7fffu + ((u >> 16) & 1u);
-    return bfloat16{uint16_t(rounded >> 16)};
+    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    const uint32_t quiet_nan = (u >> 16) | 0x40u;
+    return bfloat16{uint16_t((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded)};
 }
 
 // float -> IEEE half with round-to-nearest-even, overflow to Inf, subnormals kept.

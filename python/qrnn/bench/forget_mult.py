@@ -8,6 +8,7 @@ import time
 import torch
 
 import qrnn
+from .. import _C, ops
 from .common import Result, measure, measure_interleaved
 
 AREA = "forget-mult"
@@ -28,6 +29,14 @@ def _fwd_bwd(fn, f, x, grad):
     fn(f, x).backward(grad)
 
 
+def _kernels_into(outputs, f, x, grad):
+    """Forward and backward kernels writing into preallocated outputs (no autograd)."""
+    h, grad_f, grad_x = outputs
+    threads = torch.get_num_threads()
+    _C.forget_mult_forward(*ops._forward_args(h, f, x, None, False), threads)
+    _C.forget_mult_backward(*ops._backward_args(grad_f, grad_x, None, grad, f, x, h, None, False), threads)
+
+
 def _inputs(T, B, H, dtype):
     f = torch.rand(T, B, H).to(dtype).requires_grad_()
     x = torch.randn(T, B, H).to(dtype).requires_grad_()
@@ -46,8 +55,10 @@ def forward_backward(T=70, B=20, H=1550, quick=False) -> list:
         nbytes = arrays_moved * f.numel() * f.element_size()
         src = torch.empty(nbytes // 2, dtype=torch.uint8).random_()
         dst = torch.empty_like(src)
+        warm = [torch.empty_like(f) for _ in range(3)]  # h, grad_f, grad_x
         fns = {
             "qrnn": lambda: _fwd_bwd(qrnn.forget_mult, f, x, grad),
+            "kernels": lambda: _kernels_into(warm, f.detach(), x.detach(), grad),
             "copy": lambda: dst.copy_(src),
         }
         if dtype == torch.float32:
@@ -68,6 +79,13 @@ def forward_backward(T=70, B=20, H=1550, quick=False) -> list:
         else:
             results.append(Result(AREA, f"fwd+bwd bandwidth vs copy, {shape}", 100 * fraction, "%", None, None, note,
                                   series=bandwidth))
+        # The same kernels writing into warm buffers (as the copy does): the op's remaining
+        # time is allocating its three outputs, which page-fault on first touch whenever
+        # the allocator has returned the previous call's memory to the OS.
+        kernels = t["copy"] / t["kernels"]
+        results.append(Result(AREA, f"fwd+bwd kernels into warm outputs vs copy, {shape}", 100 * kernels, "%",
+                              None, None, f"kernels {t['kernels'] * 1e3:.2f} ms = {nbytes / t['kernels'] / 1e9:.1f} "
+                              "GB/s; the op's extra time is its fresh outputs and autograd"))
     speedup = times[torch.float32] / times[torch.bfloat16]
     results.append(Result(AREA, f"bfloat16 vs float32 fwd+bwd, T={T} B={B} H={H}", speedup, "x", ">= 1.6x",
                           speedup >= 1.6))
