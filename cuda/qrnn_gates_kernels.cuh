@@ -52,9 +52,10 @@ __device__ __forceinline__ int64_t step_time(int64_t k, int64_t valid, bool reve
     return reverse ? valid - 1 - k : k;
 }
 
-template <typename ViewT>
-__device__ __forceinline__ int64_t column_offset(const ViewT& v, const Column& c) {
-    return c.b * v.stride_b + c.j0 * v.stride_h;
+// The column's first element of an optional array (null when the array is absent).
+template <typename T, typename ViewT>
+__device__ __forceinline__ auto optional_column(const ViewT& v, const Column& c) {
+    return v.data ? column_ptr<T>(v, c) : nullptr;
 }
 
 template <typename T, int V>
@@ -80,11 +81,10 @@ gates_forward(const QrnnGatesForwardParams p, const int64_t vectors_per_row) {
     const Column c = column_of<V>(int64_t(blockIdx.x) * blockDim.x + threadIdx.x, p.batch, p.hidden,
                                   vectors_per_row);
     if (c.n == 0) return;
-    const T* gates = static_cast<const T*>(p.gates.data) + column_offset(p.gates, c);
-    const T* mask = p.forget_mask.data ? static_cast<const T*>(p.forget_mask.data) + column_offset(p.forget_mask, c)
-                                       : nullptr;
-    T* out = static_cast<T*>(p.output.data) + column_offset(p.output, c);
-    T* states = p.states.data ? static_cast<T*>(p.states.data) + column_offset(p.states, c) : nullptr;
+    const T* gates = column_ptr<T>(p.gates, c);
+    const T* mask = optional_column<T>(p.forget_mask, c);
+    T* out = column_ptr<T>(p.output, c);
+    T* states = optional_column<T>(p.states, c);
     const int64_t gs = p.gate_stride, valid = valid_steps(p, c.b);
     const M scale = M(p.forget_scale);
 
@@ -145,13 +145,11 @@ gates_backward(const QrnnGatesBackwardParams p, const int64_t vectors_per_row) {
     const Column c = column_of<V>(int64_t(blockIdx.x) * blockDim.x + threadIdx.x, p.batch, p.hidden,
                                   vectors_per_row);
     if (c.n == 0) return;
-    const T* gates = static_cast<const T*>(p.gates.data) + column_offset(p.gates, c);
-    const T* mask = p.forget_mask.data ? static_cast<const T*>(p.forget_mask.data) + column_offset(p.forget_mask, c)
-                                       : nullptr;
-    const T* states = static_cast<const T*>(p.states.data) + column_offset(p.states, c);
-    const T* dout = p.grad_output.data ? static_cast<const T*>(p.grad_output.data) + column_offset(p.grad_output, c)
-                                       : nullptr;
-    T* dgates = static_cast<T*>(p.grad_gates.data) + column_offset(p.grad_gates, c);
+    const T* gates = column_ptr<T>(p.gates, c);
+    const T* mask = optional_column<T>(p.forget_mask, c);
+    const T* states = column_ptr<T>(p.states, c);
+    const T* dout = optional_column<T>(p.grad_output, c);
+    T* dgates = column_ptr<T>(p.grad_gates, c);
     const int64_t gs = p.gate_stride, dgs = p.grad_gate_stride, valid = valid_steps(p, c.b);
     const M scale = M(p.forget_scale);
 
