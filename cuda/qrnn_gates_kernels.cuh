@@ -24,7 +24,10 @@
 
 namespace qrnn::cuda::kernels {
 
-constexpr int kGatesThreads = 128;  // threads per block
+// Threads per block. The kernels declare __launch_bounds__(kGatesThreads, 1): with no
+// blocks-per-SM target ptxas never squeezes them into spilling (it did on sm_75-89 for
+// some float64 and bfloat16 variants, around 96 registers); the widest use up to ~170.
+constexpr int kGatesThreads = 128;
 // Packs of at most 8 bytes: a backward step holds six of them per slot in registers.
 constexpr int gates_max_width(int elem_size) { return elem_size >= 8 ? 1 : 8 / elem_size; }
 // Steps of loads in flight per thread, by pack size: what fits in registers without
@@ -75,7 +78,7 @@ __device__ __forceinline__ void unit_values(Math<T> (&out)[V]) {
 // ---- Forward ------------------------------------------------------------------------
 
 template <typename T, int V, int U, bool OutputGate>
-__global__ void __launch_bounds__(kGatesThreads)
+__global__ void __launch_bounds__(kGatesThreads, 1)
 gates_forward(const QrnnGatesForwardParams p, const int64_t vectors_per_row) {
     using M = Math<T>;
     const Column c = column_of<V>(int64_t(blockIdx.x) * blockDim.x + threadIdx.x, p.batch, p.hidden,
@@ -139,7 +142,7 @@ gates_forward(const QrnnGatesForwardParams p, const int64_t vectors_per_row) {
 // later steps (grad_c_n at the start). Activations are recomputed from G, and c[t] from
 // the saved c[t-1] (c0 before the first step), as the CPU kernel does.
 template <typename T, int V, int U, bool OutputGate>
-__global__ void __launch_bounds__(kGatesThreads)
+__global__ void __launch_bounds__(kGatesThreads, 1)
 gates_backward(const QrnnGatesBackwardParams p, const int64_t vectors_per_row) {
     using M = Math<T>;
     const Column c = column_of<V>(int64_t(blockIdx.x) * blockDim.x + threadIdx.x, p.batch, p.hidden,
