@@ -6,8 +6,9 @@
 // (forwards, or backwards for `reverse`), keeping its state in float.
 //
 // The math of a step runs over rows of the math type M (float, or double for double
-// storage), contiguous: float32/float64 rows are used in place, 16-bit rows are first
-// widened into small float buffers (and results narrowed back). Each loop then stays
+// storage): float32/float64 rows are used in place, bfloat16 gates and gate outputs are
+// converted inside the math loop, and other 16-bit rows (float16, masks, saved states,
+// output gradients) are first widened into small float buffers (and results narrowed back). Each loop then stays
 // simple enough to vectorise well (one float per lane, no spills). Absent optional
 // inputs (zoneout mask, output gradient) read from a row of ones / zeros.
 #pragma once
@@ -77,39 +78,48 @@ inline Row<M> read_row(const T* src, int64_t stride, int64_t n, M* buffer) {
 
 // ---- The math of one step -----------------------------------------------------------
 
+// bfloat16 converts inside the math loops (its widening is a shift); float16 goes through
+// float rows, where F16C converts eight at a time.
+template <typename T>
+constexpr bool converts_inline = std::is_same_v<T, bfloat16>;
+
 // c = f z + (1 - f) c; h = o c (or c). Strides are 1 except for strided float storage.
-template <typename M, bool OutputGate>
-inline void forward_math(const M* __restrict__ gz, const M* __restrict__ gf, const M* __restrict__ go,
+// The gates (TG) and the output (TH) are read and written in their storage type: float
+// rows, or bfloat16 converted inside this loop (a shift in, a rounding select out, both
+// vectorised); other 16-bit data arrives widened into float rows.
+template <typename TG, typename TH, typename M, bool OutputGate>
+inline void forward_math(const TG* __restrict__ gz, const TG* __restrict__ gf, const TG* __restrict__ go,
                          int64_t sg, const M* __restrict__ keep, int64_t sk, M scale, M* __restrict__ c,
-                         M* __restrict__ h, int64_t sh, int64_t n) {
+                         TH* __restrict__ h, int64_t sh, int64_t n) {
     for (int64_t j = 0; j < n; ++j) {
         M z, s, o = M(1);
         if constexpr (OutputGate)
-            tanh_sigmoid_sigmoid(gz[j * sg], gf[j * sg], go[j * sg], z, s, o);
+            tanh_sigmoid_sigmoid(load<TG, M>(gz, j, sg), load<TG, M>(gf, j, sg), load<TG, M>(go, j, sg), z, s, o);
         else
-            tanh_sigmoid(gz[j * sg], gf[j * sg], z, s);
+            tanh_sigmoid(load<TG, M>(gz, j, sg), load<TG, M>(gf, j, sg), z, s);
         const M f = s * keep[j * sk] * scale;
         const M cj = f * z + (M(1) - f) * c[j];
         c[j] = cj;
-        h[j * sh] = OutputGate ? o * cj : cj;
+        store<TH, M>(h, j, sh, OutputGate ? o * cj : cj);
     }
 }
 
 // g (the gradient reaching c[t]) gains the output's gradient, gives the gate
 // gradients, and leaves as the gradient reaching c[t-1]. c[t] is recomputed from
-// c[t-1] rather than read.
-template <typename M, bool OutputGate>
-inline void backward_math(const M* __restrict__ gz, const M* __restrict__ gf, const M* __restrict__ go,
+// c[t-1] rather than read. Gates (TG) and gate gradients (TO) in their storage type,
+// as in forward_math.
+template <typename TG, typename TO, typename M, bool OutputGate>
+inline void backward_math(const TG* __restrict__ gz, const TG* __restrict__ gf, const TG* __restrict__ go,
                           int64_t sg, const M* __restrict__ keep, int64_t sk, M scale,
                           const M* __restrict__ cprev, int64_t sc, const M* __restrict__ dh, int64_t sd,
-                          M* __restrict__ grad, M* __restrict__ dz, M* __restrict__ df, M* __restrict__ dout,
+                          M* __restrict__ grad, TO* __restrict__ dz, TO* __restrict__ df, TO* __restrict__ dout,
                           int64_t sdg, int64_t n) {
     for (int64_t j = 0; j < n; ++j) {
         M z, s, o = M(1);
         if constexpr (OutputGate)
-            tanh_sigmoid_sigmoid(gz[j * sg], gf[j * sg], go[j * sg], z, s, o);
+            tanh_sigmoid_sigmoid(load<TG, M>(gz, j, sg), load<TG, M>(gf, j, sg), load<TG, M>(go, j, sg), z, s, o);
         else
-            tanh_sigmoid(gz[j * sg], gf[j * sg], z, s);
+            tanh_sigmoid(load<TG, M>(gz, j, sg), load<TG, M>(gf, j, sg), z, s);
         const M kf = keep[j * sk] * scale;
         const M f = s * kf;
         const M cp = cprev[j * sc];
@@ -118,12 +128,12 @@ inline void backward_math(const M* __restrict__ gz, const M* __restrict__ gf, co
         if constexpr (OutputGate) {
             const M cj = f * z + (M(1) - f) * cp;
             g = grad[j] + dhv * o;
-            dout[j * sdg] = dhv * cj * o * (M(1) - o);
+            store<TO, M>(dout, j, sdg, dhv * cj * o * (M(1) - o));
         } else {
             g = grad[j] + dhv;
         }
-        dz[j * sdg] = f * g * (M(1) - z * z);
-        df[j * sdg] = (z - cp) * g * kf * s * (M(1) - s);
+        store<TO, M>(dz, j, sdg, f * g * (M(1) - z * z));
+        store<TO, M>(df, j, sdg, (z - cp) * g * kf * s * (M(1) - s));
         grad[j] = g - f * g;
     }
 }
@@ -218,19 +228,20 @@ void gates_forward_items(const QrnnGatesForwardParams& p, int64_t begin, int64_t
                 if (k >= it.valid) continue;
                 const int64_t t = step_time(k, it.valid, p.reverse), n = it.n;
                 const T* g = at<T>(p.gates.data, offset(p.gates, t, it));
-                const Row<M> z = read_row<T, M>(g, sg, n, s.row(0));
-                const Row<M> f = read_row<T, M>(g + gs, sg, n, s.row(1));
-                const Row<M> o = OutputGate ? read_row<T, M>(g + 2 * gs, sg, n, s.row(2)) : z;
                 const Row<M> keep = has_mask ? read_row<T, M>(at<T>(p.forget_mask.data, offset(p.forget_mask, t, it)),
                                                               sk, n, s.row(3))
                                              : Row<M>{s.ones.data(), 1};
                 M* c = &s.state[i * block];
                 T* out = at<T>(p.output.data, offset(p.output, t, it));
-                if constexpr (in_place) {
-                    forward_math<M, OutputGate>(z.data, f.data, o.data, z.stride, keep.data, keep.stride, scale, c,
-                                                out, so, n);
+                if constexpr (in_place || converts_inline<T>) {
+                    forward_math<T, T, M, OutputGate>(g, g + gs, g + 2 * gs, sg, keep.data, keep.stride, scale, c,
+                                                      out, so, n);
                 } else {
-                    forward_math<M, OutputGate>(z.data, f.data, o.data, 1, keep.data, 1, scale, c, s.row(4), 1, n);
+                    const Row<M> z = read_row<T, M>(g, sg, n, s.row(0));
+                    const Row<M> f = read_row<T, M>(g + gs, sg, n, s.row(1));
+                    const Row<M> o = OutputGate ? read_row<T, M>(g + 2 * gs, sg, n, s.row(2)) : z;
+                    forward_math<M, M, M, OutputGate>(z.data, f.data, o.data, 1, keep.data, 1, scale, c, s.row(4), 1,
+                                                      n);
                     narrow(s.row(4), n, out, so);
                 }
                 if (p.states.data) narrow(c, n, at<T>(p.states.data, offset(p.states, t, it)), ss);
@@ -285,9 +296,6 @@ void gates_backward_items(const QrnnGatesBackwardParams& p, int64_t begin, int64
                 if (k >= it.valid) continue;
                 const int64_t t = step_time(k, it.valid, p.reverse), n = it.n;
                 const T* g = at<T>(p.gates.data, offset(p.gates, t, it));
-                const Row<M> z = read_row<T, M>(g, sg, n, s.row(0));
-                const Row<M> f = read_row<T, M>(g + gs, sg, n, s.row(1));
-                const Row<M> o = OutputGate ? read_row<T, M>(g + 2 * gs, sg, n, s.row(2)) : z;
                 const Row<M> keep = has_mask ? read_row<T, M>(at<T>(p.forget_mask.data, offset(p.forget_mask, t, it)),
                                                               sk, n, s.row(3))
                                              : Row<M>{s.ones.data(), 1};
@@ -301,13 +309,16 @@ void gates_backward_items(const QrnnGatesBackwardParams& p, int64_t begin, int64
                                          : Row<M>{s.zeros.data(), 1};
                 M* grad = &s.state[i * block];
                 T* dg = at<T>(p.grad_gates.data, offset(p.grad_gates, t, it));
-                if constexpr (in_place) {
-                    backward_math<M, OutputGate>(z.data, f.data, o.data, z.stride, keep.data, keep.stride, scale,
-                                                 cprev.data, cprev.stride, dh.data, dh.stride, grad, dg, dg + dgs,
-                                                 dg + 2 * dgs, sdg, n);
+                if constexpr (in_place || converts_inline<T>) {
+                    backward_math<T, T, M, OutputGate>(g, g + gs, g + 2 * gs, sg, keep.data, keep.stride, scale,
+                                                       cprev.data, cprev.stride, dh.data, dh.stride, grad, dg,
+                                                       dg + dgs, dg + 2 * dgs, sdg, n);
                 } else {
-                    backward_math<M, OutputGate>(z.data, f.data, o.data, 1, keep.data, 1, scale, cprev.data, 1,
-                                                 dh.data, 1, grad, s.row(6), s.row(7), s.row(8), 1, n);
+                    const Row<M> z = read_row<T, M>(g, sg, n, s.row(0));
+                    const Row<M> f = read_row<T, M>(g + gs, sg, n, s.row(1));
+                    const Row<M> o = OutputGate ? read_row<T, M>(g + 2 * gs, sg, n, s.row(2)) : z;
+                    backward_math<M, M, M, OutputGate>(z.data, f.data, o.data, 1, keep.data, 1, scale, cprev.data,
+                                                       1, dh.data, 1, grad, s.row(6), s.row(7), s.row(8), 1, n);
                     // One call per gate, not a loop: GCC would try the gate loop as the
                     // vectorised one and leave the conversions scalar.
                     narrow(s.row(6), n, dg, sdg);
