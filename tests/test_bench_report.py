@@ -91,3 +91,16 @@ def test_sections_of_the_earlier_marker_style_are_kept(tmp_path):
     text = md.read_text()
     assert "## old" in text and "**1 of 2 targets met.**" in text and "## new" in text
     assert "| [old](#old) | 1 / 2 |" in text
+
+
+def test_hand_written_block_survives_rewrites(tmp_path):
+    path = tmp_path / "BENCHMARKS.md"
+    info = machine_info()
+    report.write_markdown(str(path), {"layer": fake_results("layer")}, info, False)
+    note = "<!-- qrnn-bench:keep -->\n## Conditions\n\nA quiet machine.\n<!-- qrnn-bench:end-keep -->"
+    marker = "<!-- qrnn-bench:begin layer"
+    path.write_text(path.read_text().replace(marker, note + "\n\n" + marker, 1))
+    report.write_markdown(str(path), {"layer": fake_results("layer", 2.0)}, info, False)
+    text = path.read_text()
+    assert text.count("A quiet machine.") == 1
+    assert text.index("## Summary") < text.index("## Conditions") < text.index("## layer")

@@ -18,6 +18,9 @@ from .common import Result, markdown_table
 
 _BEGIN = re.compile(r"<!-- qrnn-bench:begin (?P<area>[\w.-]+) (?P<meta>\{.*?\}) -->")
 _END = "<!-- qrnn-bench:end {area} -->"
+# A hand-written block (conditions of the run, what limits a missed target) that every
+# rewrite keeps, after the summary.
+_KEEP = re.compile(r"<!-- qrnn-bench:keep -->.*?<!-- qrnn-bench:end-keep -->", re.S)
 
 # Titles of each area's plot (what the brief of each benchmark promises to show).
 PLOT_TITLES = {
@@ -105,12 +108,14 @@ def _summary(sections: dict, order: list) -> str:
 def write_markdown(path: str, results_by_area: dict, info: dict, quick: bool, plots: Optional[dict] = None,
                    area_order: Optional[list] = None) -> None:
     """(Re)write BENCHMARKS.md: sections of the areas in `results_by_area` replaced, the
-    others kept, a summary of all on top."""
+    others and the hand-written keep block kept, a summary of all on top."""
     try:
         with open(path, encoding="utf-8") as fh:
-            sections = _read_sections(fh.read())
+            existing = fh.read()
     except FileNotFoundError:
-        sections = {}
+        existing = ""
+    sections = _read_sections(existing)
+    kept = _KEEP.search(existing)
     folder = os.path.dirname(os.path.abspath(path))
     for area, results in results_by_area.items():
         plot = (plots or {}).get(area)
@@ -119,7 +124,8 @@ def write_markdown(path: str, results_by_area: dict, info: dict, quick: bool, pl
         sections[area] = (text, _read_sections(text)[area][1])
     order = list(area_order or [])
     order += sorted(a for a in sections if a not in order)
-    body = [HEADER, _summary(sections, order)] + [sections[a][0] for a in order if a in sections]
+    body = [HEADER, _summary(sections, order)] + ([kept.group(0)] if kept else [])
+    body += [sections[a][0] for a in order if a in sections]
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as fh:
         fh.write("\n\n".join(body) + "\n")
