@@ -59,14 +59,15 @@ tests_line=$(tail -n 1 "$OUT_DIR/tests.log")
 echo "== GPU benchmarks"
 limit 100 "$PYTHON" - "$OUT_DIR/BENCHMARKS-cuda.md" >"$OUT_DIR/bench.log" 2>&1 <<'EOF'
 import sys
-from qrnn.bench import cuda
+from qrnn.bench import cuda, layer
 from qrnn.bench.common import format_table, machine_info, markdown_table
 
 info = machine_info()
-results = cuda.run(quick=False)
+# ForgetMult kernels, then the layer on the GPU: cuDNN comparisons and the fused gate kernels.
+results = cuda.run(quick=False) + layer.gpu(quick=False)
 print(format_table(results))
 with open(sys.argv[1], "w") as fh:
-    fh.write(f"## CUDA kernels, {info['date']}, {info['gpu']}\n\n")
+    fh.write(f"## CUDA kernels and layers, {info['date']}, {info['gpu']}\n\n")
     fh.write(f"torch {info['torch']}, qrnn {info['qrnn']}; reproduce with `tools/gpu_check.sh` "
              "(or `python -m qrnn.bench cuda`).\n\n")
     fh.write(markdown_table(results) + "\n")

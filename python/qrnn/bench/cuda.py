@@ -1,8 +1,8 @@
-"""ForgetMult and the fused gates on an NVIDIA GPU: the CUDA kernels against a device-to-device
-copy of the same bytes (the memory roofline), float16 against float32, bfloat16 against
-float16, float16 against the original one-thread-per-column float32 design (a baseline
-kernel kept in the library for this benchmark only), and the fused gates against the unfused
-path. Every target is a ratio of times measured in this run;
+"""ForgetMult on an NVIDIA GPU: the CUDA kernels against a device-to-device copy of the same
+bytes (the memory roofline), float16 against float32, bfloat16 against float16, and float16
+against the original one-thread-per-column float32 design (a baseline kernel kept in the
+library for this benchmark only). The fused gate kernels' GPU figures are the layer area's
+(qrnn.bench.layer.gpu). Every target is a ratio of times measured in this run;
 cuda/NOTES.md gives the bytes and bandwidth floor of each shape.
 
 Without a GPU (or without the CUDA kernels in this build) it prints why and returns nothing.
@@ -207,45 +207,6 @@ def eager_overhead(quick=False) -> list:
                    f"qrnn {t['qrnn'] / n * 1e6:.1f} us, addcmul {t['addcmul'] / n * 1e6:.1f} us")]
 
 
-def _gates_fwd_bwd(gates, grad):
-    """The fused gate op forward and backward as autograd calls them (output gate, no
-    mask, no lengths): forward reads G (3 blocks) and writes output and states; backward
-    reads G, states and grad_output and writes grad G: 13 arrays of T*B*H elements."""
-    output, _, states = ops.qrnn_gates_op(gates, None, None, None, 1.0, True, False, False)
-    return ops.qrnn_gates_backward_op(grad, None, gates, states, None, None, None, 1.0, True, False, False)
-
-
-def gates_bandwidth(T=512, B=64, H=1024, quick=False) -> list:
-    """The fused gate kernels against a copy of the same bytes, and against the unfused
-    path (PyTorch activations + ForgetMult kernels) at the same shape."""
-    results = []
-    shape = f"T={T} B={B} H={H}"
-    for dtype in (torch.float16, torch.float32):
-        gates = (3 * torch.randn(T, B, 3 * H, device="cuda")).to(dtype)
-        grad = torch.randn(T, B, H, device="cuda").to(dtype)
-        nbytes = 13 * T * B * H * gates.element_size()
-        src = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda").random_()
-        dst = torch.empty_like(src)
-        g_leaf = gates.detach().requires_grad_()
-
-        def unfused():
-            out, _ = ops.qrnn_gates_unfused(g_leaf)
-            return torch.autograd.grad(out, g_leaf, grad)
-
-        t = measure_interleaved({"copy": lambda: dst.copy_(src), "fused": lambda: _gates_fwd_bwd(gates, grad),
-                                 "unfused": unfused}, device="cuda", rounds=3 if quick else 7,
-                                repeat=3 if quick else 5)
-        fraction = t["copy"] / t["fused"]
-        name = _name(dtype)
-        results.append(Result(AREA, f"fused gates {name} fwd+bwd bandwidth vs device copy, {shape}", 100 * fraction,
-                              "%", ">= 80%", fraction >= 0.8,
-                              f"{_gbs(nbytes, t['fused']):.0f} GB/s, copy {_gbs(nbytes, t['copy']):.0f} GB/s"))
-        results.append(Result(AREA, f"fused gates {name} vs unfused path fwd+bwd, {shape}",
-                              t["unfused"] / t["fused"], "x", None, None,
-                              f"fused {t['fused'] * 1e3:.3f} ms, unfused {t['unfused'] * 1e3:.3f} ms"))
-    return results
-
-
 def run(quick: bool = False) -> list:
     if not torch.cuda.is_available():
         print("cuda benchmarks skipped: no CUDA GPU here (torch.cuda.is_available() is False)")
@@ -255,4 +216,4 @@ def run(quick: bool = False) -> list:
         return []
     big = dict(T=128, B=16, H=1024) if quick else {}
     return (bandwidth(**big, quick=quick) + awd_shape(quick=quick) + long_narrow(quick=quick)
-            + gates_bandwidth(**big, quick=quick) + eager_overhead(quick=quick))
+            + eager_overhead(quick=quick))
