@@ -19,6 +19,8 @@ namespace {
 // std::mutex the thread owns is undefined behaviour.
 thread_local bool t_in_pool_job = false;
 
+constexpr int64_t kRangesPerThread = 4;
+
 class ThreadPool {
 public:
     ~ThreadPool() {
@@ -37,21 +39,26 @@ public:
         if (!busy.owns_lock()) return false;
         grow(num_threads - 1);
 
-        const int64_t chunk = (n_items + num_threads - 1) / num_threads;
-        {
-            std::lock_guard<std::mutex> lock(mutex_);
-            job_ = &fn;
-            n_items_ = n_items;
-            chunk_ = chunk;
-            n_ranges_ = int((n_items + chunk - 1) / chunk);
-            next_range_ = 1;  // range 0 runs on the caller
-            pending_ = n_ranges_ - 1;
-            error_ = nullptr;
-            ++generation_;
-        }
-        wake_.notify_all();
-        run_range(0);
+        // Several ranges per thread, claimed as threads come free: when a core is taken
+        // (say by torch's OpenMP workers still spinning after a GEMM), the threads that do
+        // run take over its share instead of waiting for a fixed half at the end.
+        const int64_t n_ranges = std::min<int64_t>(n_items, int64_t(num_threads) * kRangesPerThread);
+        const int64_t chunk = (n_items + n_ranges - 1) / n_ranges;
         std::unique_lock<std::mutex> lock(mutex_);
+        job_ = &fn;
+        n_items_ = n_items;
+        chunk_ = chunk;
+        n_ranges_ = int((n_items + chunk - 1) / chunk);
+        next_range_ = 0;
+        pending_ = n_ranges_;
+        error_ = nullptr;
+        wanted_ = num_threads - 1;  // workers that may join (more may exist from earlier calls)
+        joined_ = 0;
+        const uint64_t job = ++generation_;
+        lock.unlock();
+        wake_.notify_all();
+        lock.lock();
+        claim_ranges(lock, job);  // the caller works too
         done_.wait(lock, [&] { return pending_ == 0; });
         job_ = nullptr;
         if (error_) std::rethrow_exception(error_);
@@ -76,20 +83,29 @@ private:
         }
     }
 
+    // Runs unclaimed ranges of job `job` until none is left; `lock` holds mutex_. (A new
+    // job cannot start meanwhile: it waits for every claimed range to finish.)
+    void claim_ranges(std::unique_lock<std::mutex>& lock, uint64_t job) {
+        while (generation_ == job && next_range_ < n_ranges_) {
+            const int r = next_range_++;
+            lock.unlock();
+            run_range(r);
+            lock.lock();
+            if (--pending_ == 0) done_.notify_one();
+        }
+    }
+
     void loop() {
         uint64_t seen = 0;
         std::unique_lock<std::mutex> lock(mutex_);
         for (;;) {
-            wake_.wait(lock, [&] { return stopping_ || (generation_ != seen && next_range_ < n_ranges_); });
+            wake_.wait(lock, [&] {
+                return stopping_ || (generation_ != seen && next_range_ < n_ranges_ && joined_ < wanted_);
+            });
             if (stopping_) return;
-            while (next_range_ < n_ranges_) {
-                const int r = next_range_++;
-                lock.unlock();
-                run_range(r);
-                lock.lock();
-                if (--pending_ == 0) done_.notify_one();
-            }
             seen = generation_;
+            ++joined_;
+            claim_ranges(lock, seen);
         }
     }
 
@@ -100,6 +116,7 @@ private:
     const std::function<void(int64_t, int64_t)>* job_ = nullptr;
     int64_t n_items_ = 0, chunk_ = 0;
     int n_ranges_ = 0, next_range_ = 0, pending_ = 0;
+    int wanted_ = 0, joined_ = 0;  // workers allowed to join the current job, and joined
     uint64_t generation_ = 0;
     bool stopping_ = false;
     std::exception_ptr error_;

@@ -8,8 +8,9 @@
 
 namespace qrnn::detail {
 
-// Runs fn(begin, end) over [0, n_items) split into at most `num_threads` contiguous
-// ranges, one of them on the calling thread. Blocks until all ranges are done.
+// Runs fn(begin, end) over [0, n_items) split into contiguous ranges (a few per thread)
+// that at most `num_threads` threads, the calling one included, claim as they come free.
+// Blocks until all ranges are done.
 // The first exception thrown by any range is rethrown here.
 void parallel_for(int64_t n_items, int num_threads,
                   const std::function<void(int64_t begin, int64_t end)>& fn);

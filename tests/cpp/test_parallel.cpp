@@ -5,8 +5,11 @@
 #include "parallel.hpp"
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -116,6 +119,23 @@ void nested_calls() {
     CHECK(total == 80);
 }
 
+// After a call that grew the pool to 7 workers, a call asking for 2 threads runs on at most
+// 2 distinct threads (the caller and one worker), however many ranges it is split into.
+void thread_limit() {
+    parallel_for(1 << 12, 8, [](int64_t, int64_t) { std::this_thread::sleep_for(std::chrono::microseconds(50)); });
+    for (int threads : {1, 2, 3}) {
+        qrnn_test::Context ctx("threads=" + std::to_string(threads));
+        std::mutex mutex;
+        std::set<std::thread::id> seen;
+        parallel_for(64, threads, [&](int64_t, int64_t) {
+            std::this_thread::sleep_for(std::chrono::microseconds(200));  // let every worker try to join
+            std::lock_guard<std::mutex> lock(mutex);
+            seen.insert(std::this_thread::get_id());
+        });
+        CHECK(int(seen.size()) <= threads);
+    }
+}
+
 }  // namespace
 
 int main() {
@@ -124,5 +144,6 @@ int main() {
     exceptions_propagate();
     concurrent_callers();
     nested_calls();
+    thread_limit();
     return qrnn_test::result("test_parallel");
 }
