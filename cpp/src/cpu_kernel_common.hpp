@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
+#include <vector>
 
 #if defined(__F16C__)
 #include <immintrin.h>
@@ -96,6 +97,39 @@ inline void row_from_float<float16>(const float* __restrict__ src, float16* __re
     for (; j < n; ++j) dst[j].bits = _cvtss_sh(src[j], _MM_FROUND_TO_NEAREST_INT);
 }
 #endif
+
+// ---- Work items (cpu_work_items.hpp says how they are sized and walked) ----------------
+
+// One work item: a batch row's block of hidden units [j0, j0 + n).
+struct RowItem {
+    int64_t b, j0, n;
+};
+
+// Items first .. first + count - 1 of `hidden`'s blocks of `block` units.
+inline void describe_rows(int64_t hidden, int64_t block, int64_t first, int64_t count, RowItem* items) {
+    const int64_t blocks = (hidden + block - 1) / block;
+    for (int64_t i = 0; i < count; ++i) {
+        const int64_t item = first + i, j0 = (item % blocks) * block;
+        items[i] = {item / blocks, j0, std::min(block, hidden - j0)};
+    }
+}
+
+// Per-thread scratch of at least n elements, kept across calls so that a kernel call
+// allocates nothing (a per-call heap allocation in the worker threads can make glibc trim
+// the caller's freed outputs away, to be page-faulted back in by the next call). Slot
+// tells apart buffers of one type; kernels never nest, so they may share slots.
+template <typename E, int Slot>
+E* scratch(size_t n) {
+    thread_local std::vector<E> buffer;
+    if (buffer.size() < n) buffer.resize(n);
+    return buffer.data();
+}
+
+// Element offset of item `it`'s row at time t in a strided (time, batch, hidden) view.
+template <typename V>
+inline int64_t row_offset(const V& v, int64_t t, const RowItem& it) {
+    return t * v.stride_t + it.b * v.stride_b + it.j0 * v.stride_h;
+}
 
 template <typename T>
 constexpr bool is_16bit = std::is_same_v<T, bfloat16> || std::is_same_v<T, float16>;

@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <vector>
 
 #include "cpu_kernel_common.hpp"
 #include "forget_mult_table.hpp"
@@ -20,34 +19,6 @@
 #endif
 
 namespace qrnn::cpu::QRNN_ISA {
-
-// One work item: a batch row's block of hidden units [j0, j0 + n).
-struct RowItem {
-    int64_t b, j0, n;
-};
-
-// Items first .. first + count - 1 of `hidden`'s blocks of `block` units.
-inline void describe_rows(int64_t hidden, int64_t block, int64_t first, int64_t count, RowItem* items) {
-    const int64_t blocks = (hidden + block - 1) / block;
-    for (int64_t i = 0; i < count; ++i) {
-        const int64_t item = first + i, j0 = (item % blocks) * block;
-        items[i] = {item / blocks, j0, std::min(block, hidden - j0)};
-    }
-}
-
-// Per-thread scratch of at least n elements, kept across calls so that a kernel call
-// allocates nothing (Slot tells apart two buffers of one type).
-template <typename E, int Slot>
-E* scratch(size_t n) {
-    thread_local std::vector<E> buffer;
-    if (buffer.size() < n) buffer.resize(n);
-    return buffer.data();
-}
-
-template <typename V>
-inline int64_t row_offset(const V& v, int64_t t, const RowItem& it) {
-    return t * v.stride_t + it.b * v.stride_b + it.j0 * v.stride_h;
-}
 
 // Contig: every hidden stride is 1, which lets the compiler vectorise the j loops.
 template <typename T, bool Contig>

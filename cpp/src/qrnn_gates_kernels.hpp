@@ -16,7 +16,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
-#include <vector>
 
 #include "cpu_kernel_common.hpp"
 #include "cpu_math.hpp"
@@ -140,21 +139,18 @@ inline void backward_math(const TG* __restrict__ gz, const TG* __restrict__ gf, 
 
 // ---- Work items ---------------------------------------------------------------------
 
-// One work item: a batch row's block of hidden units and its sequence's valid steps.
-struct Item {
-    int64_t b, j0, n, valid;
+// A work item (cpu_kernel_common.hpp) and its sequence's valid steps.
+struct Item : RowItem {
+    int64_t valid;
 };
 
 // Fills items[0, count) for items first, first + 1, ...; returns their longest walk.
 template <typename Params>
 inline int64_t describe_items(const Params& p, int64_t block, int64_t first, int64_t count, Item* items) {
-    const int64_t blocks = (p.hidden + block - 1) / block;
     int64_t max_valid = 0;
     for (int64_t i = 0; i < count; ++i) {
         Item& it = items[i];
-        it.b = (first + i) / blocks;
-        it.j0 = ((first + i) % blocks) * block;
-        it.n = std::min(block, p.hidden - it.j0);
+        describe_rows(p.hidden, block, first + i, 1, &it);
         it.valid = p.lengths ? p.lengths[it.b * p.lengths_stride] : p.seq_len;
         max_valid = std::max(max_valid, it.valid);
     }
@@ -164,40 +160,23 @@ inline int64_t describe_items(const Params& p, int64_t block, int64_t first, int
 // Time index of step k of a sequence with `valid` steps, walked forwards or in reverse.
 inline int64_t step_time(int64_t k, int64_t valid, bool reverse) { return reverse ? valid - 1 - k : k; }
 
-template <typename V>
-inline int64_t offset(const V& v, int64_t t, const Item& it) {
-    return t * v.stride_t + it.b * v.stride_b + it.j0 * v.stride_h;
-}
-
-// Per-thread scratch: the chunk's items and states, and rows for widened 16-bit data.
-// One per thread and math type, kept across calls: a kernel call allocates nothing (and
-// leaves the heap as it found it, so the caller's freed outputs are not trimmed away
-// and page-faulted back in on the next call).
+// The chunk's items and states, and rows for widened 16-bit data, in per-thread scratch.
 template <typename M>
 struct Scratch {
-    std::vector<Item> items;
-    std::vector<M> state, state2;  // forward: c; backward: running gradient and c0
-    std::vector<M> rows;           // 11 rows of one block: gates, mask, c[t-1], dh, results
-    std::vector<M> ones, zeros;
-    int64_t block = 0;
-    M* row(int k) { return rows.data() + k * block; }
-};
-
-template <typename M>
-Scratch<M>& thread_scratch(int64_t block, int64_t n_items) {
-    thread_local Scratch<M> s;
-    const auto grow = [](auto& v, int64_t n) { if (v.size() < size_t(n)) v.resize(size_t(n)); };
-    grow(s.items, n_items);
-    grow(s.state, n_items * block);
-    grow(s.state2, n_items * block);
-    grow(s.rows, 11 * block);
-    if (s.block != block) {
-        s.ones.assign(size_t(block), M(1));
-        s.zeros.assign(size_t(block), M(0));
-        s.block = block;
+    Item* items;
+    M *state, *state2;  // forward: c; backward: running gradient and c0
+    M* rows;            // 11 rows of one block: gates, mask, c[t-1], dh, results
+    M *ones, *zeros;
+    int64_t block;
+    Scratch(int64_t block_, int64_t n_items)
+        : items(scratch<Item, 0>(size_t(n_items))), state(scratch<M, 1>(size_t(n_items * block_))),
+          state2(scratch<M, 2>(size_t(n_items * block_))), rows(scratch<M, 3>(size_t(11 * block_))),
+          ones(scratch<M, 4>(size_t(block_))), zeros(scratch<M, 5>(size_t(block_))), block(block_) {
+        std::fill(ones, ones + block, M(1));
+        std::fill(zeros, zeros + block, M(0));
     }
-    return s;
-}
+    M* row(int k) { return rows + k * block; }
+};
 
 // ---- Forward ------------------------------------------------------------------------
 
@@ -214,10 +193,10 @@ void gates_forward_items(const QrnnGatesForwardParams& p, int64_t begin, int64_t
     const int64_t sk = Contig ? 1 : p.forget_mask.stride_h;
     const int64_t so = Contig ? 1 : p.output.stride_h;
     const int64_t ss = Contig ? 1 : p.states.stride_h;
-    Scratch<M>& s = thread_scratch<M>(block, std::min(per_chunk, end - begin));
+    Scratch<M> s(block, std::min(per_chunk, end - begin));
     for (int64_t first = begin; first < end; first += per_chunk) {
         const int64_t count = std::min(per_chunk, end - first);
-        const int64_t max_valid = describe_items(p, block, first, count, s.items.data());
+        const int64_t max_valid = describe_items(p, block, first, count, s.items);
         for (int64_t i = 0; i < count; ++i) {
             const Item& it = s.items[i];
             load_state(p.c0, p.c0_dtype, it.b, it.j0, it.n, &s.state[i * block]);
@@ -227,12 +206,12 @@ void gates_forward_items(const QrnnGatesForwardParams& p, int64_t begin, int64_t
                 const Item& it = s.items[i];
                 if (k >= it.valid) continue;
                 const int64_t t = step_time(k, it.valid, p.reverse), n = it.n;
-                const T* g = at<T>(p.gates.data, offset(p.gates, t, it));
-                const Row<M> keep = has_mask ? read_row<T, M>(at<T>(p.forget_mask.data, offset(p.forget_mask, t, it)),
+                const T* g = at<T>(p.gates.data, row_offset(p.gates, t, it));
+                const Row<M> keep = has_mask ? read_row<T, M>(at<T>(p.forget_mask.data, row_offset(p.forget_mask, t, it)),
                                                               sk, n, s.row(3))
-                                             : Row<M>{s.ones.data(), 1};
+                                             : Row<M>{s.ones, 1};
                 M* c = &s.state[i * block];
-                T* out = at<T>(p.output.data, offset(p.output, t, it));
+                T* out = at<T>(p.output.data, row_offset(p.output, t, it));
                 if constexpr (in_place || converts_inline<T>) {
                     forward_math<T, T, M, OutputGate>(g, g + gs, g + 2 * gs, sg, keep.data, keep.stride, scale, c,
                                                       out, so, n);
@@ -244,7 +223,7 @@ void gates_forward_items(const QrnnGatesForwardParams& p, int64_t begin, int64_t
                                                       n);
                     narrow(s.row(4), n, out, so);
                 }
-                if (p.states.data) narrow(c, n, at<T>(p.states.data, offset(p.states, t, it)), ss);
+                if (p.states.data) narrow(c, n, at<T>(p.states.data, row_offset(p.states, t, it)), ss);
             }
         }
         for (int64_t i = 0; i < count; ++i) {
@@ -252,8 +231,8 @@ void gates_forward_items(const QrnnGatesForwardParams& p, int64_t begin, int64_t
             if (p.c_n.data) store_state(p.c_n, p.c_n_dtype, it.b, it.j0, it.n, &s.state[i * block]);
             // Padding steps (at or after the sequence's end, either direction): zeros.
             for (int64_t t = it.valid; t < p.seq_len; ++t) {
-                zero_row(at<T>(p.output.data, offset(p.output, t, it)), it.n, so);
-                if (p.states.data) zero_row(at<T>(p.states.data, offset(p.states, t, it)), it.n, ss);
+                zero_row(at<T>(p.output.data, row_offset(p.output, t, it)), it.n, so);
+                if (p.states.data) zero_row(at<T>(p.states.data, row_offset(p.states, t, it)), it.n, ss);
             }
         }
     }
@@ -276,16 +255,16 @@ void gates_backward_items(const QrnnGatesBackwardParams& p, int64_t begin, int64
     const int64_t sc = Contig ? 1 : p.states.stride_h;
     const int64_t sd = Contig ? 1 : p.grad_output.stride_h;
     const int64_t sdg = Contig ? 1 : p.grad_gates.stride_h;
-    Scratch<M>& s = thread_scratch<M>(block, std::min(per_chunk, end - begin));
+    Scratch<M> s(block, std::min(per_chunk, end - begin));
     for (int64_t first = begin; first < end; first += per_chunk) {
         const int64_t count = std::min(per_chunk, end - first);
-        const int64_t max_valid = describe_items(p, block, first, count, s.items.data());
+        const int64_t max_valid = describe_items(p, block, first, count, s.items);
         for (int64_t i = 0; i < count; ++i) {
             const Item& it = s.items[i];
             load_state(p.grad_c_n, p.c_n_dtype, it.b, it.j0, it.n, &s.state[i * block]);
             load_state(p.c0, p.c0_dtype, it.b, it.j0, it.n, &s.state2[i * block]);
             for (int64_t t = it.valid; t < p.seq_len; ++t) {
-                T* row = at<T>(p.grad_gates.data, offset(p.grad_gates, t, it));
+                T* row = at<T>(p.grad_gates.data, row_offset(p.grad_gates, t, it));
                 for (int k = 0; k < n_gates; ++k) zero_row(row + k * dgs, it.n, sdg);
             }
         }
@@ -295,20 +274,20 @@ void gates_backward_items(const QrnnGatesBackwardParams& p, int64_t begin, int64
                 const Item& it = s.items[i];
                 if (k >= it.valid) continue;
                 const int64_t t = step_time(k, it.valid, p.reverse), n = it.n;
-                const T* g = at<T>(p.gates.data, offset(p.gates, t, it));
-                const Row<M> keep = has_mask ? read_row<T, M>(at<T>(p.forget_mask.data, offset(p.forget_mask, t, it)),
+                const T* g = at<T>(p.gates.data, row_offset(p.gates, t, it));
+                const Row<M> keep = has_mask ? read_row<T, M>(at<T>(p.forget_mask.data, row_offset(p.forget_mask, t, it)),
                                                               sk, n, s.row(3))
-                                             : Row<M>{s.ones.data(), 1};
+                                             : Row<M>{s.ones, 1};
                 // c[t-1]: the saved state of the previous step, or c0 before the first.
                 const Row<M> cprev =
-                    k > 0 ? read_row<T, M>(at<T>(p.states.data, offset(p.states, step_time(k - 1, it.valid, p.reverse), it)),
+                    k > 0 ? read_row<T, M>(at<T>(p.states.data, row_offset(p.states, step_time(k - 1, it.valid, p.reverse), it)),
                                            sc, n, s.row(4))
                           : Row<M>{&s.state2[i * block], 1};
-                const Row<M> dh = has_dh ? read_row<T, M>(at<T>(p.grad_output.data, offset(p.grad_output, t, it)),
+                const Row<M> dh = has_dh ? read_row<T, M>(at<T>(p.grad_output.data, row_offset(p.grad_output, t, it)),
                                                           sd, n, s.row(5))
-                                         : Row<M>{s.zeros.data(), 1};
+                                         : Row<M>{s.zeros, 1};
                 M* grad = &s.state[i * block];
-                T* dg = at<T>(p.grad_gates.data, offset(p.grad_gates, t, it));
+                T* dg = at<T>(p.grad_gates.data, row_offset(p.grad_gates, t, it));
                 if constexpr (in_place || converts_inline<T>) {
                     backward_math<T, T, M, OutputGate>(g, g + gs, g + 2 * gs, sg, keep.data, keep.stride, scale,
                                                        cprev.data, cprev.stride, dh.data, dh.stride, grad, dg,
