@@ -1,5 +1,6 @@
 """Shared test fixtures: per-dtype tolerances, fresh random inputs, device parametrisation."""
 
+import contextlib
 import ctypes
 import os
 import shutil
@@ -11,7 +12,7 @@ import pytest
 import torch
 
 import qrnn
-from qrnn import ops, ops_cuda
+from qrnn import _C, ops, ops_cuda
 from qrnn.reference import forget_mult_backward_reference
 
 # (atol, rtol) of a kernel's output against the float64 reference, per storage dtype.
@@ -109,40 +110,46 @@ def _cuda_include():
 
 
 class Emulator:
-    """ctypes front of tests/cuda_emulation/emulate_kernels.cpp: the integers of qrnn._C's
-    CUDA launchers (built by qrnn.ops_cuda / qrnn.ops) and a launch plan or vector width."""
+    """ctypes front of tests/cuda_emulation/emulate_kernels.cpp. Each method takes the
+    argument tuple qrnn.kernel_args builds for qrnn._C's CUDA launchers (the very numbers
+    a GPU call passes) and the launch plan (vector width, chunks) the launch would use."""
 
     def __init__(self, path: Path):
         lib = ctypes.CDLL(str(path))
-        for fn in (lib.qrnn_emulate_forward, lib.qrnn_emulate_backward):
-            fn.argtypes = [ctypes.POINTER(ctypes.c_int64), ctypes.c_int, ctypes.c_int]
-        for fn in (lib.qrnn_emulate_gates_forward, lib.qrnn_emulate_gates_backward):
-            fn.argtypes = [ctypes.c_double, ctypes.POINTER(ctypes.c_int64), ctypes.c_int]
-        self.lib = lib
+        self.kernels = {}
+        for kernel, entry in (("forget_mult_forward", lib.qrnn_emulate_forward),
+                              ("forget_mult_backward", lib.qrnn_emulate_backward),
+                              ("qrnn_gates_forward", lib.qrnn_emulate_gates_forward),
+                              ("qrnn_gates_backward", lib.qrnn_emulate_gates_backward)):
+            entry.argtypes = [ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_double), ctypes.c_int,
+                              ctypes.c_int]
+            self.kernels[kernel] = entry
+        self.fields = _C.kernel_fields()
 
-    @staticmethod
-    def _ints(args):
-        return (ctypes.c_int64 * len(args))(*args)
+    def run(self, kernel: str, args: tuple, vector_width: int, chunks: int = 1) -> None:
+        """Runs `kernel` on `args` (the fields of _C.kernel_fields()[kernel], nothing after)."""
+        kinds = [kind for kind, _ in self.fields[kernel]]
+        expected = sum(4 if k.endswith("view3") else 3 if k.endswith("view2") else 1 for k in kinds)
+        assert len(args) == expected, f"{kernel}: {len(args)} numbers, its fields take {expected}"
+        reals = [a for a in args if isinstance(a, float)]
+        ints = [a for a in args if not isinstance(a, float)]
+        assert len(reals) == kinds.count("real")
+        status = self.kernels[kernel]((ctypes.c_int64 * len(ints))(*ints), (ctypes.c_double * (len(reals) + 1))(*reals),
+                                      vector_width, chunks)
+        assert status == 0, f"the emulated {kernel} failed (its error is on stderr)"
 
     def forward(self, h, f, x, h0, batch_first, plan):
-        args = ops._forward_args(h, f, x, h0, batch_first)
-        assert len(args) == 20
-        assert self.lib.qrnn_emulate_forward(self._ints(args), *plan) == 0
+        self.run("forget_mult_forward", ops._forward_args(h, f, x, h0, batch_first), *plan)
 
     def backward(self, grad_f, grad_x, grad_h0, grad_h, f, x, h, h0, batch_first, plan):
-        args = ops._backward_args(grad_f, grad_x, grad_h0, grad_h, f, x, h, h0, batch_first)
-        assert len(args) == 35
-        assert self.lib.qrnn_emulate_backward(self._ints(args), *plan) == 0
+        self.run("forget_mult_backward", ops._backward_args(grad_f, grad_x, grad_h0, grad_h, f, x, h, h0, batch_first),
+                 *plan)
 
     def gates_forward(self, args: tuple, width: int):
-        """`args`: ops._gates_forward_args (forget_scale, then 33 integers)."""
-        assert len(args) == 34
-        assert self.lib.qrnn_emulate_gates_forward(args[0], self._ints(args[1:]), width) == 0
+        self.run("qrnn_gates_forward", args, width)
 
     def gates_backward(self, args: tuple, width: int):
-        """`args`: ops._gates_backward_args (forget_scale, then 41 integers)."""
-        assert len(args) == 42
-        assert self.lib.qrnn_emulate_gates_backward(args[0], self._ints(args[1:]), width) == 0
+        self.run("qrnn_gates_backward", args, width)
 
 
 @pytest.fixture(scope="session")
@@ -159,7 +166,89 @@ def emulator(tmp_path_factory):
     extra = os.environ.get("QRNN_EMULATOR_CXXFLAGS", "").split()
     source = REPO / "tests" / "cuda_emulation" / "emulate_kernels.cpp"
     cmd = [cxx, "-std=c++20", "-O1", "-g", "-shared", "-fPIC", "-pthread", *extra, f"-I{include}",
-           f"-I{REPO / 'cpp' / 'include'}", f"-I{REPO / 'cuda'}", str(source), "-o", str(out)]
+           f"-I{REPO / 'cpp' / 'include'}", f"-I{REPO / 'cpp' / 'src'}", f"-I{REPO / 'cuda'}", str(source), "-o", str(out)]
     built = subprocess.run(cmd, capture_output=True, text=True)
     assert built.returncode == 0, f"building the kernel emulator failed:\n{built.stderr[-4000:]}"
     return Emulator(out)
+
+
+# ---- The CUDA glue (qrnn.ops_cuda) on CPU tensors, launching the emulated kernels ----------
+
+
+class EmulatedLaunchers:
+    """qrnn._C as qrnn.ops_cuda sees it, with each CUDA launcher running the emulated
+    kernel on the numbers the launch received (and the plan the real build computes from
+    them). Every launch is recorded: (kernel, stream, plan)."""
+
+    def __init__(self, real, emulator: Emulator):
+        self._real, self._emulator = real, emulator
+        self.launches: list = []
+
+    def __getattr__(self, name):  # plans, widths, everything else: the real module
+        return getattr(self._real, name)
+
+    def _run(self, kernel, fields, stream, plan):
+        self._emulator.run(kernel, tuple(fields), *plan)
+        self.launches.append((kernel, stream, tuple(plan)))
+
+    def cuda_forget_mult_forward(self, *args):
+        *fields, stream, schedule = args
+        self._run("forget_mult_forward", fields, stream, self._real.cuda_forget_mult_forward_plan(*fields, schedule))
+
+    def cuda_forget_mult_backward(self, *args):
+        *fields, stream, schedule = args
+        self._run("forget_mult_backward", fields, stream, self._real.cuda_forget_mult_backward_plan(*fields, schedule))
+
+    def cuda_qrnn_gates_forward(self, *args):
+        *fields, stream = args
+        self._run("qrnn_gates_forward", fields, stream, self._real.cuda_qrnn_gates_forward_width(*fields))
+
+    def cuda_qrnn_gates_backward(self, *args):
+        *fields, stream = args
+        self._run("qrnn_gates_backward", fields, stream, self._real.cuda_qrnn_gates_backward_width(*fields))
+
+
+class EmulatedRuntime:
+    """Stands in for torch's CUDA runtime lookups in qrnn.ops_cuda: CPU tensors have device
+    index None, taken as the current device unless a test sets `current` to another index."""
+
+    STREAM = 0x5EED  # a recognisable stream handle: launches must pass what the lookup gave
+
+    def __init__(self):
+        self.current = None
+        self.entered: list = []
+
+    def current_device(self):
+        return self.current
+
+    def stream(self, index):
+        return self.STREAM
+
+    @contextlib.contextmanager
+    def device(self, index):
+        self.entered.append(index)
+        yield
+
+
+@pytest.fixture
+def emulated_cuda(emulator, monkeypatch):
+    """A context manager factory: inside ``with emulated_cuda() as launches:``, CPU tensors
+    take the CUDA path of qrnn (ops -> ops_cuda -> qrnn._C's launchers) with the launchers
+    running the emulated kernels; ``launches`` is the EmulatedLaunchers recording them."""
+
+    @contextlib.contextmanager
+    def enable():
+        launchers, runtime = EmulatedLaunchers(_C, emulator), EmulatedRuntime()
+        with monkeypatch.context() as m:
+            m.setattr(ops_cuda, "_C", launchers)
+            m.setattr(ops_cuda, "runtime", runtime)
+            m.setattr(ops, "_forward_cpu", ops_cuda._forward_cuda)  # the eager direct path
+            for table, kernel in ((ops.FORWARD_KERNELS, ops_cuda._forward_cuda),
+                                  (ops.BACKWARD_KERNELS, ops_cuda._backward_cuda),
+                                  (ops.QRNN_GATES_FORWARD_KERNELS, ops_cuda._gates_forward_cuda),
+                                  (ops.QRNN_GATES_BACKWARD_KERNELS, ops_cuda._gates_backward_cuda)):
+                m.setitem(table, "cpu", kernel)
+            launchers.runtime = runtime
+            yield launchers
+
+    return enable

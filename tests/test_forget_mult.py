@@ -265,7 +265,7 @@ def test_core_validates_again():
         fwd(0, 2**40, 2**40, 2, *views, 1)
     with pytest.raises(ValueError, match="dtype"):
         fwd(7, 1, 1, 1, *views, 1)
-    with pytest.raises(TypeError, match="21 integer arguments"):
+    with pytest.raises(TypeError, match="takes 21 arguments"):
         fwd(0, 1, 1, 1)
     with pytest.raises(TypeError):
         fwd(0, 1.5, 1, 1, *views, 1)
@@ -276,3 +276,26 @@ def test_build_info():
     assert info["version"] == qrnn.__version__
     assert info["simd"] in ("generic", "avx2", "avx512")
     assert isinstance(info["cuda"], bool)
+
+
+def test_kernel_argument_lists_are_defined_once():
+    """Python's argument builders are generated from qrnn._C's own field lists, and a list
+    they cannot fill (a field renamed in C++, or an expression of the wrong size) fails
+    at import with KernelArgsError instead of passing misread pointers."""
+    from qrnn import kernel_args
+
+    fields = qrnn._C.kernel_fields()
+    assert set(fields) == {"forget_mult_forward", "forget_mult_backward", "qrnn_gates_forward", "qrnn_gates_backward"}
+    assert [name for _, name in fields["forget_mult_forward"]][:4] == ["dtype", "seq_len", "batch", "hidden"]
+    assert {getattr(torch, name) for name in qrnn._C.dtype_codes()} == set(kernel_args.DTYPE_CODES)
+    f = torch.rand(2, 3, 4)
+    sources = {"dtype": "0", "seq_len": "2", "batch": "3", "hidden": "4", "f": "f", "x": "f", "h0": "view2(None)",
+               "h0_dtype": "0", "h": "f"}
+    build = kernel_args._generate("forget_mult_forward", "f", "", sources, [(f,)])
+    assert len(build(f)) == 20
+    with pytest.raises(kernel_args.KernelArgsError, match=r"fields \['h'\] have no Python expression"):
+        kernel_args._generate("forget_mult_forward", "f", "", {k: v for k, v in sources.items() if k != "h"}, [])
+    with pytest.raises(kernel_args.KernelArgsError, match=r"\['hidden_size'\] are not qrnn._C fields"):
+        kernel_args._generate("forget_mult_forward", "f", "", {**sources, "hidden_size": "4"}, [])
+    with pytest.raises(kernel_args.KernelArgsError, match="field h0 .* expected 3"):
+        kernel_args._generate("forget_mult_forward", "f", "", {**sources, "h0": "(0, 0)"}, [(f,)])

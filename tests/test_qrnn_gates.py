@@ -403,7 +403,7 @@ def test_cuda_launchers_without_a_gpu_raise():
     gates, c0, mask, lens = make_inputs(4, 2, 8, torch.float32, lengths=True, mask=True, c0=True)
     output, states, c_n = ops._gates_forward_outputs(gates, True, False)
     args = ops._gates_forward_args(output, states, c_n, gates, c0, mask, lens, 1.0, True, False, False)
-    with pytest.raises(TypeError, match="integer arguments"):
+    with pytest.raises(TypeError, match="takes [0-9]+ arguments"):
         _C.cuda_qrnn_gates_forward(*args)
     with pytest.raises(ValueError, match="forget_scale"):
         _C.cuda_qrnn_gates_forward(2.0, *args[1:], 0)

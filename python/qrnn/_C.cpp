@@ -5,8 +5,10 @@
 // from the core arrives in Python as ValueError, other exceptions as RuntimeError.
 //
 // The kernel entry points are called on every forward/backward, so they bypass
-// pybind11's generic argument conversion (microseconds at 20+ arguments) and take a flat
-// list of integers through CPython's METH_FASTCALL protocol. Everything else uses pybind11.
+// pybind11's generic argument conversion (microseconds at 20+ arguments) and take their
+// parameter struct as a flat list of numbers through CPython's METH_FASTCALL protocol.
+// That list is defined once, in kernel_args.hpp, and exported as kernel_fields(), from
+// which qrnn.ops builds its arguments. Everything else uses pybind11.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -14,7 +16,9 @@
 #include <optional>
 #include <stdexcept>
 #include <tuple>
+#include <type_traits>
 
+#include "kernel_args.hpp"
 #include "qrnn/build_info.hpp"
 #include "qrnn/checkpoint.hpp"
 #include "qrnn/forget_mult.hpp"
@@ -26,41 +30,93 @@ namespace py = pybind11;
 
 namespace {
 
+namespace args = qrnn::args;
+
 // Below this many element-steps a kernel finishes in about a microsecond: keep the GIL
 // (re-acquiring it can wait a whole switch interval when other Python threads run).
 constexpr int64_t kReleaseGilWork = 1 << 14;
 
-// Reads exactly N integer arguments; false (with a Python error set) otherwise.
-template <size_t N>
-bool parse_ints(const char* fn, PyObject* const* args, Py_ssize_t nargs, int64_t (&out)[N]) {
-    if (nargs != Py_ssize_t(N)) {
-        PyErr_Format(PyExc_TypeError, "%s takes %d integer arguments, got %zd", fn, int(N), nargs);
-        return false;
+// The numbers of one fast call: the parameter list of `List`, then `Extra` trailing
+// integers (num_threads on the CPU; stream and schedule for CUDA launches).
+template <typename List, int Extra>
+struct FastCall {
+    int64_t ints[List::ints + Extra];
+    double reals[List::reals + 1];
+
+    // False (with a Python error set) unless `argv` holds exactly those numbers.
+    bool parse(PyObject* const* argv, Py_ssize_t nargs) {
+        constexpr Py_ssize_t expected = List::ints + List::reals + Extra;
+        if (nargs != expected) {
+            PyErr_Format(PyExc_TypeError,
+                         "%s takes %zd arguments (the fields of _C.kernel_fields()['%s'] and %d more), got %zd",
+                         List::name, expected, List::name, Extra, nargs);
+            return false;
+        }
+        int64_t* next_int = ints;
+        double* next_real = reals;
+        Py_ssize_t i = 0;
+        for (const args::Field& field : List::fields) {
+            if (args::is_real(field.kind)) {
+                *next_real = PyFloat_AsDouble(argv[i++]);
+                if (*next_real++ == -1.0 && PyErr_Occurred()) return false;
+                continue;
+            }
+            for (int k = 0; k < args::width(field.kind); ++k)
+                if (!read_int(argv[i++], *next_int++)) return false;
+        }
+        for (int k = 0; k < Extra; ++k)
+            if (!read_int(argv[i++], *next_int++)) return false;
+        return true;
     }
-    for (size_t i = 0; i < N; ++i) {
-        out[i] = PyLong_AsLongLong(args[i]);
-        if (out[i] == -1 && PyErr_Occurred()) return false;
+    typename List::params params() const { return List::read(ints, reals); }
+    int64_t extra(int k) const { return ints[List::ints + k]; }
+
+private:
+    static bool read_int(PyObject* o, int64_t& out) {
+        out = PyLong_AsLongLong(o);
+        return !(out == -1 && PyErr_Occurred());
     }
-    return true;
+};
+
+PyObject* to_python() { Py_RETURN_NONE; }
+PyObject* to_python(const qrnn::cuda::LaunchPlan& p) { return Py_BuildValue("(ii)", p.vector_width, p.chunks); }
+
+// Parses a fast call of `List` and runs `body(params, call)` with exceptions translated,
+// releasing the GIL around large work when `may_release_gil` (CPU kernels; a CUDA launch
+// only queues work). Returns body's result as a Python object (None for void).
+template <typename List, int Extra, typename Body>
+PyObject* fast_call(PyObject* const* argv, Py_ssize_t nargs, bool may_release_gil, Body&& body) {
+    FastCall<List, Extra> call;
+    if (!call.parse(argv, nargs)) return nullptr;
+    try {
+        const typename List::params p = call.params();
+        if constexpr (std::is_void_v<decltype(body(p, call))>) {
+            const bool sized = p.seq_len > 0 && p.batch > 0 && p.hidden > 0;  // sizes are re-checked by the core
+            if (may_release_gil && sized && p.seq_len * p.batch * p.hidden >= kReleaseGilWork) {
+                py::gil_scoped_release release;
+                body(p, call);
+            } else {
+                body(p, call);
+            }
+            return to_python();
+        } else {
+            return to_python(body(p, call));
+        }
+    } catch (const std::invalid_argument& e) {
+        PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const std::exception& e) {
+        PyErr_SetString(PyExc_RuntimeError, e.what());
+    }
+    return nullptr;
 }
 
-// Argument decoding: a 3-D view is (pointer, stride_t, stride_b, stride_h), a 2-D view
-// (pointer, stride_b, stride_h); the reader advances through the argument vector.
-struct ArgReader {
-    const int64_t* a;
-    int64_t next() { return *a++; }
-    qrnn::DType dtype() {
-        const int64_t code = next();
-        if (code < 0 || code > 3) throw std::invalid_argument("dtype code must be 0..3, got " + std::to_string(code));
-        return static_cast<qrnn::DType>(code);
+// Defines `fn(PyObject*, argv, nargs)` as a fast call of list `List` with `Extra` trailing integers.
+#define QRNN_FAST_ENTRY(fn, List, Extra, release_gil, ...)                                          \
+    PyObject* fn(PyObject*, PyObject* const* argv, Py_ssize_t nargs) {                               \
+        return fast_call<args::List, Extra>(argv, nargs, release_gil,                                \
+                                            [&](const auto& p, const auto& call) { __VA_ARGS__; }); \
     }
-    const void* cptr() { return reinterpret_cast<const void*>(static_cast<uintptr_t>(next())); }
-    void* mptr() { return reinterpret_cast<void*>(static_cast<uintptr_t>(next())); }
-    qrnn::ConstView3 cview3() { auto p = cptr(); auto st = next(), sb = next(), sh = next(); return {p, st, sb, sh}; }
-    qrnn::View3 mview3() { auto p = mptr(); auto st = next(), sb = next(), sh = next(); return {p, st, sb, sh}; }
-    qrnn::ConstView2 cview2() { auto p = cptr(); auto sb = next(), sh = next(); return {p, sb, sh}; }
-    qrnn::View2 mview2() { auto p = mptr(); auto sb = next(), sh = next(); return {p, sb, sh}; }
-};
+#define QRNN_FASTCALL(fn) reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(fn)), METH_FASTCALL
 
 // Adds a null-terminated table of METH_FASTCALL functions to the module.
 void add_fastcall_functions(py::module_& m, PyMethodDef* table) {
@@ -68,95 +124,51 @@ void add_fastcall_functions(py::module_& m, PyMethodDef* table) {
         m.add_object(def->ml_name, py::reinterpret_steal<py::object>(PyCFunction_NewEx(def, nullptr, m.ptr())));
 }
 
-// Runs `kernel` with the GIL released when the work is large, translating exceptions.
-template <typename Kernel>
-PyObject* run_kernel(int64_t work, Kernel&& kernel) {
-    try {
-        if (work >= kReleaseGilWork) {
-            py::gil_scoped_release release;
-            kernel();
-        } else {
-            kernel();
-        }
-    } catch (const std::invalid_argument& e) {
-        PyErr_SetString(PyExc_ValueError, e.what());
-        return nullptr;
-    } catch (const std::exception& e) {
-        PyErr_SetString(PyExc_RuntimeError, e.what());
-        return nullptr;
-    }
-    Py_RETURN_NONE;
-}
+// ==== CPU kernels: <qrnn/forget_mult.hpp>, <qrnn/qrnn_gates.hpp> =======================
+// Each takes its list's numbers, then num_threads.
 
-int64_t work_of(int64_t T, int64_t B, int64_t H) {
-    return (T > 0 && B > 0 && H > 0) ? T * B * H : 0;  // sizes are re-checked by the core
-}
+QRNN_FAST_ENTRY(forget_mult_forward, forget_mult_forward, 1, true,
+                qrnn::cpu::forget_mult_forward(p, int(call.extra(0))))
+QRNN_FAST_ENTRY(forget_mult_backward, forget_mult_backward, 1, true,
+                qrnn::cpu::forget_mult_backward(p, int(call.extra(0))))
+QRNN_FAST_ENTRY(qrnn_gates_forward, qrnn_gates_forward, 1, true,
+                qrnn::cpu::qrnn_gates_forward(p, int(call.extra(0))))
+QRNN_FAST_ENTRY(qrnn_gates_backward, qrnn_gates_backward, 1, true,
+                qrnn::cpu::qrnn_gates_backward(p, int(call.extra(0))))
 
-// dtype, T, B, H, f[4], x[4], h0[3], h0_dtype, h[4]: the first 20 of
-// forget_mult_forward's (a view [n] is a pointer and its strides).
-qrnn::ForgetMultForwardParams read_forward(const int64_t* a) {
-    qrnn::ForgetMultForwardParams p;
-    ArgReader r{a};
-    p.dtype = r.dtype();
-    p.seq_len = r.next();
-    p.batch = r.next();
-    p.hidden = r.next();
-    p.f = r.cview3();
-    p.x = r.cview3();
-    p.h0 = r.cview2();
-    p.h0_dtype = r.dtype();
-    p.h = r.mview3();
-    return p;
-}
-
-// dtype, T, B, H, f[4], x[4], h[4], h0[3], h0_dtype, grad_h[4], grad_f[4], grad_x[4], grad_h0[3]:
-// the first 35 of forget_mult_backward's.
-qrnn::ForgetMultBackwardParams read_backward(const int64_t* a) {
-    qrnn::ForgetMultBackwardParams p;
-    ArgReader r{a};
-    p.dtype = r.dtype();
-    p.seq_len = r.next();
-    p.batch = r.next();
-    p.hidden = r.next();
-    p.f = r.cview3();
-    p.x = r.cview3();
-    p.h = r.cview3();
-    p.h0 = r.cview2();
-    p.h0_dtype = r.dtype();
-    p.grad_h = r.cview3();
-    p.grad_f = r.mview3();
-    p.grad_x = r.mview3();
-    p.grad_h0 = r.mview2();
-    return p;
-}
-
-// forget_mult_forward(<20 forward integers>, num_threads)
-PyObject* forget_mult_forward(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-    int64_t a[21];
-    if (!parse_ints("forget_mult_forward", args, nargs, a)) return nullptr;
-    return run_kernel(work_of(a[1], a[2], a[3]),
-                      [&] { qrnn::cpu::forget_mult_forward(read_forward(a), int(a[20])); });
-}
-
-// forget_mult_backward(<35 backward integers>, num_threads)
-PyObject* forget_mult_backward(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-    int64_t a[36];
-    if (!parse_ints("forget_mult_backward", args, nargs, a)) return nullptr;
-    return run_kernel(work_of(a[1], a[2], a[3]),
-                      [&] { qrnn::cpu::forget_mult_backward(read_backward(a), int(a[35])); });
-}
-
-PyMethodDef kernel_methods[] = {
-    {"forget_mult_forward", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(forget_mult_forward)),
-     METH_FASTCALL,
-     "forget_mult_forward(dtype, T, B, H, f_ptr, f_st, f_sb, f_sh, x_ptr, x_st, x_sb, x_sh, h0_ptr, h0_sb, h0_sh, "
-     "h0_dtype, h_ptr, h_st, h_sb, h_sh, num_threads): CPU ForgetMult forward (h0_ptr 0: no h0)"},
-    {"forget_mult_backward", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(forget_mult_backward)),
-     METH_FASTCALL,
-     "forget_mult_backward(dtype, T, B, H, f[4], x[4], h[4], h0[3], h0_dtype, grad_h[4], grad_f[4], grad_x[4], "
-     "grad_h0[3], num_threads): CPU ForgetMult backward; each [n] is a pointer and its strides"},
+PyMethodDef cpu_kernel_methods[] = {
+    {"forget_mult_forward", QRNN_FASTCALL(forget_mult_forward),
+     "forget_mult_forward(<kernel_fields()['forget_mult_forward']>, num_threads): CPU ForgetMult forward"},
+    {"forget_mult_backward", QRNN_FASTCALL(forget_mult_backward),
+     "forget_mult_backward(<kernel_fields()['forget_mult_backward']>, num_threads): CPU ForgetMult backward"},
+    {"qrnn_gates_forward", QRNN_FASTCALL(qrnn_gates_forward),
+     "qrnn_gates_forward(<kernel_fields()['qrnn_gates_forward']>, num_threads): fused QRNN gates forward"},
+    {"qrnn_gates_backward", QRNN_FASTCALL(qrnn_gates_backward),
+     "qrnn_gates_backward(<kernel_fields()['qrnn_gates_backward']>, num_threads): fused QRNN gates backward"},
     {nullptr, nullptr, 0, nullptr},
 };
+
+// {list name: ((kind, field), ...)}: the argument lists qrnn.ops builds its calls from.
+py::dict kernel_fields() {
+    py::dict lists;
+#define QRNN_EXPORT_LIST(kernel, Params, FIELDS)                                               \
+    {                                                                                          \
+        py::list fields;                                                                       \
+        for (const args::Field& f : args::kernel::fields) fields.append(py::make_tuple(f.kind, f.name)); \
+        lists[#kernel] = py::tuple(fields);                                                    \
+    }
+    QRNN_KERNEL_ARG_LISTS(QRNN_EXPORT_LIST)
+#undef QRNN_EXPORT_LIST
+    return lists;
+}
+
+// {torch dtype name: qrnn::DType code}
+py::dict dtype_codes() {
+    py::dict codes;
+    for (auto d : {qrnn::DType::float32, qrnn::DType::float64, qrnn::DType::bfloat16, qrnn::DType::float16})
+        codes[qrnn::dtype_name(d)] = static_cast<int>(d);
+    return codes;
+}
 
 }  // namespace
 
@@ -289,244 +301,85 @@ void bind_checkpoint(py::module_& m) {
 }  // namespace
 // ==== end of checkpoint writer ======================================================
 
-// ==== Fused QRNN gates (layers): see <qrnn/qrnn_gates.hpp> =============================
-// Fast-call entry points like ForgetMult's: forget_scale (a float) first, then integers.
-
-namespace {
-
-// Reads a float then exactly N integers; false (with a Python error set) otherwise.
-template <size_t N>
-bool parse_scale_and_ints(const char* fn, PyObject* const* args, Py_ssize_t nargs, double& scale,
-                          int64_t (&out)[N]) {
-    if (nargs != Py_ssize_t(N + 1)) {
-        PyErr_Format(PyExc_TypeError, "%s takes a float and %d integer arguments, got %zd arguments", fn, int(N),
-                     nargs);
-        return false;
-    }
-    scale = PyFloat_AsDouble(args[0]);
-    if (scale == -1.0 && PyErr_Occurred()) return false;
-    return parse_ints(fn, args + 1, nargs - 1, out);
-}
-
-// The fields both directions share, in argument order:
-// dtype, T, B, H, output_gate, gates[4], gate_stride, mask[4], c0[3], c0_dtype, lengths[2], reverse
-template <typename Params>
-void read_gates_common(ArgReader& r, double scale, Params& p) {
-    p.dtype = r.dtype();
-    p.seq_len = r.next();
-    p.batch = r.next();
-    p.hidden = r.next();
-    p.output_gate = r.next() != 0;
-    p.gates = r.cview3();
-    p.gate_stride = r.next();
-    p.forget_mask = r.cview3();
-    p.forget_scale = scale;
-    p.c0 = r.cview2();
-    p.c0_dtype = r.dtype();
-    p.lengths = static_cast<const int64_t*>(r.cptr());
-    p.lengths_stride = r.next();
-    p.reverse = r.next() != 0;
-}
-
-// <common>, output[4], states[4], c_n[3], c_n_dtype: the first 33 integers of qrnn_gates_forward's.
-qrnn::QrnnGatesForwardParams read_gates_forward(const int64_t* a, double scale) {
-    qrnn::QrnnGatesForwardParams p;
-    ArgReader r{a};
-    read_gates_common(r, scale, p);
-    p.output = r.mview3();
-    p.states = r.mview3();
-    p.c_n = r.mview2();
-    p.c_n_dtype = r.dtype();
-    return p;
-}
-
-// <common>, states[4], grad_output[4], grad_c_n[3], c_n_dtype, grad_gates[4], grad_gate_stride,
-// grad_c0[3]: the first 41 integers of qrnn_gates_backward's.
-qrnn::QrnnGatesBackwardParams read_gates_backward(const int64_t* a, double scale) {
-    qrnn::QrnnGatesBackwardParams p;
-    ArgReader r{a};
-    read_gates_common(r, scale, p);
-    p.states = r.cview3();
-    p.grad_output = r.cview3();
-    p.grad_c_n = r.cview2();
-    p.c_n_dtype = r.dtype();
-    p.grad_gates = r.mview3();
-    p.grad_gate_stride = r.next();
-    p.grad_c0 = r.mview2();
-    return p;
-}
-
-// qrnn_gates_forward(forget_scale, <common>, output[4], states[4], c_n[3], c_n_dtype, num_threads)
-PyObject* qrnn_gates_forward(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-    double scale;
-    int64_t a[34];
-    if (!parse_scale_and_ints("qrnn_gates_forward", args, nargs, scale, a)) return nullptr;
-    return run_kernel(work_of(a[1], a[2], a[3]),
-                      [&] { qrnn::cpu::qrnn_gates_forward(read_gates_forward(a, scale), int(a[33])); });
-}
-
-// qrnn_gates_backward(forget_scale, <common>, states[4], grad_output[4], grad_c_n[3], c_n_dtype,
-//                     grad_gates[4], grad_gate_stride, grad_c0[3], num_threads)
-PyObject* qrnn_gates_backward(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-    double scale;
-    int64_t a[42];
-    if (!parse_scale_and_ints("qrnn_gates_backward", args, nargs, scale, a)) return nullptr;
-    return run_kernel(work_of(a[1], a[2], a[3]),
-                      [&] { qrnn::cpu::qrnn_gates_backward(read_gates_backward(a, scale), int(a[41])); });
-}
-
-PyMethodDef gates_methods[] = {
-    {"qrnn_gates_forward", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(qrnn_gates_forward)),
-     METH_FASTCALL,
-     "qrnn_gates_forward(forget_scale, dtype, T, B, H, output_gate, gates[4], gate_stride, mask[4], c0[3], "
-     "c0_dtype, lengths_ptr, lengths_stride, reverse, output[4], states[4], c_n[3], c_n_dtype, num_threads): "
-     "fused QRNN gates forward on the CPU; each [n] is a pointer (0: absent) and its strides"},
-    {"qrnn_gates_backward", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(qrnn_gates_backward)),
-     METH_FASTCALL,
-     "qrnn_gates_backward(forget_scale, dtype, T, B, H, output_gate, gates[4], gate_stride, mask[4], c0[3], "
-     "c0_dtype, lengths_ptr, lengths_stride, reverse, states[4], grad_output[4], grad_c_n[3], c_n_dtype, "
-     "grad_gates[4], grad_gate_stride, grad_c0[3], num_threads): fused QRNN gates backward on the CPU"},
-    {nullptr, nullptr, 0, nullptr},
-};
-
-void bind_qrnn_gates(py::module_& m) {
-    add_fastcall_functions(m, gates_methods);
-}
-
-}  // namespace
-// ==== end of fused QRNN gates =======================================================
-
 // ==== CUDA kernels (qrnn.ops_cuda) ==================================================
-// Built when the library has them. The launchers take the CPU entry points' integers
-// with the stream (a cudaStream_t as an integer, read by Python on every call) and the
-// schedule in place of num_threads. A launch only queues work, so the GIL stays held.
+// Built when the library has them. The launchers take the CPU entry points' numbers
+// with the stream (a cudaStream_t as an integer, read by Python on every call) and, for
+// ForgetMult, the schedule in place of num_threads. A launch only queues work, so the
+// GIL stays held.
 #if defined(QRNN_WITH_CUDA)
 namespace {
 
-qrnn::cuda::Schedule schedule_of(int64_t code) {
+namespace cuda = qrnn::cuda;
+
+cuda::Schedule schedule_of(int64_t code) {
     if (code < 0 || code > 2) throw std::invalid_argument("schedule must be 0..2, got " + std::to_string(code));
-    return static_cast<qrnn::cuda::Schedule>(code);
+    return static_cast<cuda::Schedule>(code);
 }
 
 void* stream_of(int64_t handle) { return reinterpret_cast<void*>(static_cast<uintptr_t>(handle)); }
+
+QRNN_FAST_ENTRY(cuda_forget_mult_forward, forget_mult_forward, 2, false,
+                cuda::forget_mult_forward(p, stream_of(call.extra(0)), schedule_of(call.extra(1))))
+QRNN_FAST_ENTRY(cuda_forget_mult_backward, forget_mult_backward, 2, false,
+                cuda::forget_mult_backward(p, stream_of(call.extra(0)), schedule_of(call.extra(1))))
+QRNN_FAST_ENTRY(cuda_qrnn_gates_forward, qrnn_gates_forward, 1, false,
+                cuda::qrnn_gates_forward(p, stream_of(call.extra(0))))
+QRNN_FAST_ENTRY(cuda_qrnn_gates_backward, qrnn_gates_backward, 1, false,
+                cuda::qrnn_gates_backward(p, stream_of(call.extra(0))))
+// Host-only: what a launch would use, for tests and the emulator.
+QRNN_FAST_ENTRY(cuda_forget_mult_forward_plan, forget_mult_forward, 1, false,
+                return cuda::forget_mult_forward_plan(p, schedule_of(call.extra(0))))
+QRNN_FAST_ENTRY(cuda_forget_mult_backward_plan, forget_mult_backward, 1, false,
+                return cuda::forget_mult_backward_plan(p, schedule_of(call.extra(0))))
+QRNN_FAST_ENTRY(cuda_qrnn_gates_forward_width, qrnn_gates_forward, 0, false,
+                return cuda::LaunchPlan{cuda::qrnn_gates_forward_vector_width(p), 1})
+QRNN_FAST_ENTRY(cuda_qrnn_gates_backward_width, qrnn_gates_backward, 0, false,
+                return cuda::LaunchPlan{cuda::qrnn_gates_backward_vector_width(p), 1})
+
+PyMethodDef cuda_kernel_methods[] = {
+    {"cuda_forget_mult_forward", QRNN_FASTCALL(cuda_forget_mult_forward),
+     "cuda_forget_mult_forward(<forget_mult_forward's fields>, stream, schedule): launch on stream (a "
+     "cudaStream_t) of the current device; schedule: a code of cuda_schedules()"},
+    {"cuda_forget_mult_backward", QRNN_FASTCALL(cuda_forget_mult_backward),
+     "cuda_forget_mult_backward(<forget_mult_backward's fields>, stream, schedule)"},
+    {"cuda_qrnn_gates_forward", QRNN_FASTCALL(cuda_qrnn_gates_forward),
+     "cuda_qrnn_gates_forward(<qrnn_gates_forward's fields>, stream): lengths in device memory"},
+    {"cuda_qrnn_gates_backward", QRNN_FASTCALL(cuda_qrnn_gates_backward),
+     "cuda_qrnn_gates_backward(<qrnn_gates_backward's fields>, stream)"},
+    {"cuda_forget_mult_forward_plan", QRNN_FASTCALL(cuda_forget_mult_forward_plan),
+     "cuda_forget_mult_forward_plan(<fields>, schedule) -> (vector_width, chunks), host-only"},
+    {"cuda_forget_mult_backward_plan", QRNN_FASTCALL(cuda_forget_mult_backward_plan),
+     "cuda_forget_mult_backward_plan(<fields>, schedule) -> (vector_width, chunks), host-only"},
+    {"cuda_qrnn_gates_forward_width", QRNN_FASTCALL(cuda_qrnn_gates_forward_width),
+     "cuda_qrnn_gates_forward_width(<fields>) -> (vector_width, 1), host-only"},
+    {"cuda_qrnn_gates_backward_width", QRNN_FASTCALL(cuda_qrnn_gates_backward_width),
+     "cuda_qrnn_gates_backward_width(<fields>) -> (vector_width, 1), host-only"},
+    {nullptr, nullptr, 0, nullptr},
+};
+
 const void* cptr(uintptr_t p) { return reinterpret_cast<const void*>(p); }
 void* mptr(uintptr_t p) { return reinterpret_cast<void*>(p); }
 
-// cuda_forget_mult_forward(<20 forward integers>, stream, schedule)
-PyObject* cuda_forget_mult_forward(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-    int64_t a[22];
-    if (!parse_ints("cuda_forget_mult_forward", args, nargs, a)) return nullptr;
-    return run_kernel(0, [&] { qrnn::cuda::forget_mult_forward(read_forward(a), stream_of(a[20]), schedule_of(a[21])); });
-}
-
-// cuda_forget_mult_backward(<35 backward integers>, stream, schedule)
-PyObject* cuda_forget_mult_backward(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-    int64_t a[37];
-    if (!parse_ints("cuda_forget_mult_backward", args, nargs, a)) return nullptr;
-    return run_kernel(0, [&] {
-        qrnn::cuda::forget_mult_backward(read_backward(a), stream_of(a[35]), schedule_of(a[36]));
-    });
-}
-
-template <typename Plan>
-PyObject* plan_tuple(Plan&& plan) {
-    try {
-        const qrnn::cuda::LaunchPlan p = plan();
-        return Py_BuildValue("(ii)", p.vector_width, p.chunks);
-    } catch (const std::invalid_argument& e) {
-        PyErr_SetString(PyExc_ValueError, e.what());
-    } catch (const std::exception& e) {
-        PyErr_SetString(PyExc_RuntimeError, e.what());
-    }
-    return nullptr;
-}
-
-// cuda_forget_mult_forward_plan(<20 forward integers>, schedule) -> (vector_width, chunks)
-PyObject* cuda_forget_mult_forward_plan(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-    int64_t a[21];
-    if (!parse_ints("cuda_forget_mult_forward_plan", args, nargs, a)) return nullptr;
-    return plan_tuple([&] { return qrnn::cuda::forget_mult_forward_plan(read_forward(a), schedule_of(a[20])); });
-}
-
-// cuda_forget_mult_backward_plan(<35 backward integers>, schedule) -> (vector_width, chunks)
-PyObject* cuda_forget_mult_backward_plan(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-    int64_t a[36];
-    if (!parse_ints("cuda_forget_mult_backward_plan", args, nargs, a)) return nullptr;
-    return plan_tuple([&] { return qrnn::cuda::forget_mult_backward_plan(read_backward(a), schedule_of(a[35])); });
-}
-
-// cuda_qrnn_gates_forward(forget_scale, <33 forward integers>, stream)
-PyObject* cuda_qrnn_gates_forward(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-    double scale;
-    int64_t a[34];
-    if (!parse_scale_and_ints("cuda_qrnn_gates_forward", args, nargs, scale, a)) return nullptr;
-    return run_kernel(0, [&] { qrnn::cuda::qrnn_gates_forward(read_gates_forward(a, scale), stream_of(a[33])); });
-}
-
-// cuda_qrnn_gates_backward(forget_scale, <41 backward integers>, stream)
-PyObject* cuda_qrnn_gates_backward(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-    double scale;
-    int64_t a[42];
-    if (!parse_scale_and_ints("cuda_qrnn_gates_backward", args, nargs, scale, a)) return nullptr;
-    return run_kernel(0, [&] { qrnn::cuda::qrnn_gates_backward(read_gates_backward(a, scale), stream_of(a[41])); });
-}
-
-// cuda_qrnn_gates_{forward,backward}_width(forget_scale, <integers>) -> (hidden units per thread, 1), host-only
-PyObject* cuda_qrnn_gates_forward_width(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-    double scale;
-    int64_t a[33];
-    if (!parse_scale_and_ints("cuda_qrnn_gates_forward_width", args, nargs, scale, a)) return nullptr;
-    return plan_tuple([&] {
-        return qrnn::cuda::LaunchPlan{qrnn::cuda::qrnn_gates_forward_vector_width(read_gates_forward(a, scale)), 1};
-    });
-}
-
-PyObject* cuda_qrnn_gates_backward_width(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-    double scale;
-    int64_t a[41];
-    if (!parse_scale_and_ints("cuda_qrnn_gates_backward_width", args, nargs, scale, a)) return nullptr;
-    return plan_tuple([&] {
-        return qrnn::cuda::LaunchPlan{qrnn::cuda::qrnn_gates_backward_vector_width(read_gates_backward(a, scale)), 1};
-    });
-}
-
-#define QRNN_FASTCALL(fn) reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(fn)), METH_FASTCALL
-PyMethodDef cuda_kernel_methods[] = {
-    {"cuda_forget_mult_forward", QRNN_FASTCALL(cuda_forget_mult_forward),
-     "cuda_forget_mult_forward(<forget_mult_forward's integers but num_threads>, stream, schedule): launch the "
-     "CUDA forward on stream (a cudaStream_t) of the current device; schedule 0 auto, 1 serial, 2 chunked"},
-    {"cuda_forget_mult_backward", QRNN_FASTCALL(cuda_forget_mult_backward),
-     "cuda_forget_mult_backward(<forget_mult_backward's integers but num_threads>, stream, schedule)"},
-    {"cuda_forget_mult_forward_plan", QRNN_FASTCALL(cuda_forget_mult_forward_plan),
-     "cuda_forget_mult_forward_plan(<forward integers>, schedule) -> (vector_width, chunks), host-only"},
-    {"cuda_forget_mult_backward_plan", QRNN_FASTCALL(cuda_forget_mult_backward_plan),
-     "cuda_forget_mult_backward_plan(<backward integers>, schedule) -> (vector_width, chunks), host-only"},
-    {"cuda_qrnn_gates_forward", QRNN_FASTCALL(cuda_qrnn_gates_forward),
-     "cuda_qrnn_gates_forward(<qrnn_gates_forward's arguments but num_threads>, stream): fused gates forward on "
-     "stream (a cudaStream_t) of the current device; lengths in device memory"},
-    {"cuda_qrnn_gates_backward", QRNN_FASTCALL(cuda_qrnn_gates_backward),
-     "cuda_qrnn_gates_backward(<qrnn_gates_backward's arguments but num_threads>, stream)"},
-    {"cuda_qrnn_gates_forward_width", QRNN_FASTCALL(cuda_qrnn_gates_forward_width),
-     "cuda_qrnn_gates_forward_width(<forward arguments but num_threads>) -> (vector_width, 1), host-only"},
-    {"cuda_qrnn_gates_backward_width", QRNN_FASTCALL(cuda_qrnn_gates_backward_width),
-     "cuda_qrnn_gates_backward_width(<backward arguments but num_threads>) -> (vector_width, 1), host-only"},
-    {nullptr, nullptr, 0, nullptr},
-};
-#undef QRNN_FASTCALL
-
 void bind_cuda(py::module_& m) {
     add_fastcall_functions(m, cuda_kernel_methods);
+    m.def("cuda_schedules", [] {
+        py::dict d;
+        d["auto"] = int(cuda::Schedule::automatic);
+        d["serial"] = int(cuda::Schedule::serial);
+        d["chunked"] = int(cuda::Schedule::chunked);
+        return d;
+    }, "{name: code} of qrnn::cuda::Schedule, the last argument of the ForgetMult launchers");
     // The original one-thread-per-column float32 design, for the GPU benchmark only.
     m.def("cuda_baseline_forget_mult_forward",
           [](uintptr_t f, uintptr_t x, uintptr_t h_with_h0, int64_t T, int64_t B, int64_t H, uintptr_t stream) {
-              qrnn::cuda::bench::baseline_forget_mult_forward(
+              cuda::bench::baseline_forget_mult_forward(
                   static_cast<const float*>(cptr(f)), static_cast<const float*>(cptr(x)),
                   static_cast<float*>(mptr(h_with_h0)), T, B, H, mptr(stream));
           });
     m.def("cuda_baseline_forget_mult_backward",
           [](uintptr_t f, uintptr_t x, uintptr_t h_with_h0, uintptr_t grad_h, uintptr_t grad_f, uintptr_t grad_x,
              uintptr_t grad_h0, int64_t T, int64_t B, int64_t H, uintptr_t stream) {
-              qrnn::cuda::bench::baseline_forget_mult_backward(
+              cuda::bench::baseline_forget_mult_backward(
                   static_cast<const float*>(cptr(f)), static_cast<const float*>(cptr(x)),
                   static_cast<const float*>(cptr(h_with_h0)), static_cast<const float*>(cptr(grad_h)),
                   static_cast<float*>(mptr(grad_f)), static_cast<float*>(mptr(grad_x)),
@@ -541,7 +394,10 @@ void bind_cuda(py::module_& m) {
 PYBIND11_MODULE(_C, m) {
     m.doc() = "torch-free kernels of torch-qrnn (pointers and strides in, nothing allocated)";
 
-    add_fastcall_functions(m, kernel_methods);
+    add_fastcall_functions(m, cpu_kernel_methods);
+    m.def("kernel_fields", &kernel_fields,
+          "{kernel: ((kind, field), ...)}: the parameter list each kernel entry point takes, in order");
+    m.def("dtype_codes", &dtype_codes, "{dtype name: code} of qrnn::DType");
 
     m.def("build_info", [] {
         const qrnn::BuildInfo info = qrnn::build_info();
@@ -556,7 +412,6 @@ PYBIND11_MODULE(_C, m) {
     });
 
     bind_checkpoint(m);  // qrnn.checkpoint
-    bind_qrnn_gates(m);  // qrnn.qrnn_gates (layers)
 #if defined(QRNN_WITH_CUDA)
     bind_cuda(m);  // qrnn.ops_cuda
 #endif

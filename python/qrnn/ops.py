@@ -14,24 +14,18 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from . import _C
+from . import _C, kernel_args
+from .kernel_args import DTYPE_CODES as _DTYPE_CODES
+from .kernel_args import HALF_DTYPES as _HALF_DTYPES
+from .kernel_args import state_dtype as _state_dtype
 
 __all__ = ["forget_mult", "qrnn_gates", "qrnn_gates_unfused"]
 
-# Codes of qrnn::DType in cpp/include/qrnn/dtype.hpp.
-_DTYPE_CODES = {torch.float32: 0, torch.float64: 1, torch.bfloat16: 2, torch.float16: 3}
-_HALF_DTYPES = (torch.bfloat16, torch.float16)
-_NO_H0 = (0, 0, 0)  # pointer 0: absent
-
-
-def _view2(t: Optional[Tensor]) -> tuple:
-    """(pointer, stride_b, stride_h) of an optional (batch, hidden) tensor."""
-    return _NO_H0 if t is None else (t.data_ptr(), *t.stride())
-
-
-def _time_major(batch_first: bool, *tensors) -> tuple:
-    """Zero-copy (seq_len, batch, hidden) views: the kernels only ever see time-major strides."""
-    return tuple(t.transpose(0, 1) for t in tensors) if batch_first else tensors
+# The argument tuples of the kernel entry points (generated from qrnn._C's definition).
+_forward_args = kernel_args.forget_mult_forward
+_backward_args = kernel_args.forget_mult_backward
+_gates_forward_args = kernel_args.qrnn_gates_forward
+_gates_backward_args = kernel_args.qrnn_gates_backward
 
 
 def _empty_contiguous(t: Tensor) -> Tensor:
@@ -114,36 +108,10 @@ def check_forget_mult_backward_args(grad_h, f, x, h, h0, batch_first) -> None:
             raise ValueError(f"forget_mult_backward: {name} must be on f's device {f.device}, got {t.device}")
 
 
-def _forward_args(h: Tensor, f: Tensor, x: Tensor, h0: Optional[Tensor], batch_first: bool) -> tuple:
-    """The integers of _C.forget_mult_forward (time-major sizes and strides), less num_threads
-    (the CUDA launcher takes the same ones, then the stream)."""
-    f, x, h = _time_major(batch_first, f, x, h)
-    code = _DTYPE_CODES[f.dtype]
-    return (code, *f.shape, f.data_ptr(), *f.stride(), x.data_ptr(), *x.stride(), *_view2(h0),
-            code if h0 is None else _DTYPE_CODES[h0.dtype], h.data_ptr(), *h.stride())
-
-
-def _backward_args(grad_f, grad_x, grad_h0, grad_h, f, x, h, h0, batch_first) -> tuple:
-    """The integers of _C.forget_mult_backward, less num_threads (grad_h0 None: not written)."""
-    tf, tx, th, tgh, tgf, tgx = _time_major(batch_first, f, x, h, grad_h, grad_f, grad_x)
-    code = _DTYPE_CODES[f.dtype]
-    return (code, *tf.shape, tf.data_ptr(), *tf.stride(), tx.data_ptr(), *tx.stride(), th.data_ptr(), *th.stride(),
-            *_view2(h0), code if h0 is None else _DTYPE_CODES[h0.dtype], tgh.data_ptr(), *tgh.stride(),
-            tgf.data_ptr(), *tgf.stride(), tgx.data_ptr(), *tgx.stride(), *_view2(grad_h0))
-
-
 def _forward_cpu(f: Tensor, x: Tensor, h0: Optional[Tensor], batch_first: bool) -> Tensor:
-    out = torch.empty_like(f) if f.is_contiguous() else torch.empty_like(f, memory_format=torch.contiguous_format)
-    code = _DTYPE_CODES[f.dtype]
-    if batch_first:
-        f, x, h = f.transpose(0, 1), x.transpose(0, 1), out.transpose(0, 1)
-    else:
-        h = out
-    # _forward_args inlined: this is the eager path's per-call cost (each call here is ~0.1 us).
-    h0_args = (0, 0, 0, code) if h0 is None else (h0.data_ptr(), *h0.stride(), _DTYPE_CODES[h0.dtype])
-    _C.forget_mult_forward(code, *f.shape, f.data_ptr(), *f.stride(), x.data_ptr(), *x.stride(), *h0_args,
-                           h.data_ptr(), *h.stride(), torch.get_num_threads())
-    return out
+    h = torch.empty_like(f) if f.is_contiguous() else torch.empty_like(f, memory_format=torch.contiguous_format)
+    _C.forget_mult_forward(*_forward_args(h, f, x, h0, batch_first), torch.get_num_threads())
+    return h
 
 
 def _backward_cpu(grad_h, f, x, h, h0, batch_first):
@@ -281,11 +249,6 @@ def forget_mult(f: Tensor, x: Tensor, h0: Optional[Tensor] = None, *, batch_firs
 # ``qrnn.forget_mult``), which is also the reference the fused kernel is tested against.
 
 
-def _state_dtype(dtype: torch.dtype) -> torch.dtype:
-    """Carried state dtype: float32 next to 16-bit data, the data's dtype otherwise."""
-    return torch.float32 if dtype in _HALF_DTYPES else dtype
-
-
 def _gate_count(output_gate: bool) -> int:
     return 3 if output_gate else 2
 
@@ -371,28 +334,6 @@ def check_qrnn_gates_backward_args(grad_output, grad_c_n, gates, states, c0, for
             raise ValueError(f"qrnn_gates_backward: {name} must be on gates' device {gates.device}, got {t.device}")
 
 
-_NO_VIEW3 = (0, 0, 0, 0)  # pointer 0: absent
-
-
-def _view3(t: Optional[Tensor], batch_first: bool) -> tuple:
-    """(pointer, stride_t, stride_b, stride_h) of an optional 3-D tensor, in the kernel's
-    time-major order (strides reordered: cheaper than a transposed view per call)."""
-    if t is None or t.numel() == 0:
-        return _NO_VIEW3
-    s = t.stride()
-    return (t.data_ptr(), s[1], s[0], s[2]) if batch_first else (t.data_ptr(), *s)
-
-
-def _gates_common_args(gates, hidden, forget_mask, c0, lengths, output_gate, batch_first, reverse) -> tuple:
-    """The arguments both kernels take after forget_scale."""
-    code = _DTYPE_CODES[gates.dtype]
-    shape = gates.shape
-    T, B = (shape[1], shape[0]) if batch_first else (shape[0], shape[1])
-    return (code, T, B, hidden, int(output_gate), *_view3(gates, batch_first), hidden * gates.stride(2),
-            *_view3(forget_mask, batch_first), *_view2(c0), code if c0 is None else _DTYPE_CODES[c0.dtype],
-            *((0, 1) if lengths is None else (lengths.data_ptr(), lengths.stride(0))), int(reverse))
-
-
 def _gates_forward_outputs(gates, output_gate, batch_first, need_states=True) -> tuple:
     """Fresh (output, states or None, c_n) for a gates forward kernel."""
     shape = gates.shape
@@ -402,27 +343,6 @@ def _gates_forward_outputs(gates, output_gate, batch_first, need_states=True) ->
     states = gates.new_empty((shape[0], shape[1], hidden)) if (output_gate and need_states) else None
     c_n = gates.new_empty((shape[0] if batch_first else shape[1], hidden), dtype=_state_dtype(gates.dtype))
     return output, states, c_n
-
-
-def _gates_forward_args(output, states, c_n, gates, c0, forget_mask, lengths, forget_scale, output_gate,
-                        batch_first, reverse) -> tuple:
-    """The arguments of _C.qrnn_gates_forward (and the CUDA launcher) but the last."""
-    return (float(forget_scale), *_gates_common_args(gates, output.shape[2], forget_mask, c0, lengths, output_gate,
-                                                     batch_first, reverse),
-            *_view3(output, batch_first), *_view3(states, batch_first), *_view2(c_n),
-            _DTYPE_CODES[_state_dtype(gates.dtype)])
-
-
-def _gates_backward_args(grad_gates, grad_c0, grad_output, grad_c_n, gates, states, c0, forget_mask, lengths,
-                         forget_scale, output_gate, batch_first, reverse) -> tuple:
-    """The arguments of _C.qrnn_gates_backward (and the CUDA launcher) but the last;
-    grad_c0 None: not written."""
-    hidden = gates.shape[2] // _gate_count(output_gate)
-    return (float(forget_scale), *_gates_common_args(gates, hidden, forget_mask, c0, lengths, output_gate,
-                                                     batch_first, reverse),
-            *_view3(states, batch_first), *_view3(grad_output, batch_first),
-            *_view2(grad_c_n), _DTYPE_CODES[_state_dtype(gates.dtype)],
-            *_view3(grad_gates, batch_first), hidden * grad_gates.stride(2), *_view2(grad_c0))
 
 
 def _qrnn_gates_forward_cpu(gates, c0, forget_mask, lengths, forget_scale, output_gate, batch_first, reverse,

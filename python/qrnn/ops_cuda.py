@@ -24,8 +24,8 @@ __all__ = ["AVAILABLE", "schedule", "forward_into", "backward_into", "forward_pl
 
 AVAILABLE = hasattr(_C, "cuda_forget_mult_forward")
 
-# Codes of qrnn::cuda::Schedule (cpp/include/qrnn/forget_mult_cuda.hpp).
-_SCHEDULES = {"auto": 0, "serial": 1, "chunked": 2}
+# Codes of qrnn::cuda::Schedule, as qrnn._C exports them.
+_SCHEDULES = _C.cuda_schedules() if AVAILABLE else {"auto": 0}
 _schedule = _SCHEDULES["auto"]
 
 # The raw cudaStream_t of a device's current stream: what torch.cuda.current_stream(i).cuda_stream
@@ -38,6 +38,18 @@ def current_stream_handle(index: int) -> int:
     if _raw_stream is not None:
         return _raw_stream(index)
     return torch.cuda.current_stream(index).cuda_stream
+
+
+class Runtime:
+    """The CUDA runtime lookups a launch makes: torch's. Tests substitute a stand-in that
+    lets CPU tensors go through this module to the emulated kernels (tests/conftest.py)."""
+
+    current_device = staticmethod(torch.cuda.current_device)
+    stream = staticmethod(current_stream_handle)
+    device = staticmethod(torch.cuda.device)
+
+
+runtime = Runtime()
 
 
 @contextlib.contextmanager
@@ -59,11 +71,11 @@ def _launch(kernel, device: torch.device, args: tuple, schedule: bool = True) ->
     takes launches from its own device's context). ForgetMult kernels also take the schedule."""
     index = device.index
     tail = (_schedule,) if schedule else ()
-    if index == torch.cuda.current_device():
-        kernel(*args, current_stream_handle(index), *tail)
+    if index == runtime.current_device():
+        kernel(*args, runtime.stream(index), *tail)
     else:
-        with torch.cuda.device(index):
-            kernel(*args, current_stream_handle(index), *tail)
+        with runtime.device(index):
+            kernel(*args, runtime.stream(index), *tail)
 
 
 def _forward_cuda(f: Tensor, x: Tensor, h0: Optional[Tensor], batch_first: bool) -> Tensor:

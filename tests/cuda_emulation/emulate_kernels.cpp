@@ -106,6 +106,7 @@ inline R __ldg(const R* p) { return *p; }
 
 #include "forget_mult_kernels.cuh"
 #include "qrnn_gates_kernels.cuh"
+#include "kernel_args.hpp"
 
 namespace qrnn::cuda::kernels {
 alignas(16) unsigned char smem_bytes[1 << 16];  // the dynamic shared memory of the running block
@@ -115,6 +116,7 @@ namespace {
 
 using namespace qrnn;
 using namespace qrnn::cuda;
+namespace args = qrnn::args;
 
 template <typename Params>
 void run_grid(void (*kernel)(Params, int64_t), const Params& p, const detail::LaunchShape& s) {
@@ -179,38 +181,6 @@ void by_dtype(int dtype, Fn&& fn) {
     throw std::runtime_error("bad dtype");
 }
 
-// Reads the flat integers of qrnn._C's forget_mult entry points: a 3-D view is
-// (pointer, stride_t, stride_b, stride_h), a 2-D view (pointer, stride_b, stride_h).
-struct Reader {
-    const int64_t* a;
-    int64_t next() { return *a++; }
-    DType dtype() { return DType(next()); }
-    const void* cptr() { return reinterpret_cast<const void*>(static_cast<uintptr_t>(next())); }
-    void* mptr() { return reinterpret_cast<void*>(static_cast<uintptr_t>(next())); }
-    ConstView3 cview3() { auto p = cptr(); auto st = next(), sb = next(), sh = next(); return {p, st, sb, sh}; }
-    View3 mview3() { auto p = mptr(); auto st = next(), sb = next(), sh = next(); return {p, st, sb, sh}; }
-    ConstView2 cview2() { auto p = cptr(); auto sb = next(), sh = next(); return {p, sb, sh}; }
-    View2 mview2() { auto p = mptr(); auto sb = next(), sh = next(); return {p, sb, sh}; }
-};
-
-// The fields both gate directions share, in qrnn._C's argument order:
-// dtype, T, B, H, output_gate, gates[4], gate_stride, mask[4], c0[3], c0_dtype, lengths[2], reverse
-template <typename Params>
-void read_gates_common(Reader& r, double scale, Params& p) {
-    p.dtype = r.dtype();
-    p.seq_len = r.next(), p.batch = r.next(), p.hidden = r.next();
-    p.output_gate = r.next() != 0;
-    p.gates = r.cview3();
-    p.gate_stride = r.next();
-    p.forget_mask = r.cview3();
-    p.forget_scale = scale;
-    p.c0 = r.cview2();
-    p.c0_dtype = r.dtype();
-    p.lengths = static_cast<const int64_t*>(r.cptr());
-    p.lengths_stride = r.next();
-    p.reverse = r.next() != 0;
-}
-
 // The grid qrnn_gates_launch.cuh launches: blocks of kGatesThreads threads, one per
 // (batch row, vector of hidden units).
 template <typename Params>
@@ -249,93 +219,64 @@ void by_gates_width(int width, Fn&& fn) {
     throw std::runtime_error("no gate kernel for this vector width");
 }
 
+// Runs `body`, reporting an exception as 1 after printing it (ctypes sees no C++ exceptions).
+template <typename Body>
+int report(const char* what, Body&& body) {
+    try {
+        body();
+        return 0;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "%s: %s\n", what, e.what());
+        return 1;
+    }
+}
+
 }  // namespace
 
+// Each entry takes the numbers of its qrnn._C kernel entry point as kernel_args.hpp defines
+// them (the integers, then the floats, in field order), read by the same reader qrnn._C
+// uses; the launch plan (vector width, chunks) replaces the trailing stream and schedule.
+// Returns 0, or 1 after printing an error.
 extern "C" {
 
-// args: the 20 integers of qrnn._C.cuda_forget_mult_forward before stream and schedule
-// (dtype, T, B, H, f[4], x[4], h0[3], h0_dtype, h[4]); the plan replaces the schedule.
-// Returns 0, or 1 after printing an error.
-int qrnn_emulate_forward(const int64_t* args, int vector_width, int chunks) {
-    try {
-        Reader r{args};
-        ForgetMultForwardParams p;
-        p.dtype = DType(r.next());
-        p.seq_len = r.next(), p.batch = r.next(), p.hidden = r.next();
-        p.f = r.cview3(), p.x = r.cview3(), p.h0 = r.cview2();
-        p.h0_dtype = DType(r.next());
-        p.h = r.mview3();
+int qrnn_emulate_forward(const int64_t* ints, const double* reals, int vector_width, int chunks) {
+    return report("qrnn_emulate_forward", [&] {
+        const auto p = args::forget_mult_forward::read(ints, reals);
         by_dtype(int(p.dtype), [&](auto t) {
             using TT = decltype(t);
             by_width<TT>(vector_width, [&](auto v) { forward_width<TT, decltype(v)::value>(p, chunks); });
         });
-        return 0;
-    } catch (const std::exception& e) {
-        std::fprintf(stderr, "qrnn_emulate_forward: %s\n", e.what());
-        return 1;
-    }
+    });
 }
 
-// args: the 35 integers of qrnn._C.cuda_forget_mult_backward before stream and schedule.
-int qrnn_emulate_backward(const int64_t* args, int vector_width, int chunks) {
-    try {
-        Reader r{args};
-        ForgetMultBackwardParams p;
-        p.dtype = DType(r.next());
-        p.seq_len = r.next(), p.batch = r.next(), p.hidden = r.next();
-        p.f = r.cview3(), p.x = r.cview3(), p.h = r.cview3(), p.h0 = r.cview2();
-        p.h0_dtype = DType(r.next());
-        p.grad_h = r.cview3(), p.grad_f = r.mview3(), p.grad_x = r.mview3(), p.grad_h0 = r.mview2();
+int qrnn_emulate_backward(const int64_t* ints, const double* reals, int vector_width, int chunks) {
+    return report("qrnn_emulate_backward", [&] {
+        const auto p = args::forget_mult_backward::read(ints, reals);
         by_dtype(int(p.dtype), [&](auto t) {
             using TT = decltype(t);
             by_width<TT>(vector_width, [&](auto v) { backward_width<TT, decltype(v)::value>(p, chunks); });
         });
-        return 0;
-    } catch (const std::exception& e) {
-        std::fprintf(stderr, "qrnn_emulate_backward: %s\n", e.what());
-        return 1;
-    }
+    });
 }
 
-// args: the 33 integers of qrnn._C.cuda_qrnn_gates_forward between forget_scale and stream.
-int qrnn_emulate_gates_forward(double scale, const int64_t* args, int vector_width) {
-    try {
-        Reader r{args};
-        QrnnGatesForwardParams p;
-        read_gates_common(r, scale, p);
-        p.output = r.mview3(), p.states = r.mview3(), p.c_n = r.mview2();
-        p.c_n_dtype = r.dtype();
+int qrnn_emulate_gates_forward(const int64_t* ints, const double* reals, int vector_width, int /*chunks*/) {
+    return report("qrnn_emulate_gates_forward", [&] {
+        const auto p = args::qrnn_gates_forward::read(ints, reals);
         by_dtype(int(p.dtype), [&](auto t) {
             using TT = decltype(t);
             by_gates_width<TT>(vector_width, [&](auto v) { gates_forward_width<TT, decltype(v)::value>(p); });
         });
-        return 0;
-    } catch (const std::exception& e) {
-        std::fprintf(stderr, "qrnn_emulate_gates_forward: %s\n", e.what());
-        return 1;
-    }
+    });
 }
 
-// args: the 41 integers of qrnn._C.cuda_qrnn_gates_backward between forget_scale and stream.
-int qrnn_emulate_gates_backward(double scale, const int64_t* args, int vector_width) {
-    try {
-        Reader r{args};
-        QrnnGatesBackwardParams p;
-        read_gates_common(r, scale, p);
-        p.states = r.cview3(), p.grad_output = r.cview3(), p.grad_c_n = r.cview2();
-        p.c_n_dtype = r.dtype();
-        p.grad_gates = r.mview3();
-        p.grad_gate_stride = r.next();
-        p.grad_c0 = r.mview2();
+int qrnn_emulate_gates_backward(const int64_t* ints, const double* reals, int vector_width, int /*chunks*/) {
+    return report("qrnn_emulate_gates_backward", [&] {
+        const auto p = args::qrnn_gates_backward::read(ints, reals);
         by_dtype(int(p.dtype), [&](auto t) {
             using TT = decltype(t);
             by_gates_width<TT>(vector_width, [&](auto v) { gates_backward_width<TT, decltype(v)::value>(p); });
         });
-        return 0;
-    } catch (const std::exception& e) {
-        std::fprintf(stderr, "qrnn_emulate_gates_backward: %s\n", e.what());
-        return 1;
-    }
+    });
 }
 
 }  // extern "C"
