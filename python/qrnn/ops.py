@@ -18,6 +18,7 @@ from . import _C, kernel_args
 from .kernel_args import DTYPE_CODES as _DTYPE_CODES
 from .kernel_args import HALF_DTYPES as _HALF_DTYPES
 from .kernel_args import state_dtype as _state_dtype
+from .reference import forget_mult_backward_reference, forget_mult_reference
 
 __all__ = ["forget_mult", "qrnn_gates", "qrnn_gates_unfused"]
 
@@ -32,15 +33,6 @@ def _empty_contiguous(t: Tensor) -> Tensor:
     # empty_like without arguments is the cheapest allocation; it keeps t's strides,
     # so only use it when those are the contiguous ones.
     return torch.empty_like(t) if t.is_contiguous() else torch.empty_like(t, memory_format=torch.contiguous_format)
-
-
-def _check_device_built(t: Tensor) -> None:
-    if t.device.type != "cpu":
-        raise RuntimeError(
-            f"qrnn has no {t.device.type} kernels in this build (build_info: {_C.build_info()}). "
-            "Rebuild with them, e.g. `pip install torch-qrnn --no-binary torch-qrnn "
-            "-Ccmake.define.QRNN_CUDA=ON` on a machine with nvcc, or move the tensors to the CPU."
-        )
 
 
 _STRIDED = torch.strided
@@ -127,10 +119,38 @@ FORWARD_KERNELS = {"cpu": _forward_cpu}
 BACKWARD_KERNELS = {"cpu": _backward_cpu}
 
 
-def _kernel(table: dict, t: Tensor):
-    kernel = table["cpu"] if t.is_cpu else table.get(t.device.type)
+def _forward_fallback(f: Tensor, x: Tensor, h0: Optional[Tensor], batch_first: bool) -> Tensor:
+    """Devices without a native kernel (mps, xpu, ROCm builds, ...): the reference recurrence
+    in PyTorch ops, one time step at a time, with the kernels' float32 state for 16-bit
+    data. Correct anywhere torch runs, and many times slower than a kernel."""
+    math = _state_dtype(f.dtype)
+    h = forget_mult_reference(f.to(math), x.to(math), None if h0 is None else h0.to(math), batch_first=batch_first)
+    return h.to(f.dtype).contiguous()
+
+
+def _backward_fallback(grad_h, f, x, h, h0, batch_first):
+    """The backward of :func:`_forward_fallback`: the reference reverse-time loop."""
+    math = _state_dtype(f.dtype)
+    grad_f, grad_x, grad_h0 = forget_mult_backward_reference(
+        grad_h.to(math), f.to(math), x.to(math), h.to(math), None if h0 is None else h0.to(math),
+        batch_first=batch_first)
+    return (grad_f.to(f.dtype).contiguous(), grad_x.to(f.dtype).contiguous(),
+            grad_h0.to(h0.dtype) if h0 is not None else f.new_empty(0))
+
+
+def has_native_kernels(device) -> bool:
+    """Whether ``device`` (a torch.device or its type name) runs qrnn's native ForgetMult
+    kernels; any other device runs the slower pure-PyTorch fallback."""
+    return getattr(device, "type", device) in FORWARD_KERNELS
+
+
+def _kernel(table: dict, t: Tensor, fallback=None):
+    kernel = table.get("cpu") if t.is_cpu else table.get(t.device.type)
     if kernel is None:
-        _check_device_built(t)
+        kernel = fallback
+    if kernel is None:  # only the fused-gate ops, which qrnn.qrnn_gates never calls there
+        raise RuntimeError(f"qrnn has no fused gate kernel for {t.device.type} tensors: call qrnn.qrnn_gates, "
+                           "which runs the unfused form on such devices")
     return kernel
 
 
@@ -139,7 +159,7 @@ def forget_mult_op(f: Tensor, x: Tensor, h0: Optional[Tensor], batch_first: bool
     # Checked again here: torch.ops.qrnn.forget_mult can be called directly, and the
     # kernels take shapes on trust (a smaller x would be read out of bounds).
     check_forget_mult_args(f, x, h0, batch_first)
-    return _kernel(FORWARD_KERNELS, f)(f, x, h0, batch_first)
+    return _kernel(FORWARD_KERNELS, f, _forward_fallback)(f, x, h0, batch_first)
 
 
 @forget_mult_op.register_fake
@@ -154,7 +174,7 @@ def forget_mult_backward_op(
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Returns (grad_f, grad_x, grad_h0); grad_h0 is an empty tensor when h0 is None."""
     check_forget_mult_backward_args(grad_h, f, x, h, h0, batch_first)
-    return _kernel(BACKWARD_KERNELS, f)(grad_h, f, x, h, h0, batch_first)
+    return _kernel(BACKWARD_KERNELS, f, _backward_fallback)(grad_h, f, x, h, h0, batch_first)
 
 
 @forget_mult_backward_op.register_fake
