@@ -52,7 +52,8 @@ def state_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in HALF_DTYPES else dtype
 
 
-_NAMESPACE = {"DTYPE_CODES": DTYPE_CODES, "view2": view2, "view3": view3, "state_dtype": state_dtype}
+_NAMESPACE = {"DTYPE_CODES": DTYPE_CODES, "view2": view2, "view3": view3, "state_dtype": state_dtype,
+              "_NO_VIEW2": _NO_VIEW2}
 
 
 def _generate(kernel: str, signature: str, prologue: str, sources: dict, probes) -> "function":
@@ -99,14 +100,15 @@ def _probe(*shape, dtype=torch.float32):
 # ---- ForgetMult: the prologue makes every array time-major --------------------------------
 
 _FORGET_MULT_COMMON = {
-    "dtype": "code", "seq_len": "f.shape[0]", "batch": "f.shape[1]", "hidden": "f.shape[2]",
-    "f": "f", "x": "x", "h0": "view2(h0)",
+    "dtype": "code", "seq_len": "T", "batch": "B", "hidden": "H",
+    "f": "f", "x": "x", "h0": "(_NO_VIEW2 if h0 is None else (h0.data_ptr(), *h0.stride()))",
     "h0_dtype": "code if h0 is None else DTYPE_CODES[h0.dtype]",
 }
 _TIME_MAJOR = """
 code = DTYPE_CODES[f.dtype]
 if batch_first:
     {names} = {transposed}
+T, B, H = f.shape
 """
 
 
