@@ -73,6 +73,12 @@ struct FastCall {
 
 private:
     static bool read_int(PyObject* o, int64_t& out) {
+        // Python < 3.10 converts a float through __int__ (with a DeprecationWarning) where
+        // later versions raise: accept only integers (objects with __index__) on all.
+        if (!PyIndex_Check(o)) {
+            PyErr_Format(PyExc_TypeError, "%s: an integer argument got %s", List::name, Py_TYPE(o)->tp_name);
+            return false;
+        }
         out = PyLong_AsLongLong(o);
         return !(out == -1 && PyErr_Occurred());
     }
