@@ -52,7 +52,9 @@ def reference_grads(grad_h, f, x, h_saved, h0=None, batch_first=False):
     grad_f = grad_c * (x - h[t-1]) inherits its rounding times |grad_c| (which sums over many
     steps): no backward kernel can undo that, so the exact reference of the backward is the
     one fed the same stored h. The forward is checked against the float64 recurrence itself."""
-    as64 = lambda t: None if t is None else t.detach().double()
+    def as64(t):
+        return None if t is None else t.detach().double()
+
     return forget_mult_backward_reference(as64(grad_h), as64(f), as64(x), as64(h_saved), as64(h0),
                                           batch_first=batch_first)
 
@@ -166,7 +168,8 @@ def emulator(tmp_path_factory):
     extra = os.environ.get("QRNN_EMULATOR_CXXFLAGS", "").split()
     source = REPO / "tests" / "cuda_emulation" / "emulate_kernels.cpp"
     cmd = [cxx, "-std=c++20", "-O1", "-g", "-shared", "-fPIC", "-pthread", *extra, f"-I{include}",
-           f"-I{REPO / 'cpp' / 'include'}", f"-I{REPO / 'cpp' / 'src'}", f"-I{REPO / 'cuda'}", str(source), "-o", str(out)]
+           f"-I{REPO / 'cpp' / 'include'}", f"-I{REPO / 'cpp' / 'src'}", f"-I{REPO / 'cuda'}", str(source),
+           "-o", str(out)]
     built = subprocess.run(cmd, capture_output=True, text=True)
     assert built.returncode == 0, f"building the kernel emulator failed:\n{built.stderr[-4000:]}"
     return Emulator(out)
@@ -252,3 +255,38 @@ def emulated_cuda(emulator, monkeypatch):
             yield launchers
 
     return enable
+
+
+# ---- One path against another (CUDA glue vs CPU kernels, fallback vs kernels) ---------------
+
+
+def outputs_and_grads(fn, inputs, **kwargs) -> list:
+    """fn(*inputs, **kwargs)'s outputs, then the gradients of a fixed random projection of
+    them with respect to each input that is not None (fresh leaves, inputs untouched)."""
+    leaves = [t.detach().clone().requires_grad_(True) if t is not None else None for t in inputs]
+    outputs = fn(*leaves, **kwargs)
+    outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+    gen = torch.Generator().manual_seed(7)
+    loss = sum((o.double() * torch.randn(o.shape, generator=gen, dtype=torch.float64)).sum() for o in outputs)
+    grads = torch.autograd.grad(loss, [t for t in leaves if t is not None])
+    return [o.detach() for o in outputs] + list(grads)
+
+
+def assert_all_close(actual, expected, dtype, what="") -> None:
+    """Pairwise: same dtype and shape, values within twice `dtype`'s tolerance (both sides
+    round their own 16-bit outputs)."""
+    atol, rtol = TOLERANCES[dtype]
+    assert len(actual) == len(expected)
+    for i, (a, e) in enumerate(zip(actual, expected)):
+        assert a.dtype == e.dtype and a.shape == e.shape, f"{what}[{i}]: {a.dtype} {a.shape} vs {e.dtype} {e.shape}"
+        torch.testing.assert_close(a.double(), e.double(), atol=2 * atol, rtol=2 * rtol,
+                                   msg=lambda m, i=i: f"{what}[{i}] ({dtype}): {m}")
+
+
+def random_forget_mult_inputs(T, B, H, dtype, h0, batch_first):
+    """f in (0, 1), x and (when h0) a state in the kernels' state dtype, never zeros."""
+    shape = (B, T, H) if batch_first else (T, B, H)
+    f = torch.rand(shape, dtype=torch.float64).to(dtype)
+    x = torch.randn(shape, dtype=torch.float64).to(dtype)
+    state = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    return f, x, (torch.randn(B, H, dtype=torch.float64).to(state) if h0 else None)

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import qrnn
-from conftest import TOLERANCES, EmulatedRuntime
+from conftest import EmulatedRuntime, assert_all_close, outputs_and_grads, random_forget_mult_inputs
 from qrnn import ops, ops_cuda
 from test_qrnn_gates import OPTION_IDS, OPTION_SETS, make_inputs
 
@@ -23,42 +23,20 @@ pytestmark = pytest.mark.skipif(not ops_cuda.AVAILABLE, reason="qrnn was built w
 DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
 
 
-def _close(actual, expected, dtype, what):
-    atol, rtol = TOLERANCES[dtype]
-    torch.testing.assert_close(actual.double(), expected.double(), atol=2 * atol, rtol=2 * rtol,
-                               msg=lambda m: f"{what} ({dtype}): {m}")
-
-
-def _forward_backward(fn, inputs, *args, **kwargs):
-    """Outputs of fn(*inputs, ...) and the gradients of a fixed random projection of them."""
-    leaves = [t.detach().clone().requires_grad_(True) if t is not None else None for t in inputs]
-    outputs = fn(*leaves, *args, **kwargs)
-    outputs = outputs if isinstance(outputs, tuple) else (outputs,)
-    gen = torch.Generator().manual_seed(7)
-    loss = sum((o.double() * torch.randn(o.shape, generator=gen, dtype=torch.float64)).sum() for o in outputs)
-    grads = torch.autograd.grad(loss, [t for t in leaves if t is not None])
-    return [o.detach() for o in outputs], list(grads)
-
-
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d)[6:])
 @pytest.mark.parametrize("h0", [False, True], ids=["no_h0", "h0"])
 @pytest.mark.parametrize("batch_first", [False, True], ids=["time_major", "batch_first"])
 def test_forget_mult_through_cuda_glue(emulated_cuda, dtype, h0, batch_first):
-    shape = (3, 17, 40) if batch_first else (17, 3, 40)
-    f = torch.rand(shape, dtype=torch.float64).to(dtype)
-    x = torch.randn(shape, dtype=torch.float64).to(dtype)
-    c0 = torch.randn(3, 40, dtype=torch.float64).to(dtype) if h0 else None
-    expected = _forward_backward(qrnn.forget_mult, (f, x, c0), batch_first=batch_first)
+    f, x, c0 = random_forget_mult_inputs(17, 3, 40, dtype, h0, batch_first)
+    expected = outputs_and_grads(qrnn.forget_mult, (f, x, c0), batch_first=batch_first)
     eager = qrnn.forget_mult(f, x, c0, batch_first=batch_first)  # the direct path, no autograd
     with emulated_cuda() as launches:
-        actual = _forward_backward(qrnn.forget_mult, (f, x, c0), batch_first=batch_first)
+        actual = outputs_and_grads(qrnn.forget_mult, (f, x, c0), batch_first=batch_first)
         eager_emulated = qrnn.forget_mult(f, x, c0, batch_first=batch_first)
     kernels = [k for k, _, _ in launches.launches]
     assert kernels == ["forget_mult_forward", "forget_mult_backward", "forget_mult_forward"]
     assert all(stream == EmulatedRuntime.STREAM for _, stream, _ in launches.launches)
-    for a, e, what in zip(actual[0] + actual[1] + [eager_emulated], expected[0] + expected[1] + [eager],
-                          ["h", "grad_f", "grad_x", "grad_h0", "eager h"]):
-        _close(a, e, dtype, what)
+    assert_all_close(actual + [eager_emulated], expected + [eager], dtype, "forget_mult")
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d)[6:])
@@ -68,15 +46,14 @@ def test_qrnn_gates_through_cuda_glue(emulated_cuda, dtype, options):
     gates, c0, forget_mask, lens = make_inputs(13, 4, 24, dtype, output_gate, lengths, batch_first, mask, c0)
     kwargs = dict(output_gate=output_gate, forget_mask=forget_mask, forget_scale=0.9, lengths=lens,
                   batch_first=batch_first, reverse=reverse)
-    expected = _forward_backward(qrnn.qrnn_gates, (gates, c0), **kwargs)
+    expected = outputs_and_grads(qrnn.qrnn_gates, (gates, c0), **kwargs)
     eager = qrnn.qrnn_gates(gates, c0, **kwargs)
     with emulated_cuda() as launches:
-        actual = _forward_backward(qrnn.qrnn_gates, (gates, c0), **kwargs)
+        actual = outputs_and_grads(qrnn.qrnn_gates, (gates, c0), **kwargs)
         eager_emulated = qrnn.qrnn_gates(gates, c0, **kwargs)
     assert [k for k, _, _ in launches.launches] == ["qrnn_gates_forward", "qrnn_gates_backward",
                                                    "qrnn_gates_forward"]
-    for a, e in zip(actual[0] + actual[1] + list(eager_emulated), expected[0] + expected[1] + list(eager)):
-        _close(a, e, dtype, "qrnn_gates")
+    assert_all_close(actual + list(eager_emulated), expected + list(eager), dtype, "qrnn_gates")
 
 
 QRNN_CONFIGS = [
@@ -110,8 +87,7 @@ def test_qrnn_module_through_cuda_glue(emulated_cuda, config, batch_first):
     with emulated_cuda() as launches:
         actual = run()
     assert {k for k, _, _ in launches.launches} == {"qrnn_gates_forward", "qrnn_gates_backward"}
-    for a, e in zip(actual, expected):
-        _close(a, e, torch.float32, "QRNN")
+    assert_all_close(actual, expected, torch.float32, "QRNN")
 
 
 def test_launch_switches_to_the_tensors_device(emulated_cuda):

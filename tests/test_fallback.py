@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import qrnn
-from conftest import TOLERANCES
+from conftest import assert_all_close, outputs_and_grads, random_forget_mult_inputs
 from qrnn import ops
 from test_qrnn_gates import OPTION_IDS, OPTION_SETS, make_inputs
 
@@ -25,38 +25,17 @@ def no_native_kernels(monkeypatch):
     assert not ops.has_native_kernels("cpu") and not ops.has_fused_qrnn_gates("cpu")
 
 
-def _grads(fn, inputs, **kwargs):
-    leaves = [t.detach().clone().requires_grad_(True) for t in inputs if t is not None]
-    it = iter(leaves)
-    out = fn(*[next(it) if t is not None else None for t in inputs], **kwargs)
-    out = out if isinstance(out, tuple) else (out,)
-    gen = torch.Generator().manual_seed(3)
-    sum((o.double() * torch.randn(o.shape, generator=gen, dtype=torch.float64)).sum() for o in out).backward()
-    return [o.detach() for o in out] + [t.grad for t in leaves]
-
-
-def _close(actual, expected, dtype):
-    for a, e in zip(actual, expected):
-        atol, rtol = TOLERANCES[dtype]
-        assert a.dtype == e.dtype and a.shape == e.shape
-        torch.testing.assert_close(a.double(), e.double(), atol=2 * atol, rtol=2 * rtol)
-
-
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d)[6:])
 @pytest.mark.parametrize("h0", [False, True], ids=["no_h0", "h0"])
 @pytest.mark.parametrize("batch_first", [False, True], ids=["time_major", "batch_first"])
 def test_forget_mult_fallback_matches_kernels(request, dtype, h0, batch_first):
-    shape = (3, 11, 10) if batch_first else (11, 3, 10)
-    f = torch.rand(shape, dtype=torch.float64).to(dtype)
-    x = torch.randn(shape, dtype=torch.float64).to(dtype)
-    c0 = torch.randn(3, 10, dtype=torch.float64).to(torch.float32 if dtype in ops._HALF_DTYPES else dtype) \
-        if h0 else None
-    native = _grads(qrnn.forget_mult, (f, x, c0), batch_first=batch_first)
+    f, x, c0 = random_forget_mult_inputs(11, 3, 10, dtype, h0, batch_first)
+    native = outputs_and_grads(qrnn.forget_mult, (f, x, c0), batch_first=batch_first)
     native_eager = qrnn.forget_mult(f, x, c0, batch_first=batch_first)
     request.getfixturevalue("no_native_kernels")
-    fallback = _grads(qrnn.forget_mult, (f, x, c0), batch_first=batch_first)
-    _close(fallback, native, dtype)
-    _close([qrnn.forget_mult(f, x, c0, batch_first=batch_first)], [native_eager], dtype)
+    fallback = outputs_and_grads(qrnn.forget_mult, (f, x, c0), batch_first=batch_first)
+    assert_all_close(fallback, native, dtype)
+    assert_all_close([qrnn.forget_mult(f, x, c0, batch_first=batch_first)], [native_eager], dtype)
 
 
 @pytest.mark.parametrize("options", OPTION_SETS, ids=OPTION_IDS)
@@ -65,9 +44,9 @@ def test_qrnn_gates_fallback_matches_fused_kernel(request, options):
     gates, c0, forget_mask, lens = make_inputs(9, 3, 8, torch.float32, output_gate, lengths, batch_first, mask, c0)
     kwargs = dict(output_gate=output_gate, forget_mask=forget_mask, forget_scale=0.8, lengths=lens,
                   batch_first=batch_first, reverse=reverse)
-    native = _grads(qrnn.qrnn_gates, (gates, c0), **kwargs)
+    native = outputs_and_grads(qrnn.qrnn_gates, (gates, c0), **kwargs)
     request.getfixturevalue("no_native_kernels")
-    _close(_grads(qrnn.qrnn_gates, (gates, c0), **kwargs), native, torch.float32)
+    assert_all_close(outputs_and_grads(qrnn.qrnn_gates, (gates, c0), **kwargs), native, torch.float32)
 
 
 def test_qrnn_module_and_compile_on_the_fallback(request):

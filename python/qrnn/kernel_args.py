@@ -10,6 +10,8 @@ or an expression yielding the wrong count of numbers for its kind, fails at impo
 are plain tuple expressions: as fast as hand-written ones.
 """
 
+from typing import Callable
+
 import torch
 
 from . import _C
@@ -56,7 +58,7 @@ _NAMESPACE = {"DTYPE_CODES": DTYPE_CODES, "view2": view2, "view3": view3, "state
               "_NO_VIEW2": _NO_VIEW2}
 
 
-def _generate(kernel: str, signature: str, prologue: str, sources: dict, probes) -> "function":
+def _generate(kernel: str, signature: str, prologue: str, sources: dict, probes) -> Callable[..., tuple]:
     """Builds ``def kernel(signature): prologue; return (<each field's numbers in C++ order>)``.
 
     ``sources`` maps each field to a Python expression; for a view kind a bare name is a
