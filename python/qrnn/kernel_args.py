@@ -10,7 +10,7 @@ or an expression yielding the wrong count of numbers for its kind, fails at impo
 are plain tuple expressions: as fast as hand-written ones.
 """
 
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
@@ -54,7 +54,7 @@ def state_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in HALF_DTYPES else dtype
 
 
-_NAMESPACE = {"DTYPE_CODES": DTYPE_CODES, "view2": view2, "view3": view3, "state_dtype": state_dtype,
+_NAMESPACE: dict[str, Any] = {"DTYPE_CODES": DTYPE_CODES, "view2": view2, "view3": view3, "state_dtype": state_dtype,
               "_NO_VIEW2": _NO_VIEW2}
 
 
@@ -83,7 +83,7 @@ def _generate(kernel: str, signature: str, prologue: str, sources: dict, probes)
     code = f"def {kernel}({signature}):\n{body}    return ({', '.join(parts)},)\n"
     # The same expressions one field per tuple, to check each field's count of numbers.
     check = f"def per_field({signature}):\n{body}    return ({', '.join(f'({p},)' for p in parts)},)\n"
-    namespace = dict(_NAMESPACE)
+    namespace: dict[str, Any] = dict(_NAMESPACE)
     exec(compile(code + check, f"<qrnn.kernel_args: {kernel}>", "exec"), namespace)
     for probe in probes:
         for (kind, name), numbers in zip(fields, namespace["per_field"](*probe)):
@@ -119,11 +119,11 @@ def _time_major(*names):
 
 
 _fm = _probe(2, 3, 4)
-forget_mult_forward = _generate(
+forget_mult_forward: Callable[..., tuple] = _generate(
     "forget_mult_forward", "h, f, x, h0, batch_first", _time_major("h", "f", "x"),
     {**_FORGET_MULT_COMMON, "h": "h"},
     [(_fm, _fm, _fm, None, False), (_fm, _fm, _fm, _probe(2, 4), True)])
-forget_mult_backward = _generate(
+forget_mult_backward: Callable[..., tuple] = _generate(
     "forget_mult_backward", "grad_f, grad_x, grad_h0, grad_h, f, x, h, h0, batch_first",
     _time_major("grad_f", "grad_x", "grad_h", "f", "x", "h"),
     {**_FORGET_MULT_COMMON, "h": "h", "grad_h": "grad_h", "grad_f": "grad_f", "grad_x": "grad_x",
@@ -149,14 +149,14 @@ _GATES_COMMON = {
 }
 _gates = _probe(2, 3, 12)
 _out = _probe(2, 3, 4)
-qrnn_gates_forward = _generate(
+qrnn_gates_forward: Callable[..., tuple] = _generate(
     "qrnn_gates_forward",
     "output, states, c_n, gates, c0, forget_mask, lengths, forget_scale, output_gate, batch_first, reverse",
     _GATES_PROLOGUE + "hidden = output.shape[2]",
     {**_GATES_COMMON, "output": "view3(output, batch_first)", "states": "view3(states, batch_first)",
      "c_n": "view2(c_n)"},
     [(_out, _out, _probe(3, 4), _gates, None, None, None, 1.0, True, False, False)])
-qrnn_gates_backward = _generate(
+qrnn_gates_backward: Callable[..., tuple] = _generate(
     "qrnn_gates_backward",
     "grad_gates, grad_c0, grad_output, grad_c_n, gates, states, c0, forget_mask, lengths, forget_scale, "
     "output_gate, batch_first, reverse",
