@@ -569,3 +569,35 @@ def test_cuda_float16_autocast():
     assert out.dtype == torch.float16 and h_n.dtype == torch.float32
     torch.testing.assert_close(out.float(), want_out, atol=1e-2, rtol=1e-2)
     assert HAS_CUDA
+
+
+def test_lengths_reach_the_device_without_a_host_synchronisation(monkeypatch):
+    """Host lengths are checked on the host and moved to the input's device; lengths already
+    on a device are checked there (asynchronously), never read back to the host; while a
+    CUDA graph is being captured, host lengths raise a clear error instead of a copy."""
+    from qrnn.modules import _check_lengths
+
+    on_host = _check_lengths([4, 0, 2], 3, 4, torch.device("cpu"))
+    assert on_host.dtype == torch.int64 and on_host.tolist() == [4, 0, 2]
+    with pytest.raises(ValueError, match=r"0\.\.seq_len \(4\), got values from 0 to 5"):
+        _check_lengths([5, 0, 2], 3, 4, torch.device("cpu"))
+    assert _check_lengths(torch.tensor([1, 2]), 2, 4, torch.device("meta")).device.type == "meta"
+
+    reads = []
+
+    class CountHostReads(torch.utils._python_dispatch.TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func is torch.ops.aten._local_scalar_dense.default:
+                reads.append(func)
+            return func(*args, **(kwargs or {}))
+
+    on_device = torch.tensor([3, 1], device="meta")
+    with CountHostReads():
+        assert _check_lengths(on_device, 2, 4, torch.device("meta")) is on_device
+    assert reads == []
+    with pytest.raises(ValueError, match="CPU or the input's device"):
+        _check_lengths(on_device, 2, 4, torch.device("cpu"))
+
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    with pytest.raises(ValueError, match="CUDA graph is being captured"):
+        _check_lengths(torch.tensor([1, 2]), 2, 4, torch.device("cuda"))

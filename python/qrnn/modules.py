@@ -170,8 +170,12 @@ def _check_probability(name: str, value) -> float:
     return float(value)
 
 
-def _check_lengths(lengths, batch: int, seq_len: int) -> Optional[Tensor]:
-    """lengths as an int64 CPU-checked tensor: shape (batch,), values in 0..seq_len."""
+def _check_lengths(lengths, batch: int, seq_len: int, device: torch.device) -> Optional[Tensor]:
+    """lengths as int64 ``(batch,)`` on ``device`` (the input's), values in 0..seq_len.
+
+    Never a host synchronisation on a GPU: host values are checked on the host and copied
+    from pinned memory without blocking; values already on the device are checked there
+    (an asynchronous device assert), never read back."""
     if lengths is None:
         return None
     if not isinstance(lengths, Tensor):
@@ -181,11 +185,24 @@ def _check_lengths(lengths, batch: int, seq_len: int) -> Optional[Tensor]:
     if lengths.dtype.is_floating_point or lengths.dtype.is_complex or lengths.dtype == torch.bool:
         raise ValueError(f"lengths must hold integers, got {lengths.dtype}")
     lengths = lengths.to(torch.int64)
-    if not torch.compiler.is_compiling() and batch > 0:  # data-dependent: eager only
+    if not lengths.is_cpu:
+        if lengths.device != device:
+            raise ValueError(f"lengths must be on the CPU or the input's device {device}, got {lengths.device}")
+        if batch > 0:
+            torch._assert_async(((lengths >= 0) & (lengths <= seq_len)).all(), "lengths must be in 0..seq_len")
+        return lengths
+    if batch > 0 and not torch.compiler.is_compiling():  # a traced graph cannot branch on values
         low, high = int(lengths.min()), int(lengths.max())
         if low < 0 or high > seq_len:
             raise ValueError(f"lengths must be in 0..seq_len ({seq_len}), got values from {low} to {high}")
-    return lengths
+    if device.type == "cpu":
+        return lengths
+    if device.type == "cuda":
+        if torch.cuda.is_current_stream_capturing():
+            raise ValueError("lengths: a CUDA graph is being captured, and a copy from host memory cannot be part "
+                             "of it; pass lengths as a tensor on the input's GPU")
+        return lengths.pin_memory().to(device, non_blocking=True)
+    return lengths.to(device)
 
 
 # ---- Modules ------------------------------------------------------------------------
@@ -247,7 +264,7 @@ class QRNNLayer(nn.Module):
             raise ValueError(f"input must have input_size = {self.input_size} features, got {input.shape[-1]}")
         _check_input_dtype(input, self.linear.weight)
         T, B = input.shape[0], input.shape[1]
-        lengths = _check_lengths(lengths, B, T)
+        lengths = _check_lengths(lengths, B, T, input.device)
         as_state = isinstance(hx, QRNNState)
         c0, x_tail = (hx.c, (hx.x_tails[0] if hx.x_tails else None)) if as_state else (hx, None)
         if c0 is not None:
@@ -400,7 +417,8 @@ class QRNN(nn.Module):
         _check_input_dtype(input, self.layers[0].linear.weight)
         time_dim = 1 if self.batch_first else 0
         T, B = input.shape[time_dim], input.shape[1 - time_dim]
-        lengths = _check_lengths(lengths, B, T)
+        pack_lengths = lengths  # the host copy packing needs
+        lengths = _check_lengths(lengths, B, T, input.device)
         as_state = isinstance(hx, QRNNState)
         c0, tails = self._unpack_state(hx, B, unbatched, as_state)
 
@@ -424,7 +442,7 @@ class QRNN(nn.Module):
         h_n = torch.stack(states) if states else None
 
         if packed:
-            x = self._pack_like(x, lengths, sorted_indices, unsorted_indices)
+            x = self._pack_like(x, pack_lengths, sorted_indices, unsorted_indices)
         elif unbatched:
             x = x.squeeze(time_dim ^ 1)
         if as_state:
