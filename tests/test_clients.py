@@ -556,6 +556,29 @@ def test_onnx_dynamic_sequence_length_and_batch():
             torch.testing.assert_close(torch.from_numpy(g), w, atol=1e-5, rtol=1e-5)
 
 
+def test_plain_onnx_export_after_importing_qrnn_onnx(tmp_path):
+    """word_language_model's --onnx-export: torch.onnx.export(model, (input, hidden), path),
+    unchanged, once qrnn.onnx is imported (its translations join the exporter's table)."""
+    ort = _onnx_modules()
+    import qrnn.onnx
+    if not qrnn.onnx.registered:
+        pytest.skip("this torch version's exporter table is not extensible; pass custom_translation_table")
+    torch.manual_seed(6)
+    model = WordModel(10, 6, 8, 2).eval()
+    tokens, hidden = torch.randint(0, 10, (7, 3)), torch.randn(2, 3, 8)
+    path = os.path.join(tmp_path, "model.onnx")
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (tokens, hidden), path)
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    names = [i.name for i in session.get_inputs()]
+    got = session.run(None, dict(zip(names, (tokens.numpy(), hidden.numpy()))))
+    with torch.no_grad():
+        want = model(tokens, hidden)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(torch.from_numpy(g), w, atol=1e-5, rtol=1e-5)
+
+
 class ForgetMultModel(nn.Module):
     def __init__(self, batch_first):
         super().__init__()
@@ -581,6 +604,18 @@ def test_onnx_module_is_lazy_and_errors_are_clear():
         table[torch.ops.qrnn.qrnn_gates_backward.default]()
     with pytest.raises(ValueError, match="dynamo"):
         qrnn.onnx.export(qrnn.QRNN(2, 2), (torch.randn(3, 1, 2),), dynamo=False)
+
+
+def test_export_ignores_inputs_kept_by_save_prev_x():
+    model = qrnn.QRNN(5, 6, num_layers=2, window=2, save_prev_x=True).eval()
+    model(torch.randn(4, 3, 5))  # keeps inputs in each layer
+    x = torch.randn(7, 3, 5)
+    program = torch.export.export(model, (x,))
+    model.reset()
+    with torch.no_grad():
+        want = model(x)
+    for g, w in zip(program.module()(x), want):
+        torch.testing.assert_close(g, w, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("bidirectional", [False, True])

@@ -233,6 +233,8 @@ def _gemm_dtype(linear) -> Optional[torch.dtype]:
     return None
 
 
+_is_exporting = getattr(torch.compiler, "is_exporting", lambda: False)
+
 _UNSET = object()
 # Positional order of today's QRNNLayer after (input_size, hidden_size), and of pytorch-qrnn's
 # (its third argument, save_prev_x, is a bool, which is never a valid window).
@@ -260,6 +262,7 @@ class QRNNLayer(nn.Module):
         save_prev_x: pytorch-qrnn's stateful carry: after each call keep the last
             ``window - 1`` inputs (detached) and read them before the next call's first
             step, until :meth:`reset`. Without it the carry travels in a :class:`QRNNState`.
+            (``torch.export`` graphs neither read nor keep them: pass a QRNNState instead.)
         use_cuda: accepted for pytorch-qrnn code and ignored: the device follows the tensors.
 
     ``linear`` is called as a module: replace it with any module mapping ``window *
@@ -333,6 +336,8 @@ class QRNNLayer(nn.Module):
     def _saved_tail(self, batch: int, features: int, batch_first: bool) -> Optional[Tensor]:
         """The inputs ``save_prev_x`` kept, checked against this call's batch."""
         tail = self.prevX
+        if tail is not None and _is_exporting():
+            return None  # an exported graph is a pure function: no inputs baked in from an earlier call
         if tail is not None:
             expected = (batch, self.window - 1, features) if batch_first else (self.window - 1, batch, features)
             if tuple(tail.shape) != expected:
@@ -341,7 +346,7 @@ class QRNNLayer(nn.Module):
         return tail
 
     def _keep_tail(self, tail: Optional[Tensor]) -> None:
-        if self.save_prev_x and self.window > 1 and tail is not None:
+        if self.save_prev_x and self.window > 1 and tail is not None and not _is_exporting():
             self.prevX = tail.detach()
 
     def forward(self, input: Tensor, hx: Union[Tensor, QRNNState, tuple, None] = None,

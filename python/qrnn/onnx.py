@@ -8,7 +8,9 @@ them, as ONNX Script functions over an ONNX ``Scan`` (the recurrence) and plain 
     onnx_program = torch.onnx.export(model, (x,), dynamo=True,
                                      custom_translation_table=qrnn.onnx.custom_translation_table())
 
-or ``qrnn.onnx.export(model, (x,))``, which passes the table for you. Every option of the
+or ``qrnn.onnx.export(model, (x,))``, which passes the table for you. Importing this module
+also adds the translations to the exporter's own table where this torch version allows it
+(:data:`registered`), so a plain ``torch.onnx.export(model, (x,))`` works too. Every option of the
 forward ops is translated (initial state, lengths, reverse, batch_first, output gate,
 zoneout mask and scale; 16-bit gates compute in float32 as the kernels do). The backward
 ops are not (ONNX graphs are for inference): exporting a graph that holds them raises an
@@ -26,7 +28,7 @@ from onnxscript.onnx_types import DOUBLE, FLOAT
 
 from . import ops as _ops  # noqa: F401  (registers the torch.ops.qrnn ops)
 
-__all__ = ["custom_translation_table", "export"]
+__all__ = ["custom_translation_table", "export", "registered"]
 
 # The recurrence runs in float32 or float64 (16-bit gates are widened first, like the kernels).
 _TState = TypeVar("_TState", bound=Union[FLOAT, DOUBLE])
@@ -173,3 +175,29 @@ def export(model, args=(), f=None, *, custom_translation_table: Optional[dict] =
                          "cannot translate qrnn's custom ops")
     table = {**_table(), **(custom_translation_table or {})}
     return torch.onnx.export(model, args, f, dynamo=True, custom_translation_table=table, **kwargs)
+
+
+def _register_with_exporter() -> bool:
+    """Add the forward translations to the table the dynamo exporter starts from, so plain
+    ``torch.onnx.export(model, args)`` (e.g. an unchanged ``--onnx-export`` script) finds them.
+    That table is internal to torch (checked with torch 2.13): on any mismatch nothing is
+    changed and False is returned; ``custom_translation_table()`` always works."""
+    try:
+        from torch.onnx._internal.exporter import _registration
+        from torch.onnx._internal.exporter._torchlib import _torchlib_registry
+        registry = _torchlib_registry._registry
+        if not isinstance(registry, list):
+            return False
+        _torchlib_registry.get_torchlib_ops()  # load torch's own entries first (it checks for them)
+        ours = {torch.ops.qrnn.qrnn_gates.default: qrnn_gates, torch.ops.qrnn.forget_mult.default: forget_mult}
+        present = {id(meta.onnx_function) for meta in registry}
+        metas = [_registration.OnnxDecompMeta(onnx_function=fn, fx_target=target, signature=None)
+                 for target, fn in ours.items() if id(fn) not in present]
+    except Exception:  # a torch without this internal layout: the explicit table still works
+        return False
+    registry.extend(metas)
+    return True
+
+
+#: Whether importing this module added the translations to torch's exporter (see above).
+registered = _register_with_exporter()
