@@ -498,6 +498,9 @@ def _onnx_check(model, args, kwargs=None, use_table=False, **export_kwargs):
     worst = 0.0
     for _ in range(2):  # the traced inputs, then fresh ones of the same shapes
         feeds = [a for a in list(args) + list(kwargs.values()) if isinstance(a, torch.Tensor)]
+        for module in model.modules():  # the exported graph starts from zeros: so does each eager call
+            if isinstance(module, qrnn.QRNNLayer):
+                module.reset()
         with torch.no_grad():
             want = torch.utils._pytree.tree_leaves(model(*args, **kwargs))
         got = session.run(None, {n: t.numpy() for n, t in zip(names, feeds)})
@@ -580,6 +583,25 @@ def test_plain_onnx_export_after_importing_qrnn_onnx(tmp_path):
         want = model(tokens, hidden)
     for g, w in zip(got, want):
         torch.testing.assert_close(torch.from_numpy(g), w, atol=1e-5, rtol=1e-5)
+
+
+class AWDExport(nn.Module):
+    """An awd-lstm-lm RNNModel (QRNNLayers with save_prev_x and WeightDrop-wrapped linears)
+    behind a flat-argument forward for export."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, tokens, h0, h1):
+        output, hidden = self.model(tokens, [h0, h1])
+        return (output, *hidden)
+
+
+def test_onnx_awd_lstm_lm_model():
+    torch.manual_seed(7)
+    model = AWDExport(RNNModel(12, 8, 8, 2, dropout=0.1, wdrop=0.1))
+    _onnx_check(model, (torch.randint(0, 12, (7, 2)), torch.randn(1, 2, 8), torch.randn(1, 2, 8)))
 
 
 class ForgetMultModel(nn.Module):
