@@ -225,6 +225,13 @@ def test_parametrized_hooked_and_adapter_linears_take_effect():
     layer(x)
     assert seen == [(5, 2, 12)]
     handle.remove()
+    handle = torch.nn.modules.module.register_module_forward_hook(
+        lambda module, args, out: seen.append(type(module).__name__))
+    try:
+        layer(x)
+    finally:
+        handle.remove()
+    assert "Linear" in seen[1:]  # a global hook sees the Linear called too
 
     class LoRALinear(nn.Linear):  # an adapter: W x + B A x
         def __init__(self, base, rank=2):

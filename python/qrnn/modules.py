@@ -28,6 +28,7 @@ from typing import NamedTuple, Optional, Sequence, Union
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.modules import module as _module_mod
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from . import ops
@@ -204,8 +205,6 @@ def _check_lengths(lengths, batch: int, seq_len: int) -> Optional[Tensor]:
 
 # Module hooks that a direct F.linear would skip (the global dicts are mutated in place, never
 # rebound, so these references stay current; getattr: not every torch version has each one).
-from torch.nn.modules import module as _module_mod
-
 _GLOBAL_HOOKS = tuple(getattr(_module_mod, name, {}) for name in (
     "_global_forward_pre_hooks", "_global_forward_hooks", "_global_backward_pre_hooks", "_global_backward_hooks"))
 
