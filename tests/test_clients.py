@@ -301,6 +301,8 @@ def test_state_through_repackage_hidden(batch_first):
     _, s = layer(x, qrnn.QRNNState())
     out, s2 = layer(x, repackage_hidden(s))
     torch.testing.assert_close(out, reference_layer(layer, x, s.c[0])[0])
+    out, _ = layer(x, [s.c, [s.x_tails[0]]])  # a list of the fields
+    torch.testing.assert_close(out, reference_layer(layer, x, s.c[0])[0])
     with pytest.raises(ValueError, match="hx must be"):
         layer(x, (torch.zeros(1, 2, 5), torch.zeros(1, 2, 5)))  # an LSTM-style (h, c) pair
 

@@ -42,8 +42,9 @@ class QRNNState(NamedTuple):
     ``c``: the cell state after the last step, ``(num_layers * num_directions, batch,
     hidden)`` ordered like ``nn.GRU``'s ``h_n``, float32 for 16-bit computation; or None
     for zeros. ``x_tails``: per layer, the last ``window - 1`` inputs of that layer
-    (``(window - 1, batch, features)``, batch first when the model is), or None (window
-    1, or zeros). ``QRNNState()`` is the all-zero start.
+    (``(window - 1, batch, features)``, batch first when the model is; empty for window 1
+    in a returned state), or None for zeros. ``QRNNState()`` is the all-zero start. A
+    plain ``(c, x_tails)`` tuple of these fields is accepted wherever a QRNNState is.
     """
 
     c: Optional[Tensor] = None
