@@ -545,6 +545,28 @@ def test_onnx_matches_pytorch(window, layers, bidirectional, output_gate, h0, ba
     _onnx_check(model, args)
 
 
+@pytest.mark.parametrize("dtype, tolerance", [(torch.float64, 1e-12), (torch.float16, 2e-3)])
+def test_onnx_other_dtypes(dtype, tolerance):
+    """float64 runs the Scan in float64; float16 gates compute in float32 (state in float32)
+    as the kernels do. (bfloat16 exports too, but onnxruntime's CPU Gemm has no bfloat16.)"""
+    ort = _onnx_modules()
+    import qrnn.onnx
+    torch.manual_seed(8)
+    model = qrnn.QRNN(5, 6, num_layers=2, window=2, dtype=dtype).eval()
+    x, h0 = torch.randn(7, 3, 5, dtype=dtype), torch.randn(2, 3, 6, dtype=dtype)
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        program = qrnn.onnx.export(model, (x, h0))
+    session = ort.InferenceSession(program.model_proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    names = [i.name for i in session.get_inputs()]
+    got = session.run(None, dict(zip(names, (x.numpy(), h0.numpy()))))
+    with torch.no_grad():
+        want = model(x, h0)
+    for g, w in zip(got, want):
+        assert g.dtype == w.numpy().dtype
+        torch.testing.assert_close(torch.from_numpy(g), w, atol=tolerance, rtol=tolerance)
+
+
 def test_onnx_lengths_and_documented_table():
     torch.manual_seed(3)
     model = qrnn.QRNN(5, 6, num_layers=2, window=2, bidirectional=True)
