@@ -19,6 +19,14 @@ __all__ = ["forget_mult", "build_info", "cmake_dir", "include_dir", "__version__
            "QRNN", "QRNNLayer", "QRNNState", "qrnn_layer", "qrnn_gates"]
 
 
+def __getattr__(name: str):
+    # qrnn.onnx imports onnxscript: loaded on first use, never by `import qrnn`.
+    if name == "onnx":
+        import importlib
+        return importlib.import_module(".onnx", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def build_info() -> dict:
     """Version, compiler, SIMD level, and whether (and for which GPUs) CUDA was built."""
     return dict(_C.build_info())

@@ -28,6 +28,7 @@ from typing import NamedTuple, Optional, Sequence, Union
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.modules import module as _module_mod
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from . import ops
@@ -41,8 +42,9 @@ class QRNNState(NamedTuple):
     ``c``: the cell state after the last step, ``(num_layers * num_directions, batch,
     hidden)`` ordered like ``nn.GRU``'s ``h_n``, float32 for 16-bit computation; or None
     for zeros. ``x_tails``: per layer, the last ``window - 1`` inputs of that layer
-    (``(window - 1, batch, features)``, batch first when the model is), or None (window
-    1, or zeros). ``QRNNState()`` is the all-zero start.
+    (``(window - 1, batch, features)``, batch first when the model is; empty for window 1
+    in a returned state), or None for zeros. ``QRNNState()`` is the all-zero start. A
+    plain ``(c, x_tails)`` tuple of these fields is accepted wherever a QRNNState is.
     """
 
     c: Optional[Tensor] = None
@@ -66,10 +68,11 @@ def _low_precision_dtype(device_type: str) -> Optional[torch.dtype]:
     return torch.get_autocast_dtype(device_type) if enabled else None
 
 
-def _check_input_dtype(input: Tensor, weight: Tensor) -> None:
-    # As nn.GRU: the input has the parameters' dtype, unless autocast casts both.
-    if input.dtype != weight.dtype and _low_precision_dtype(input.device.type) is None:
-        raise ValueError(f"input must have the type {weight.dtype} (the parameters'), got type {input.dtype}")
+def _check_input_dtype(input: Tensor, dtype: Optional[torch.dtype]) -> None:
+    # As nn.GRU: the input has the parameters' dtype, unless autocast casts both (None: a
+    # module in place of the Linear without floating-point parameters checks for itself).
+    if dtype is not None and input.dtype != dtype and _low_precision_dtype(input.device.type) is None:
+        raise ValueError(f"input must have the type {dtype} (the parameters'), got type {input.dtype}")
 
 
 def _window_inputs(x: Tensor, x_tail: Optional[Tensor], window: int, lengths: Optional[Tensor],
@@ -126,6 +129,16 @@ def qrnn_layer(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None, c0:
         for 16-bit), and the input tail to pass to the next chunk (None for window 1 or
         in reverse).
     """
+    return _qrnn_layer(input, None, weight, bias, c0, x_tail, window, output_gate, zoneout, training, lengths,
+                       batch_first, reverse)
+
+
+def _qrnn_layer(input: Tensor, linear: Optional[nn.Module], weight: Optional[Tensor], bias: Optional[Tensor],
+                c0: Optional[Tensor], x_tail: Optional[Tensor], window: int, output_gate: bool, zoneout: float,
+                training: bool, lengths: Optional[Tensor], batch_first: bool, reverse: bool) -> tuple:
+    """:func:`qrnn_layer`, the GEMM being ``F.linear(source, weight, bias)`` when ``linear`` is
+    None, else ``linear(source)`` (any module: a weight-dropped, parametrized, quantized or
+    adapter linear), whose output the fused gate kernel then reads."""
     window = _check_positive_int("window", window)
     zoneout = _check_probability("zoneout", zoneout)
     time_dim = 1 if batch_first else 0
@@ -136,7 +149,7 @@ def qrnn_layer(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None, c0:
         source, x_tail_n = _window_inputs(input, x_tail, window, lengths, time_dim, reverse)
     else:
         source, x_tail_n = input, None
-    gates = F.linear(source, weight, bias)
+    gates = F.linear(source, weight, bias) if linear is None else linear(source)
     if c0 is not None and c0.dtype != gates.dtype and not (gates.dtype in ops._HALF_DTYPES
                                                              and c0.dtype == torch.float32):
         c0 = c0.to(ops._state_dtype(gates.dtype))
@@ -208,9 +221,53 @@ def _check_lengths(lengths, batch: int, seq_len: int, device: torch.device) -> O
 # ---- Modules ------------------------------------------------------------------------
 
 
+# Module hooks that a direct F.linear would skip (the global dicts are mutated in place, never
+# rebound, so these references stay current; getattr: not every torch version has each one).
+_GLOBAL_HOOKS = tuple(getattr(_module_mod, name, {}) for name in (
+    "_global_forward_pre_hooks", "_global_forward_hooks", "_global_backward_pre_hooks", "_global_backward_hooks"))
+
+
+def _is_plain_linear(linear) -> bool:
+    """A plain nn.Linear that no hook watches: F.linear on its weight is exactly its call,
+    without Module.__call__'s cost. Anything else (a WeightDrop-style wrapper, a parametrized,
+    quantized or adapter linear, a Linear subclass, hooks) is called as a module."""
+    return (type(linear) is nn.Linear and not (linear._forward_pre_hooks or linear._forward_hooks
+                                               or linear._backward_pre_hooks or linear._backward_hooks)
+            and not any(_GLOBAL_HOOKS))
+
+
+def _gemm_dtype(linear) -> Optional[torch.dtype]:
+    """The dtype inputs must have for the gate GEMM: the weight's for a plain Linear, else the
+    first floating-point parameter or buffer of the module, None (unchecked) without one."""
+    if type(linear) is nn.Linear:
+        return linear.weight.dtype
+    for t in linear.parameters():
+        if t.is_floating_point():
+            return t.dtype
+    for t in linear.buffers():
+        if t.is_floating_point():
+            return t.dtype
+    return None
+
+
+_is_exporting = getattr(torch.compiler, "is_exporting", lambda: False)
+
+_UNSET = object()
+# Positional order of today's QRNNLayer after (input_size, hidden_size), and of pytorch-qrnn's
+# (its third argument, save_prev_x, is a bool, which is never a valid window).
+_LAYER_ORDER = ("window", "output_gate", "zoneout", "bias")
+_ORIGINAL_LAYER_ORDER = ("save_prev_x", "zoneout", "window", "output_gate", "use_cuda")
+_LAYER_DEFAULTS = dict(window=1, output_gate=True, zoneout=0.0, bias=True, save_prev_x=False, use_cuda=True)
+
+
 class QRNNLayer(nn.Module):
     """One single-direction QRNN layer, state-dict compatible with
     salesforce/pytorch-qrnn's ``QRNNLayer`` (``linear.weight``, ``linear.bias``).
+
+    ``QRNNLayer(input_size, hidden_size=None, window=1, output_gate=True, zoneout=0.0,
+    bias=True, *, save_prev_x=False, use_cuda=True, device=None, dtype=None)``; the
+    pytorch-qrnn order ``QRNNLayer(input_size, hidden_size, save_prev_x, zoneout, window,
+    output_gate, use_cuda)`` is accepted too (recognised by a bool third argument).
 
     Args:
         input_size: features of each input step.
@@ -219,41 +276,102 @@ class QRNNLayer(nn.Module):
         output_gate: h = sigmoid(O) * c when True (QRNN-fo), h = c when False (QRNN-f).
         zoneout: probability of keeping an element's previous state (see :func:`qrnn_layer`).
         bias: whether the gate GEMM has a bias.
+        save_prev_x: pytorch-qrnn's stateful carry: after each call keep the last
+            ``window - 1`` inputs (detached) and read them before the next call's first
+            step, until :meth:`reset`. Without it the carry travels in a :class:`QRNNState`.
+            (``torch.export`` graphs neither read nor keep them: pass a QRNNState instead.)
+        use_cuda: accepted for pytorch-qrnn code and ignored: the device follows the tensors.
+
+    ``linear`` is called as a module: replace it with any module mapping ``window *
+    input_size`` features to the gate pre-activations (a weight-dropped, parametrized,
+    quantized or adapter linear); a plain ``nn.Linear`` takes a direct path.
 
     ``forward(input, hx=None, lengths=None)`` takes time-major ``(seq_len, batch,
     input_size)`` input (or unbatched ``(seq_len, input_size)``) and returns
     ``(output, h_n)`` with ``h_n`` of shape ``(1, batch, hidden)``, the cell state after
-    the last step, like a one-layer ``nn.GRU``. ``hx`` may be ``(1, batch, hidden)``,
-    ``(batch, hidden)``, or a :class:`QRNNState` (then a QRNNState is returned, with the
-    input tail for ``window > 1``: this replaces pytorch-qrnn's ``save_prev_x`` and
-    ``reset()``).
+    the last step, like a one-layer ``nn.GRU`` and pytorch-qrnn's ``(H, C[-1:])``. ``hx``
+    may be ``(1, batch, hidden)``, ``(batch, hidden)``, or a :class:`QRNNState` (or a
+    plain ``(c, x_tails)`` tuple of its fields): then a QRNNState is returned, with the
+    input tail for the next chunk.
     """
 
-    def __init__(self, input_size: int, hidden_size: Optional[int] = None, window: int = 1,
-                 output_gate: bool = True, zoneout: float = 0.0, bias: bool = True, *, device=None, dtype=None):
+    # Class-level defaults: layers pickled before these attributes existed still run.
+    save_prev_x = False
+    prevX = None
+    use_cuda = True
+
+    def __init__(self, input_size: int, hidden_size: Optional[int] = None, *args, window=_UNSET,
+                 output_gate=_UNSET, zoneout=_UNSET, bias=_UNSET, save_prev_x=_UNSET, use_cuda=_UNSET,
+                 device=None, dtype=None):
         super().__init__()
+        options = dict(window=window, output_gate=output_gate, zoneout=zoneout, bias=bias,
+                       save_prev_x=save_prev_x, use_cuda=use_cuda)
+        order = _ORIGINAL_LAYER_ORDER if args and isinstance(args[0], bool) else _LAYER_ORDER
+        if len(args) > len(order):
+            raise TypeError(f"QRNNLayer takes at most {2 + len(order)} positional arguments in this order "
+                            f"(input_size, hidden_size, {', '.join(order)}), got {2 + len(args)}")
+        for name, value in zip(order, args):
+            if options[name] is not _UNSET:
+                raise TypeError(f"QRNNLayer got multiple values for argument '{name}'")
+            options[name] = value
+        options = {k: _LAYER_DEFAULTS[k] if v is _UNSET else v for k, v in options.items()}
         self.input_size = _check_positive_int("input_size", input_size)
         self.hidden_size = _check_positive_int("hidden_size", hidden_size if hidden_size is not None else input_size)
-        self.window = _check_positive_int("window", window)
-        self.output_gate = bool(output_gate)
-        self.zoneout = _check_probability("zoneout", zoneout)
+        self.window = _check_positive_int("window", options["window"])
+        self.output_gate = bool(options["output_gate"])
+        self.zoneout = _check_probability("zoneout", options["zoneout"])
+        self.save_prev_x = bool(options["save_prev_x"])
+        self.use_cuda = bool(options["use_cuda"])
+        self.prevX = None
         gates = 3 if self.output_gate else 2
-        self.linear = nn.Linear(self.window * self.input_size, gates * self.hidden_size, bias=bias,
+        self.linear = nn.Linear(self.window * self.input_size, gates * self.hidden_size, bias=bool(options["bias"]),
                                 device=device, dtype=dtype)
 
     def extra_repr(self) -> str:
-        return (f"{self.input_size}, {self.hidden_size}, window={self.window}, output_gate={self.output_gate}, "
-                f"zoneout={self.zoneout}, bias={self.linear.bias is not None}")
+        s = f"{self.input_size}, {self.hidden_size}, window={self.window}, output_gate={self.output_gate}, " \
+            f"zoneout={self.zoneout}"
+        bias = getattr(self.linear, "bias", _UNSET)  # a wrapper in place of the Linear may have none
+        if bias is None or isinstance(bias, Tensor):
+            s += f", bias={bias is not None}"
+        return s + (", save_prev_x=True" if self.save_prev_x else "")
+
+    def reset(self) -> None:
+        """Forget the inputs kept by ``save_prev_x`` (call at the start of a new sequence)."""
+        self.prevX = None
 
     def run(self, input: Tensor, c0: Optional[Tensor] = None, x_tail: Optional[Tensor] = None, *,
             lengths: Optional[Tensor] = None, batch_first: bool = False, reverse: bool = False) -> tuple:
-        """:func:`qrnn_layer` with this layer's weights and options: ``(output, c_n, x_tail_n)``."""
-        return qrnn_layer(input, self.linear.weight, self.linear.bias, c0, x_tail, window=self.window,
-                          output_gate=self.output_gate, zoneout=self.zoneout, training=self.training,
-                          lengths=lengths, batch_first=batch_first, reverse=reverse)
+        """:func:`qrnn_layer` with this layer's weights and options: ``(output, c_n, x_tail_n)``.
+        (``save_prev_x`` is applied by ``forward`` and :class:`QRNN`, not here.)"""
+        linear = self.linear
+        if _is_plain_linear(linear):
+            return _qrnn_layer(input, None, linear.weight, linear.bias, c0, x_tail, self.window, self.output_gate,
+                               self.zoneout, self.training, lengths, batch_first, reverse)
+        return _qrnn_layer(input, linear, None, None, c0, x_tail, self.window, self.output_gate, self.zoneout,
+                           self.training, lengths, batch_first, reverse)
 
-    def forward(self, input: Tensor, hx: Union[Tensor, QRNNState, None] = None,
-                lengths: Optional[Tensor] = None):
+    def _saved_tail(self, batch: int, features: int, batch_first: bool) -> Optional[Tensor]:
+        """The inputs ``save_prev_x`` kept, checked against this call's batch."""
+        tail = self.prevX
+        if tail is not None and _is_exporting():
+            return None  # an exported graph is a pure function: no inputs baked in from an earlier call
+        if tail is not None:
+            expected = (batch, self.window - 1, features) if batch_first else (self.window - 1, batch, features)
+            if tuple(tail.shape) != expected:
+                raise ValueError(f"the inputs kept by save_prev_x have shape {tuple(tail.shape)}, this call needs "
+                                 f"{expected}: call reset() before a new sequence or batch size")
+        return tail
+
+    def _keep_tail(self, tail: Optional[Tensor]) -> None:
+        if self.save_prev_x and self.window > 1 and tail is not None and not _is_exporting():
+            self.prevX = tail.detach()
+
+    def forward(self, input: Tensor, hx: Union[Tensor, QRNNState, tuple, None] = None,
+                lengths: Optional[Tensor] = None, *, hidden: Union[Tensor, QRNNState, tuple, None] = None):
+        if hidden is not None:  # pytorch-qrnn's name for hx
+            if hx is not None:
+                raise TypeError("QRNNLayer.forward got both hx and hidden (the same argument)")
+            hx = hidden
         if not isinstance(input, Tensor) or input.dim() not in (2, 3):
             raise ValueError("input must be a 3-D tensor (seq_len, batch, input_size) or 2-D (seq_len, input_size), "
                              f"got {_describe(input)}")
@@ -262,26 +380,47 @@ class QRNNLayer(nn.Module):
             input = input.unsqueeze(1)
         if input.shape[-1] != self.input_size:
             raise ValueError(f"input must have input_size = {self.input_size} features, got {input.shape[-1]}")
-        _check_input_dtype(input, self.linear.weight)
+        _check_input_dtype(input, _gemm_dtype(self.linear))
         T, B = input.shape[0], input.shape[1]
         lengths = _check_lengths(lengths, B, T, input.device)
-        as_state = isinstance(hx, QRNNState)
+        as_state = False
+        if hx is not None and not isinstance(hx, Tensor):
+            hx = _as_state(hx)
+            as_state = True
         c0, x_tail = (hx.c, (hx.x_tails[0] if hx.x_tails else None)) if as_state else (hx, None)
         if c0 is not None:
             if unbatched and not as_state:
                 c0 = c0.unsqueeze(-2)
             c0 = _layer_state(c0, B, self.hidden_size, "hx.c" if as_state else "hx")
         if x_tail is not None:
-            _check_tail(x_tail, self.window, B, self.input_size, False, "hx.x_tails[0]")
+            x_tail = _check_tail(x_tail, self.window, B, self.input_size, False, "hx.x_tails[0]")
+        elif self.save_prev_x and self.window > 1:
+            x_tail = self._saved_tail(B, self.input_size, False)
         output, c_n, x_tail_n = self.run(input, c0, x_tail, lengths=lengths)
+        if self.save_prev_x:
+            self._keep_tail(x_tail_n)
         if unbatched:
             output = output.squeeze(1)
         if as_state:
+            if x_tail_n is None:  # window 1: an empty tail, so the state is all tensors
+                x_tail_n = input.new_empty((0, B, self.input_size))
             return output, QRNNState(c_n.unsqueeze(0), (x_tail_n,))
         h_n = c_n.unsqueeze(0)
         if _low_precision_dtype(input.device.type) is None:
             h_n = h_n.to(output.dtype)
         return output, (h_n.squeeze(1) if unbatched else h_n)
+
+
+def _as_state(hx) -> "QRNNState":
+    """A QRNNState from a QRNNState or a plain ``(c, x_tails)`` tuple or list of its fields
+    (what generic code such as a recursive detach rebuilds from one)."""
+    if isinstance(hx, QRNNState):
+        return hx
+    if (type(hx) in (tuple, list) and len(hx) == 2 and (hx[0] is None or isinstance(hx[0], Tensor))
+            and isinstance(hx[1], (tuple, list))):
+        return QRNNState(hx[0], tuple(hx[1]))
+    raise ValueError("hx must be a Tensor, a QRNNState, a (c, x_tails) tuple of its fields, or None, "
+                     f"got {_describe(hx)}")
 
 
 def _describe(x) -> str:
@@ -299,12 +438,15 @@ def _layer_state(c0: Tensor, batch: int, hidden: int, name: str) -> Tensor:
     return c0
 
 
-def _check_tail(tail, window: int, batch: int, features: int, batch_first: bool, name: str) -> None:
-    if window == 1:
-        raise ValueError(f"{name}: a window-1 layer carries no input tail, got {_describe(tail)}")
+def _check_tail(tail, window: int, batch: int, features: int, batch_first: bool, name: str) -> Optional[Tensor]:
+    """The tail to use (None for window 1, whose tail is empty), or ValueError."""
     expected = (batch, window - 1, features) if batch_first else (window - 1, batch, features)
     if not isinstance(tail, Tensor) or tuple(tail.shape) != expected:
+        if window == 1:
+            raise ValueError(f"{name}: a window-1 layer carries no input tail (None or an empty {expected} tensor), "
+                             f"got {_describe(tail)}")
         raise ValueError(f"{name} must have shape {expected}, got {_describe(tail)}")
+    return tail if window > 1 else None
 
 
 class QRNN(nn.Module):
@@ -323,13 +465,19 @@ class QRNN(nn.Module):
         zoneout: probability of keeping an element's previous state (training: unscaled
             Bernoulli(1 - p) keep mask on f per element and step; evaluation: f * (1 - p)).
         output_gate: h = sigmoid(O) * c (True) or h = c (False).
+        layers: pytorch-qrnn's list of ready-made unidirectional :class:`QRNNLayer`s to
+            stack (each keeps its own window, zoneout, output gate, save_prev_x); their
+            hidden sizes must agree (``h_n`` stacks them) and each must read the one below.
+        save_prev_x: each layer keeps its last ``window - 1`` inputs between calls, as in
+            pytorch-qrnn, until :meth:`reset`. use_cuda: accepted and ignored.
 
     ``forward(input, hx=None, lengths=None)``:
         input: ``(seq_len, batch, input_size)`` (``(batch, seq_len, input_size)`` with
             ``batch_first``), unbatched ``(seq_len, input_size)``, or a PackedSequence.
         hx: ``(num_layers * num_directions, batch, hidden_size)`` initial cell states, or a
-            :class:`QRNNState` (chunked BPTT: then the result's second element is the
-            QRNNState to feed the next chunk, with each layer's input tail).
+            :class:`QRNNState` or plain ``(c, x_tails)`` tuple of its fields (chunked BPTT:
+            then the result's second element is the QRNNState to feed the next chunk, with
+            each layer's input tail; an empty tensor for window 1).
         lengths: valid steps per sequence ``(batch,)`` for padded input: outputs past each
             end are zero, ``h_n`` is each sequence's state after its last valid step, and
             the reverse direction starts at each sequence's own end. Need not be sorted.
@@ -348,31 +496,57 @@ class QRNN(nn.Module):
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
                  window: Union[int, Sequence[int]] = 1, zoneout: float = 0.0, output_gate: bool = True,
-                 device=None, dtype=None):
+                 device=None, dtype=None, *, layers: Optional[Sequence[QRNNLayer]] = None,
+                 save_prev_x: bool = False, use_cuda: bool = True):
         super().__init__()
+        if layers is None and isinstance(window, (list, tuple, nn.ModuleList)) and window \
+                and all(isinstance(w, nn.Module) for w in window):
+            layers, window = window, 1  # pytorch-qrnn's eighth positional argument: layers
         self.input_size = _check_positive_int("input_size", input_size)
         self.hidden_size = _check_positive_int("hidden_size", hidden_size)
-        self.num_layers = _check_positive_int("num_layers", num_layers)
         self.bias = bool(bias)
         self.batch_first = bool(batch_first)
         self.dropout = _check_probability("dropout", dropout)
         self.bidirectional = bool(bidirectional)
-        self.zoneout = _check_probability("zoneout", zoneout)
-        self.output_gate = bool(output_gate)
-        windows = [window] * self.num_layers if isinstance(window, numbers.Integral) else list(window)
-        if len(windows) != self.num_layers:
-            raise ValueError(f"window must be an int or one per layer ({self.num_layers}), got {window!r}")
-        self.windows = [_check_positive_int("window", w) for w in windows]
+        self.use_cuda = bool(use_cuda)
+        if layers is not None:
+            self._init_from_layers(list(layers))
+        else:
+            self.num_layers = _check_positive_int("num_layers", num_layers)
+            self.zoneout = _check_probability("zoneout", zoneout)
+            self.output_gate = bool(output_gate)
+            windows = [window] * self.num_layers if isinstance(window, numbers.Integral) else list(window)
+            if len(windows) != self.num_layers:
+                raise ValueError(f"window must be an int or one per layer ({self.num_layers}), got {window!r}")
+            self.windows = [_check_positive_int("window", w) for w in windows]
+            directions = 2 if self.bidirectional else 1
+            self.layers = nn.ModuleList(
+                QRNNLayer(self.input_size if layer == 0 else self.hidden_size * directions, self.hidden_size,
+                          window=self.windows[layer], output_gate=self.output_gate, zoneout=self.zoneout,
+                          bias=self.bias, save_prev_x=save_prev_x, device=device, dtype=dtype)
+                for layer in range(self.num_layers) for _ in range(directions))
         if self.dropout > 0 and self.num_layers == 1:
             warnings.warn("dropout option adds dropout after all but last layer, so non-zero dropout expects "
                           f"num_layers greater than 1, but got dropout={self.dropout} and num_layers=1",
                           stacklevel=2)
-        directions = 2 if self.bidirectional else 1
-        self.layers = nn.ModuleList(
-            QRNNLayer(self.input_size if layer == 0 else self.hidden_size * directions, self.hidden_size,
-                      window=self.windows[layer], output_gate=self.output_gate, zoneout=self.zoneout, bias=self.bias,
-                      device=device, dtype=dtype)
-            for layer in range(self.num_layers) for _ in range(directions))
+
+    def _init_from_layers(self, layers: list) -> None:
+        if not layers or not all(isinstance(layer, QRNNLayer) for layer in layers):
+            raise ValueError("layers must be a non-empty sequence of qrnn.QRNNLayer")
+        if self.bidirectional:
+            raise ValueError("layers cannot be combined with bidirectional=True (the given layers are one direction)")
+        for i, layer in enumerate(layers):
+            if layer.hidden_size != self.hidden_size:
+                raise ValueError(f"layers[{i}] has hidden_size {layer.hidden_size}, expected hidden_size = "
+                                 f"{self.hidden_size} (h_n stacks every layer's state)")
+            expected = self.input_size if i == 0 else self.hidden_size
+            if layer.input_size != expected:
+                raise ValueError(f"layers[{i}] has input_size {layer.input_size}, expected {expected}")
+        self.num_layers = len(layers)
+        self.windows = [layer.window for layer in layers]
+        self.zoneout = layers[0].zoneout  # for extra_repr; each layer applies its own
+        self.output_gate = layers[0].output_gate
+        self.layers = nn.ModuleList(layers)
 
     @property
     def num_directions(self) -> int:
@@ -393,11 +567,36 @@ class QRNN(nn.Module):
     def flatten_parameters(self) -> None:
         """No-op, for code written for cuDNN RNNs (the gate weights are already one GEMM each)."""
 
-    def initial_state(self) -> QRNNState:
-        """The all-zero carried state (for chunked BPTT: ``model(chunk, model.initial_state())``)."""
-        return QRNNState(None, (None,) * self.num_layers)
+    def reset(self) -> None:
+        """Forget the inputs each layer kept with ``save_prev_x`` (pytorch-qrnn's reset)."""
+        for layer in self.layers:
+            layer.reset()
 
-    def forward(self, input, hx: Union[Tensor, QRNNState, None] = None, lengths: Optional[Tensor] = None):
+    def initial_state(self, batch_size: Optional[int] = None) -> QRNNState:
+        """The all-zero carried state (for chunked BPTT: ``model(chunk, model.initial_state())``):
+        None fields, or with ``batch_size`` zero tensors (on the parameters' device), which
+        generic code that walks nested tuples of tensors (a recursive detach) can handle."""
+        if batch_size is None:
+            return QRNNState(None, (None,) * self.num_layers)
+        batch = _check_positive_int("batch_size", batch_size) if batch_size != 0 else 0
+        like = next(self.parameters(), None)
+        device, dtype = (like.device, like.dtype) if like is not None else (None, torch.get_default_dtype())
+        c = torch.zeros(self.num_layers * self.num_directions, batch, self.hidden_size, device=device,
+                        dtype=ops._state_dtype(dtype) if dtype in ops._DTYPE_CODES else dtype)
+        tails = []
+        for layer in range(self.num_layers):
+            features = self.input_size if layer == 0 else self.hidden_size * self.num_directions
+            steps = self.windows[layer] - 1
+            shape = (batch, steps, features) if self.batch_first else (steps, batch, features)
+            tails.append(torch.zeros(shape, device=device, dtype=dtype))
+        return QRNNState(c, tuple(tails))
+
+    def forward(self, input, hx: Union[Tensor, QRNNState, tuple, None] = None, lengths: Optional[Tensor] = None,
+                *, hidden: Union[Tensor, QRNNState, tuple, None] = None):
+        if hidden is not None:  # pytorch-qrnn's name for hx
+            if hx is not None:
+                raise TypeError("QRNN.forward got both hx and hidden (the same argument)")
+            hx = hidden
         packed = isinstance(input, PackedSequence)
         if packed:
             if lengths is not None:
@@ -414,12 +613,15 @@ class QRNN(nn.Module):
             input = input.unsqueeze(1 if not self.batch_first else 0)
         if input.shape[-1] != self.input_size:
             raise ValueError(f"input must have input_size = {self.input_size} features, got {input.shape[-1]}")
-        _check_input_dtype(input, self.layers[0].linear.weight)
+        _check_input_dtype(input, _gemm_dtype(self.layers[0].linear))
         time_dim = 1 if self.batch_first else 0
         T, B = input.shape[time_dim], input.shape[1 - time_dim]
         pack_lengths = lengths  # the host copy packing needs
         lengths = _check_lengths(lengths, B, T, input.device)
-        as_state = isinstance(hx, QRNNState)
+        as_state = False
+        if hx is not None and not isinstance(hx, Tensor):
+            hx = _as_state(hx)
+            as_state = True
         c0, tails = self._unpack_state(hx, B, unbatched, as_state)
 
         D = self.num_directions
@@ -429,12 +631,19 @@ class QRNN(nn.Module):
             outputs = []
             for direction in range(D):
                 index = layer * D + direction
-                out, c_n, tail = self.layers[index].run(
-                    x, None if c0 is None else c0[index], tails[layer] if direction == 0 else None,
-                    lengths=lengths, batch_first=self.batch_first, reverse=direction == 1)
+                module = self.layers[index]
+                tail = tails[layer] if direction == 0 else None
+                if tail is None and direction == 0 and module.save_prev_x and module.window > 1:
+                    tail = module._saved_tail(B, x.shape[-1], self.batch_first)
+                out, c_n, tail = module.run(x, None if c0 is None else c0[index], tail, lengths=lengths,
+                                            batch_first=self.batch_first, reverse=direction == 1)
                 outputs.append(out)
                 states.append(c_n)
                 if direction == 0:
+                    if module.save_prev_x:
+                        module._keep_tail(tail)
+                    if tail is None and as_state:  # window 1: an empty tail, so the state is all tensors
+                        tail = x.new_empty((B, 0, x.shape[-1]) if self.batch_first else (0, B, x.shape[-1]))
                     new_tails.append(tail)
             x = outputs[0] if D == 1 else torch.cat(outputs, -1)
             if self.dropout > 0 and self.training and layer < self.num_layers - 1:
@@ -458,10 +667,14 @@ class QRNN(nn.Module):
             c0, tails = hx.c, tuple(hx.x_tails) if hx.x_tails else (None,) * self.num_layers
             if len(tails) != self.num_layers:
                 raise ValueError(f"hx.x_tails must have one entry per layer ({self.num_layers}), got {len(tails)}")
+            checked = []
             for layer, tail in enumerate(tails):
                 if tail is not None:
                     features = self.input_size if layer == 0 else self.hidden_size * self.num_directions
-                    _check_tail(tail, self.windows[layer], batch, features, self.batch_first, f"hx.x_tails[{layer}]")
+                    tail = _check_tail(tail, self.windows[layer], batch, features, self.batch_first,
+                                       f"hx.x_tails[{layer}]")
+                checked.append(tail)
+            tails = tuple(checked)
             name = "hx.c"
         else:
             c0, tails, name = hx, (None,) * self.num_layers, "hx"
@@ -487,3 +700,15 @@ class QRNN(nn.Module):
             lengths = lengths.index_select(0, sorted_indices.cpu())
         data, batch_sizes, _, _ = pack_padded_sequence(padded, lengths.cpu(), batch_first=self.batch_first)
         return PackedSequence(data, batch_sizes, sorted_indices, unsorted_indices)
+
+
+def _register_safe_globals() -> None:
+    """Let ``torch.load(weights_only=True)`` rebuild pickled models holding qrnn layers under
+    the allowlist that works for nn.LSTM: register qrnn's classes and the torch.nn containers
+    they hold (torch >= 2.4 has add_safe_globals; older versions load with weights_only=False)."""
+    add_safe_globals = getattr(torch.serialization, "add_safe_globals", None)
+    if add_safe_globals is not None:
+        add_safe_globals([QRNN, QRNNLayer, QRNNState, nn.ModuleList, nn.Linear])
+
+
+_register_safe_globals()
