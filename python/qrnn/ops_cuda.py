@@ -136,7 +136,7 @@ def _gates_forward_cuda(gates, c0, forget_mask, lengths, forget_scale, output_ga
                         need_states=True):
     output, states, c_n = ops._gates_forward_outputs(gates, output_gate, batch_first, need_states)
     _launch(_C.cuda_qrnn_gates_forward, gates.device,
-            ops._gatesops._forward_args(output, states, c_n, gates, c0, forget_mask, lengths, forget_scale, output_gate,
+            ops._gates_forward_args(output, states, c_n, gates, c0, forget_mask, lengths, forget_scale, output_gate,
                                     batch_first, reverse), schedule=False)
     return output, c_n, (states if states is not None else gates.new_empty(0))
 
@@ -146,7 +146,7 @@ def _gates_backward_cuda(grad_output, grad_c_n, gates, states, c0, forget_mask, 
     grad_gates = ops._empty_contiguous(gates)
     grad_c0 = ops._empty_contiguous(c0) if c0 is not None else None
     _launch(_C.cuda_qrnn_gates_backward, gates.device,
-            ops._gatesops._backward_args(grad_gates, grad_c0, grad_output, grad_c_n, gates, states, c0, forget_mask,
+            ops._gates_backward_args(grad_gates, grad_c0, grad_output, grad_c_n, gates, states, c0, forget_mask,
                                      lengths, forget_scale, output_gate, batch_first, reverse), schedule=False)
     return grad_gates, (grad_c0 if grad_c0 is not None else gates.new_empty(0))
 
@@ -159,7 +159,7 @@ def gates_forward_into(output: Tensor, states: Optional[Tensor], c_n: Optional[T
     ``c_n`` (None: not written), as :func:`forward_into` does for ForgetMult."""
     ops.check_qrnn_gates_args(gates, c0, forget_mask, forget_scale, lengths, output_gate, batch_first)
     _launch(_C.cuda_qrnn_gates_forward, gates.device,
-            ops._gatesops._forward_args(output, states, c_n, gates, c0, forget_mask, lengths, forget_scale, output_gate,
+            ops._gates_forward_args(output, states, c_n, gates, c0, forget_mask, lengths, forget_scale, output_gate,
                                     batch_first, reverse), schedule=False)
     return output
 
@@ -170,10 +170,10 @@ def gates_backward_into(grad_gates: Tensor, grad_c0: Optional[Tensor], grad_outp
                         forget_scale: float = 1.0, output_gate: bool = True, batch_first: bool = False,
                         reverse: bool = False) -> Tensor:
     """The fused gates backward writing into given ``grad_gates`` and ``grad_c0`` (None: not written)."""
-    ops.check_qrnn_gatesops._backward_args(grad_output, grad_c_n, gates, states, c0, forget_mask, lengths, forget_scale,
+    ops.check_qrnn_gates_backward_args(grad_output, grad_c_n, gates, states, c0, forget_mask, lengths, forget_scale,
                                        output_gate, batch_first)
     _launch(_C.cuda_qrnn_gates_backward, gates.device,
-            ops._gatesops._backward_args(grad_gates, grad_c0, grad_output, grad_c_n, gates, states, c0, forget_mask,
+            ops._gates_backward_args(grad_gates, grad_c0, grad_output, grad_c_n, gates, states, c0, forget_mask,
                                      lengths, forget_scale, output_gate, batch_first, reverse), schedule=False)
     return grad_gates
 
