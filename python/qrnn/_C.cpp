@@ -398,8 +398,9 @@ void bind_qrnn_gates(py::module_& m) {
 
 // ==== CUDA kernels (qrnn.ops_cuda) ==================================================
 // Built when the library has them. The launchers take the CPU entry points' integers
-// with the stream (a cudaStream_t as an integer, read by Python on every call) and the
-// schedule in place of num_threads. A launch only queues work, so the GIL stays held.
+// with the stream (a cudaStream_t as an integer, read by Python on every call), the
+// schedule (ForgetMult) and the device index in place of num_threads. A launch only
+// queues work, so the GIL stays held.
 #if defined(QRNN_WITH_CUDA)
 namespace {
 
@@ -412,19 +413,21 @@ void* stream_of(int64_t handle) { return reinterpret_cast<void*>(static_cast<uin
 const void* cptr(uintptr_t p) { return reinterpret_cast<const void*>(p); }
 void* mptr(uintptr_t p) { return reinterpret_cast<void*>(p); }
 
-// cuda_forget_mult_forward(<20 forward integers>, stream, schedule)
+// cuda_forget_mult_forward(<20 forward integers>, stream, schedule, device)
 PyObject* cuda_forget_mult_forward(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-    int64_t a[22];
+    int64_t a[23];
     if (!parse_ints("cuda_forget_mult_forward", args, nargs, a)) return nullptr;
-    return run_kernel(0, [&] { qrnn::cuda::forget_mult_forward(read_forward(a), stream_of(a[20]), schedule_of(a[21])); });
+    return run_kernel(0, [&] {
+        qrnn::cuda::forget_mult_forward(read_forward(a), stream_of(a[20]), schedule_of(a[21]), int(a[22]));
+    });
 }
 
-// cuda_forget_mult_backward(<35 backward integers>, stream, schedule)
+// cuda_forget_mult_backward(<35 backward integers>, stream, schedule, device)
 PyObject* cuda_forget_mult_backward(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-    int64_t a[37];
+    int64_t a[38];
     if (!parse_ints("cuda_forget_mult_backward", args, nargs, a)) return nullptr;
     return run_kernel(0, [&] {
-        qrnn::cuda::forget_mult_backward(read_backward(a), stream_of(a[35]), schedule_of(a[36]));
+        qrnn::cuda::forget_mult_backward(read_backward(a), stream_of(a[35]), schedule_of(a[36]), int(a[37]));
     });
 }
 
@@ -455,20 +458,24 @@ PyObject* cuda_forget_mult_backward_plan(PyObject*, PyObject* const* args, Py_ss
     return plan_tuple([&] { return qrnn::cuda::forget_mult_backward_plan(read_backward(a), schedule_of(a[35])); });
 }
 
-// cuda_qrnn_gates_forward(forget_scale, <33 forward integers>, stream)
+// cuda_qrnn_gates_forward(forget_scale, <33 forward integers>, stream, device)
 PyObject* cuda_qrnn_gates_forward(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     double scale;
-    int64_t a[34];
+    int64_t a[35];
     if (!parse_scale_and_ints("cuda_qrnn_gates_forward", args, nargs, scale, a)) return nullptr;
-    return run_kernel(0, [&] { qrnn::cuda::qrnn_gates_forward(read_gates_forward(a, scale), stream_of(a[33])); });
+    return run_kernel(0, [&] {
+        qrnn::cuda::qrnn_gates_forward(read_gates_forward(a, scale), stream_of(a[33]), int(a[34]));
+    });
 }
 
-// cuda_qrnn_gates_backward(forget_scale, <41 backward integers>, stream)
+// cuda_qrnn_gates_backward(forget_scale, <41 backward integers>, stream, device)
 PyObject* cuda_qrnn_gates_backward(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     double scale;
-    int64_t a[42];
+    int64_t a[43];
     if (!parse_scale_and_ints("cuda_qrnn_gates_backward", args, nargs, scale, a)) return nullptr;
-    return run_kernel(0, [&] { qrnn::cuda::qrnn_gates_backward(read_gates_backward(a, scale), stream_of(a[41])); });
+    return run_kernel(0, [&] {
+        qrnn::cuda::qrnn_gates_backward(read_gates_backward(a, scale), stream_of(a[41]), int(a[42]));
+    });
 }
 
 // cuda_qrnn_gates_{forward,backward}_width(forget_scale, <integers>) -> (hidden units per thread, 1), host-only
@@ -493,19 +500,20 @@ PyObject* cuda_qrnn_gates_backward_width(PyObject*, PyObject* const* args, Py_ss
 #define QRNN_FASTCALL(fn) reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(fn)), METH_FASTCALL
 PyMethodDef cuda_kernel_methods[] = {
     {"cuda_forget_mult_forward", QRNN_FASTCALL(cuda_forget_mult_forward),
-     "cuda_forget_mult_forward(<forget_mult_forward's integers but num_threads>, stream, schedule): launch the "
-     "CUDA forward on stream (a cudaStream_t) of the current device; schedule 0 auto, 1 serial, 2 chunked"},
+     "cuda_forget_mult_forward(<forget_mult_forward's integers but num_threads>, stream, schedule, device): launch "
+     "the CUDA forward on stream (a cudaStream_t) of device (made current for the launch); schedule 0 auto, "
+     "1 serial, 2 chunked"},
     {"cuda_forget_mult_backward", QRNN_FASTCALL(cuda_forget_mult_backward),
-     "cuda_forget_mult_backward(<forget_mult_backward's integers but num_threads>, stream, schedule)"},
+     "cuda_forget_mult_backward(<forget_mult_backward's integers but num_threads>, stream, schedule, device)"},
     {"cuda_forget_mult_forward_plan", QRNN_FASTCALL(cuda_forget_mult_forward_plan),
      "cuda_forget_mult_forward_plan(<forward integers>, schedule) -> (vector_width, chunks), host-only"},
     {"cuda_forget_mult_backward_plan", QRNN_FASTCALL(cuda_forget_mult_backward_plan),
      "cuda_forget_mult_backward_plan(<backward integers>, schedule) -> (vector_width, chunks), host-only"},
     {"cuda_qrnn_gates_forward", QRNN_FASTCALL(cuda_qrnn_gates_forward),
-     "cuda_qrnn_gates_forward(<qrnn_gates_forward's arguments but num_threads>, stream): fused gates forward on "
-     "stream (a cudaStream_t) of the current device; lengths in device memory"},
+     "cuda_qrnn_gates_forward(<qrnn_gates_forward's arguments but num_threads>, stream, device): fused gates "
+     "forward on stream (a cudaStream_t) of device (made current for the launch); lengths in device memory"},
     {"cuda_qrnn_gates_backward", QRNN_FASTCALL(cuda_qrnn_gates_backward),
-     "cuda_qrnn_gates_backward(<qrnn_gates_backward's arguments but num_threads>, stream)"},
+     "cuda_qrnn_gates_backward(<qrnn_gates_backward's arguments but num_threads>, stream, device)"},
     {"cuda_qrnn_gates_forward_width", QRNN_FASTCALL(cuda_qrnn_gates_forward_width),
      "cuda_qrnn_gates_forward_width(<forward arguments but num_threads>) -> (vector_width, 1), host-only"},
     {"cuda_qrnn_gates_backward_width", QRNN_FASTCALL(cuda_qrnn_gates_backward_width),

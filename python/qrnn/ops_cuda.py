@@ -4,7 +4,7 @@ for device type ``"cuda"`` in :mod:`qrnn.ops` when this build has them
 
 Every call reads the current CUDA stream of the tensors' device (never cached, so
 ``torch.cuda.stream(...)`` blocks, CUDA graphs and ``torch.compile(mode="reduce-overhead")``
-are honoured), enters that device when it is not the current one, allocates the outputs
+are honoured), passes that device to the launcher (which makes it current), allocates the outputs
 with torch (the caching allocator, ordered on that stream) and launches. The C++ side
 neither allocates nor synchronises.
 """
@@ -55,15 +55,14 @@ def schedule(name: str):
 
 
 def _launch(kernel, device: torch.device, args: tuple, schedule: bool = True) -> None:
-    """Run `kernel` on `device`'s current stream, with `device` current (a stream only
-    takes launches from its own device's context). ForgetMult kernels also take the schedule."""
+    """Run `kernel` on `device`'s current stream. The C++ launcher makes `device` current
+    for the launch itself (its CUDA runtime is not torch's, so torch's device switch is not
+    relied on). ForgetMult kernels also take the schedule."""
     index = device.index
-    tail = (_schedule,) if schedule else ()
-    if index == torch.cuda.current_device():
-        kernel(*args, current_stream_handle(index), *tail)
+    if schedule:
+        kernel(*args, current_stream_handle(index), _schedule, index)
     else:
-        with torch.cuda.device(index):
-            kernel(*args, current_stream_handle(index), *tail)
+        kernel(*args, current_stream_handle(index), index)
 
 
 def _forward_cuda(f: Tensor, x: Tensor, h0: Optional[Tensor], batch_first: bool) -> Tensor:
