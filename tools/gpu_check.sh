@@ -144,7 +144,10 @@ for i in range(torch.cuda.device_count()):
     p = torch.cuda.get_device_properties(i)
     print(f"cuda:{i} {p.name}, compute capability {p.major}.{p.minor}, {p.total_memory / 2**30:.0f} GiB, "
           f"{p.multi_processor_count} SMs")
-print("driver (torch):", getattr(torch._C, "_cuda_getDriverVersion", lambda: "?")())
+import ctypes
+version = ctypes.c_int(0)
+ctypes.CDLL("libcuda.so.1").cuDriverGetVersion(ctypes.byref(version))
+print(f"driver supports CUDA {version.value // 1000}.{version.value % 1000 // 10} (cuDriverGetVersion {version.value})")
 EOF
     return $ok
 }
