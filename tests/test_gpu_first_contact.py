@@ -37,12 +37,13 @@ def test_cuda_glue_names_exist():
 
 
 GPU_CHECK = REPO / "tools" / "gpu_check.sh"
-PARTS = ["env", "build", "library", "smoke", "resources", "tests", "memcheck", "racecheck", "synccheck",
-         "bench-fm", "bench-layer"]
+PARTS = ["env", "build", "library", "smoke", "resources", "tests", "bench-fm", "bench-layer", "memcheck",
+         "racecheck", "synccheck"]
 
 
-def _gpu_check(tmp_path, **env):
-    run_env = dict(os.environ, OUT_DIR=str(tmp_path), QRNN_GPU_CHECK_DRY_RUN="1", **env)
+def _gpu_check(tmp_path, dry_run=True, **env):
+    run_env = dict(os.environ, OUT_DIR=str(tmp_path), PYTHON=sys.executable,
+                   QRNN_GPU_CHECK_DRY_RUN="1" if dry_run else "0", **env)
     proc = subprocess.run(["bash", str(GPU_CHECK)], capture_output=True, text=True, env=run_env, timeout=120)
     table = proc.stdout[proc.stdout.index("== gpu_check results"):]
     rows = {line.split()[0]: line.split()[1] for line in table.splitlines()[2:] if line.split()[0] in PARTS}
@@ -66,6 +67,15 @@ def test_gpu_check_skips_what_needs_a_failed_build(tmp_path):
     assert rc == 1
     assert rows["env"] == "DRY" and rows["build"] == "FAIL"
     assert all(rows[p] == "SKIP" for p in PARTS[2:]), table
+
+
+def test_gpu_check_reports_a_part_that_really_fails(tmp_path):
+    """Not a dry run: the resource report of a folder with no build fails (exit 2), and the
+    table still comes, with the tool's reason."""
+    rc, table, rows = _gpu_check(tmp_path, dry_run=False, QRNN_GPU_CHECK_PARTS="resources")
+    assert rc == 1 and rows == {"resources": "FAIL"}, table
+    assert "exit 2; no CUDA compiler reports" in table
+    assert "no CUDA compiler reports" in (tmp_path / "resources.log").read_text()
 
 
 def test_gpu_check_passes_with_nothing_failed(tmp_path):

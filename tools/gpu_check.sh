@@ -8,14 +8,15 @@
 #   smoke        float32 ForgetMult and fused gates forward+backward against the CPU
 #   resources    the compiler's resource report: registers, no spills
 #   tests        pytest -m cuda
+#   bench-fm     the ForgetMult benchmarks (python -m qrnn.bench cuda)
+#   bench-layer  the layer benchmarks on the GPU
 #   memcheck     compute-sanitizer memcheck on the odd-layout and poisoned-output tests
 #   racecheck    compute-sanitizer racecheck on the chunked schedule (shared memory)
 #   synccheck    compute-sanitizer synccheck on the chunked schedule (barriers)
-#   bench-fm     the ForgetMult benchmarks (python -m qrnn.bench cuda)
-#   bench-layer  the layer benchmarks on the GPU
 #
 # then one results table, last, whatever failed; the exit status is 1 if any part failed
-# (or timed out), else 0. Parts that need the build are skipped when it failed. The whole
+# (or timed out), else 0. Parts that need the build are skipped when it failed, and the
+# sanitizer parts when compute-sanitizer is not installed. The whole
 # check keeps within QRNN_GPU_CHECK_BUDGET_S seconds (default 470, under 8 minutes): each
 # part has its own time limit, cut to what is left of the budget.
 #
@@ -39,7 +40,7 @@ OUT_DIR=${OUT_DIR:-build/gpu-check}
 BUDGET_S=${QRNN_GPU_CHECK_BUDGET_S:-470}
 DRY_RUN=${QRNN_GPU_CHECK_DRY_RUN:-0}
 FORCED_FAIL=" ${QRNN_GPU_CHECK_FAIL:-} "
-ALL_PARTS="env build library smoke resources tests memcheck racecheck synccheck bench-fm bench-layer"
+ALL_PARTS="env build library smoke resources tests bench-fm bench-layer memcheck racecheck synccheck"
 SELECTED=" ${QRNN_GPU_CHECK_PARTS:-$ALL_PARTS} "
 mkdir -p "$OUT_DIR"
 OUT_DIR=$(cd "$OUT_DIR" && pwd)
@@ -91,10 +92,11 @@ run_part() {
     [ "$limit" -gt "$left" ] && limit=$left
     local t0 rc
     t0=$(date +%s)
+    # Parts are shell functions: run them in a child bash (exported below) under timeout.
     if command -v timeout >/dev/null; then
-        timeout -k 10 "$limit" "$@" >"$log" 2>&1
+        timeout -k 10 "$limit" bash -c 'set -o pipefail; "$@"' part "$@" >"$log" 2>&1
     else
-        "$@" >"$log" 2>&1
+        bash -c 'set -o pipefail; "$@"' part "$@" >"$log" 2>&1
     fi
     rc=$?
     local took=$(($(date +%s) - t0)) state=PASS note
@@ -102,6 +104,8 @@ run_part() {
     if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
         state=TIMEOUT
         note="over ${limit}s; ${note}"
+    elif [ $rc -eq 77 ]; then  # the part cannot run here (a tool is missing): not a failure
+        state=SKIP
     elif [ $rc -ne 0 ]; then
         state=FAIL
         note="exit $rc; ${note}"
@@ -111,8 +115,28 @@ run_part() {
     record "$name" "$state" "$took" "${note:0:110}"
 }
 
+# A pytest run in which no test passed (all skipped: no GPU, or no CUDA build) checked
+# nothing, so it fails the part.
+must_pass() {
+    local out rc
+    out=$(mktemp)
+    "$@" 2>&1 | tee "$out"
+    rc=${PIPESTATUS[0]}
+    if [ "$rc" -eq 0 ] && ! grep -qE "[0-9]+ passed" "$out"; then
+        echo "gpu_check: no test passed (all skipped?)"
+        rc=1
+    fi
+    rm -f "$out"
+    return "$rc"
+}
 pytest_summary() { grep -E "(passed|failed|error|skipped|no tests ran)" "$1" | tail -n 1; }
-sanitizer_summary() { grep -E "ERROR SUMMARY|(passed|failed) in" "$1" | tail -n 2 | tr '\n' ' '; }
+sanitizer_summary() {
+    if grep -qE "ERROR SUMMARY|(passed|failed) in" "$1"; then
+        grep -E "ERROR SUMMARY|(passed|failed) in" "$1" | tail -n 2 | tr '\n' ' '
+    else
+        grep -v '^\s*$' "$1" | tail -n 1
+    fi
+}
 spill_summary() { tail -n 1 "$1"; }
 
 # ---- env ----------------------------------------------------------------------------
@@ -151,6 +175,8 @@ print(f"driver supports CUDA {version.value // 1000}.{version.value % 1000 // 10
 EOF
     return $ok
 }
+export PYTHON OUT_DIR arch
+export -f env_part must_pass
 run_part env 60 - - -- env_part
 
 # ---- build --------------------------------------------------------------------------
@@ -162,6 +188,7 @@ build_part() {
         -Ccmake.define.CMAKE_CUDA_ARCHITECTURES="$arch"
 }
 build_summary() { if grep -q "Successfully installed" "$1"; then echo "sm_$arch"; else grep -iE "error" "$1" | tail -n 1; fi; }
+export -f build_part
 run_part build 200 - build_summary -- build_part
 
 # ---- library ------------------------------------------------------------------------
@@ -169,9 +196,8 @@ library_part() {
     "$PYTHON" -c "import json, qrnn; print(json.dumps(qrnn.build_info(), indent=1))" || return 1
     local lib
     lib=$("$PYTHON" - <<'EOF'
-import pathlib, qrnn
-libs = sorted(p for p in pathlib.Path(qrnn.__file__).parent.rglob("libqrnn*.so*"))
-print(libs[0] if libs else "")
+import qrnn  # the library this python loads (an editable install keeps it apart from the sources)
+print(next((line.split()[-1] for line in open("/proc/self/maps") if "/libqrnn" in line), ""))
 EOF
 )
     [ -n "$lib" ] || { echo "libqrnn not found in the package"; return 1; }
@@ -183,6 +209,7 @@ EOF
     echo "count: $(nm -D --defined-only "$lib" | grep -ciE " (cuda|__cuda|cu[A-Z])")"
 }
 library_summary() { grep -E "^count:" "$1" | sed 's/count:/exported CUDA symbols:/'; }
+export -f library_part
 run_part library 30 build library_summary -- library_part
 
 # ---- smoke --------------------------------------------------------------------------
@@ -221,35 +248,17 @@ assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in layer.pa
 print("smoke: ok")
 EOF
 }
+export -f smoke_part
 run_part smoke 60 build - -- smoke_part
 
 # ---- resources ----------------------------------------------------------------------
 resources_part() { "$PYTHON" tools/cuda_resource_usage.py "$OUT_DIR/build" | tee "$OUT_DIR/resource_usage.txt"; }
+export -f resources_part
 run_part resources 30 build spill_summary -- resources_part
 
 # ---- tests --------------------------------------------------------------------------
 run_part tests 150 build pytest_summary -- \
-    "$PYTHON" -m pytest -m cuda tests -q -p no:cacheprovider
-
-# ---- compute-sanitizer --------------------------------------------------------------
-sanitizer=$(command -v compute-sanitizer || true)
-if [ -z "$sanitizer" ] && command -v nvcc >/dev/null; then
-    candidate="$(dirname "$(command -v nvcc)")/compute-sanitizer"
-    [ -x "$candidate" ] && sanitizer=$candidate
-fi
-sanitize() {  # sanitize TOOL PYTEST_ARGS...: no caching allocator, so an access past a tensor is caught
-    local tool=$1
-    shift
-    [ -n "$sanitizer" ] || { echo "compute-sanitizer not found"; return 1; }
-    PYTORCH_NO_CUDA_MEMORY_CACHING=1 "$sanitizer" --tool "$tool" --error-exitcode 99 \
-        "$PYTHON" -m pytest -q -p no:cacheprovider "$@"
-}
-run_part memcheck 70 build sanitizer_summary -- sanitize memcheck \
-    tests/test_forget_mult_cuda.py -k "(layouts_odd_sizes and float16 and (37 or 38)) or poisoned_allocator"
-run_part racecheck 45 build sanitizer_summary -- sanitize racecheck \
-    tests/test_forget_mult_cuda.py -k "test_sequence_lengths and chunked and float16"
-run_part synccheck 35 build sanitizer_summary -- sanitize synccheck \
-    tests/test_forget_mult_cuda.py -k "test_sequence_lengths and chunked and float32"
+    must_pass "$PYTHON" -m pytest -m cuda tests -q -p no:cacheprovider
 
 # ---- benchmarks ---------------------------------------------------------------------
 bench() {  # bench MODULE_CALL OUT_MD: one benchmark suite, its rows kept as markdown
@@ -258,18 +267,25 @@ import sys
 from qrnn.bench import cuda, layer
 from qrnn.bench.common import format_table, markdown_table
 results = {"cuda": lambda: cuda.run(quick=False), "layer": lambda: layer.gpu(quick=False)}[sys.argv[1]]()
-print(format_table(results))
+if results:
+    print(format_table(results))
 with open(sys.argv[2], "w") as fh:
     fh.write(markdown_table(results) + "\n")
-# A group that raised is kept as a failed row (the others' figures stay): the part fails.
-sys.exit(1 if any("benchmark failed" in r.name for r in results) else 0)
+# A group that raised is kept as a failed row (the others' figures stay): the part fails,
+# as it does when there is no figure at all (no GPU, or no CUDA kernels in this build).
+sys.exit(1 if not results or any("benchmark failed" in r.name for r in results) else 0)
 EOF
 }
 rm -f "$OUT_DIR/bench-fm.md" "$OUT_DIR/bench-layer.md"
 bench_summary() {
-    echo "targets: $(grep -cE "  met( |$)" "$1") met, $(grep -c "NOT met" "$1") not met;" \
-        "$(grep -c "benchmark failed" "$1") groups failed"
+    if grep -qE "  (NOT )?met( |$)" "$1"; then
+        echo "targets: $(grep -cE "  met( |$)" "$1") met, $(grep -c "NOT met" "$1") not met;" \
+            "$(grep -c "benchmark failed" "$1") groups failed"
+    else
+        grep -v '^\s*$' "$1" | tail -n 1
+    fi
 }
+export -f bench
 run_part bench-fm 70 build bench_summary -- bench cuda "$OUT_DIR/bench-fm.md"
 run_part bench-layer 60 build bench_summary -- bench layer "$OUT_DIR/bench-layer.md"
 
@@ -291,6 +307,35 @@ with open(out / "BENCHMARKS-cuda.md", "w") as fh:
         fh.write("\n")
 EOF
 fi
+
+# ---- compute-sanitizer --------------------------------------------------------------
+sanitizer=$(command -v compute-sanitizer || true)
+if [ -z "$sanitizer" ]; then  # beside nvcc, in CUDA_HOME, or where nvcc says its toolkit is
+    roots="${CUDA_HOME:-} ${CUDA_PATH:-} /usr/local/cuda"
+    if command -v nvcc >/dev/null; then
+        roots="$(dirname "$(dirname "$(command -v nvcc)")") $roots"
+        roots="$roots $(nvcc --dryrun -x cu -c /dev/null -o /dev/null 2>&1 | sed -n 's/.*TOP=//p' | head -n 1)"
+    fi
+    for root in $roots; do
+        [ -x "$root/bin/compute-sanitizer" ] && { sanitizer="$root/bin/compute-sanitizer"; break; }
+        [ -x "$root/compute-sanitizer/compute-sanitizer" ] && { sanitizer="$root/compute-sanitizer/compute-sanitizer"; break; }
+    done
+fi
+sanitize() {  # sanitize TOOL PYTEST_ARGS...: no caching allocator, so an access past a tensor is caught
+    local tool=$1
+    shift
+    [ -n "$sanitizer" ] || { echo "compute-sanitizer not found (not part of this CUDA installation?)"; return 77; }
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 must_pass "$sanitizer" --tool "$tool" --error-exitcode 99 \
+        "$PYTHON" -m pytest -q -p no:cacheprovider "$@"
+}
+export sanitizer
+export -f sanitize
+run_part memcheck 70 build sanitizer_summary -- sanitize memcheck \
+    tests/test_forget_mult_cuda.py -k "(layouts_odd_sizes and float16 and (37 or 38)) or poisoned_allocator"
+run_part racecheck 45 build sanitizer_summary -- sanitize racecheck \
+    tests/test_forget_mult_cuda.py -k "test_sequence_lengths and chunked and float16"
+run_part synccheck 35 build sanitizer_summary -- sanitize synccheck \
+    tests/test_forget_mult_cuda.py -k "test_sequence_lengths and chunked and float32"
 
 # ---- results table ------------------------------------------------------------------
 failed=0
