@@ -104,25 +104,32 @@ void check_driver(const char* what) {
         throw std::runtime_error(std::string(what) + ": " + driver_too_old_message(driver, CUDART_VERSION));
 }
 
-// Devices whose kernels are loaded (kMaxDevices covers any machine; beyond it, load each time).
+// Which kernel sets (family x dtype) are loaded on which device (kMaxDevices covers any
+// machine; beyond it, a set is loaded at every launch).
 constexpr int kMaxDevices = 256;
-std::atomic<bool> kernels_loaded[kMaxDevices];
+constexpr int kKernelSets = 8;
+std::atomic<bool> kernels_loaded[kMaxDevices][kKernelSets];
 std::mutex loading;
 
-void load_all_kernels() {
-    load_kernels<DType::float32>();
-    load_kernels<DType::float64>();
-    load_kernels<DType::bfloat16>();
-    load_kernels<DType::float16>();
-    load_gates_kernels<DType::float32>();
-    load_gates_kernels<DType::float64>();
-    load_gates_kernels<DType::bfloat16>();
-    load_gates_kernels<DType::float16>();
+using Loader = void (*)();
+
+Loader loader_of(KernelFamily family, DType dtype) {
+    const bool fm = family == KernelFamily::forget_mult;
+    switch (dtype) {
+        case DType::float32: return fm ? load_kernels<DType::float32> : load_gates_kernels<DType::float32>;
+        case DType::float64: return fm ? load_kernels<DType::float64> : load_gates_kernels<DType::float64>;
+        case DType::bfloat16: return fm ? load_kernels<DType::bfloat16> : load_gates_kernels<DType::bfloat16>;
+        case DType::float16: return fm ? load_kernels<DType::float16> : load_gates_kernels<DType::float16>;
+    }
+    return nullptr;
 }
 
-// Once per device: load every kernel while no capture is running (a few milliseconds).
-void ensure_loaded(const char* what, int device, void* stream) {
-    if (device >= 0 && device < kMaxDevices && kernels_loaded[device].load(std::memory_order_acquire)) return;
+// Once per device and kernel set: load the set's kernels while no capture is running.
+void ensure_loaded(const char* what, int device, void* stream, KernelFamily family, DType dtype) {
+    if (family == KernelFamily::none) return;
+    const int set = int(family) * 4 + int(dtype);
+    const bool tracked = device >= 0 && device < kMaxDevices && set >= 0 && set < kKernelSets;
+    if (tracked && kernels_loaded[device][set].load(std::memory_order_acquire)) return;
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
     if (cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &status) != cudaSuccess) {
         cudaGetLastError();  // not sticky: clear it, or check_launch would report it
@@ -135,8 +142,9 @@ void ensure_loaded(const char* what, int device, void* stream) {
         return;  // this driver loads them during the capture
     }
     std::lock_guard<std::mutex> lock(loading);
-    load_all_kernels();
-    if (device >= 0 && device < kMaxDevices) kernels_loaded[device].store(true, std::memory_order_release);
+    if (tracked && kernels_loaded[device][set].load(std::memory_order_relaxed)) return;
+    if (const Loader load = loader_of(family, dtype)) load();
+    if (tracked) kernels_loaded[device][set].store(true, std::memory_order_release);
 }
 
 // The device of `data` (device or managed memory), or -1 (host memory, unknown).
@@ -168,7 +176,8 @@ void check_cuda(int error, const char* what) {
 
 void check_launch(const char* what) { check_cuda(int(cudaGetLastError()), what); }
 
-LaunchGuard::LaunchGuard(const char* what, void* stream, int device, const void* data) {
+LaunchGuard::LaunchGuard(const char* what, void* stream, int device, const void* data, KernelFamily family,
+                         DType dtype) {
     check_driver(what);
     if (device < 0) device = device_of(data);
     int current = -1;
@@ -178,7 +187,7 @@ LaunchGuard::LaunchGuard(const char* what, void* stream, int device, const void*
         previous_ = current;
     }
     try {
-        ensure_loaded(what, device >= 0 ? device : current, stream);
+        ensure_loaded(what, device >= 0 ? device : current, stream, family, dtype);
     } catch (...) {
         if (previous_ >= 0) cudaSetDevice(previous_);
         throw;
@@ -195,7 +204,8 @@ void forget_mult_forward(const ForgetMultForwardParams& p, void* stream, Schedul
     check_schedule(schedule);
     if (qrnn::detail::validate_forget_mult(p) == 0) return;
     const LaunchPlan plan = plan_of(p, schedule);
-    const detail::LaunchGuard guard("qrnn::cuda::forget_mult_forward", stream, device, p.f.data);
+    const detail::LaunchGuard guard("qrnn::cuda::forget_mult_forward", stream, device, p.f.data,
+                                    detail::KernelFamily::forget_mult, p.dtype);
     switch (p.dtype) {
         case DType::float32: return detail::launch_forward<DType::float32>(p, plan, stream);
         case DType::float64: return detail::launch_forward<DType::float64>(p, plan, stream);
@@ -211,7 +221,8 @@ void forget_mult_backward(const ForgetMultBackwardParams& p, void* stream, Sched
     if (p.batch * p.hidden == 0 || (p.seq_len == 0 && p.grad_h0.data == nullptr)) return;
     const LaunchPlan plan = plan_of(p, schedule);
     const detail::LaunchGuard guard("qrnn::cuda::forget_mult_backward", stream, device,
-                                    p.seq_len > 0 ? p.f.data : p.grad_h0.data);
+                                    p.seq_len > 0 ? p.f.data : p.grad_h0.data, detail::KernelFamily::forget_mult,
+                                    p.dtype);
     switch (p.dtype) {
         case DType::float32: return detail::launch_backward<DType::float32>(p, plan, stream);
         case DType::float64: return detail::launch_backward<DType::float64>(p, plan, stream);

@@ -111,14 +111,19 @@ void check_cuda(int error, const char* what);
 template <DType D> void load_kernels();
 template <DType D> void load_gates_kernels();
 
+// Which kernels a launch needs loaded: ForgetMult's or the gates' of one dtype, or none.
+enum class KernelFamily : int { none = -1, forget_mult = 0, gates = 1 };
+
 // What every launching entry point (`what`) does first (forget_mult_cuda.cu): once per
 // process, check that the driver can run this build's CUDA runtime; make `device` current
 // (-1: the device `data` lives on, or the current one for host memory) until the guard
-// goes; and once per device, load every kernel, or if `stream` is being captured by a
-// driver that cannot load kernels then, throw saying so.
+// goes; and once per device, load the family's kernels of `dtype` (all their widths and
+// schedules, a few milliseconds; only those, so a GPU that runs PTX JIT-compiles no more
+// than it uses), or if `stream` is being captured by a driver that cannot load kernels
+// then, throw saying so.
 class LaunchGuard {
   public:
-    LaunchGuard(const char* what, void* stream, int device, const void* data);
+    LaunchGuard(const char* what, void* stream, int device, const void* data, KernelFamily family, DType dtype);
     ~LaunchGuard();
     LaunchGuard(const LaunchGuard&) = delete;
     LaunchGuard& operator=(const LaunchGuard&) = delete;

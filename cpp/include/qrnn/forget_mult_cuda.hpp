@@ -13,11 +13,12 @@
 //
 // First use: the first launch in a process checks that the driver can run the CUDA
 // runtime this library was built with (it links its own), and throws std::runtime_error
-// naming both versions if not. The first launch on each device loads every qrnn kernel
-// there (with lazy loading, the default since CUDA 12.2, kernels are otherwise loaded at
-// their first launch); if that first launch is inside a CUDA graph capture and the driver
-// is older than CUDA 12.3 (which cannot load kernels during a capture), it throws saying
-// so: launch once before capturing, or set CUDA_MODULE_LOADING=EAGER.
+// naming both versions if not. The first launch of an op and dtype on each device loads
+// all its kernels there (with lazy loading, the default since CUDA 12.2, a kernel is
+// otherwise loaded at its first launch); if that first launch is inside a CUDA graph
+// capture and the driver is older than CUDA 12.3 (which cannot load kernels during a
+// capture), it throws saying so: launch once before capturing, or set
+// CUDA_MODULE_LOADING=EAGER.
 //
 // Nothing is allocated and nothing is synchronised, so the calls can be captured into
 // CUDA graphs. Outputs must not overlap inputs (inputs are read through the read-only
