@@ -72,6 +72,8 @@ void baseline_forget_mult_forward(const float* f, const float* x, float* h_with_
     check_sizes(seq_len, batch, hidden);
     if (seq_len * batch * hidden == 0) return;
     const int threads = int(hidden < kMaxThreads ? hidden : kMaxThreads);
+    const detail::LaunchGuard guard("qrnn::cuda::bench::baseline_forget_mult_forward", stream, -1, f,
+                                    detail::KernelFamily::none, DType::float32);
     baseline_forward_kernel<<<grid_of(batch, hidden, threads), threads, 0, static_cast<cudaStream_t>(stream)>>>(
         h_with_h0, f, x, int(seq_len), int(batch), int(hidden));
     detail::check_launch("qrnn::cuda::bench::baseline_forget_mult_forward");
@@ -83,6 +85,8 @@ void baseline_forget_mult_backward(const float* f, const float* x, const float* 
     check_sizes(seq_len, batch, hidden);
     if (batch * hidden == 0) return;
     const int threads = int(hidden < kMaxThreads ? hidden : kMaxThreads);
+    const detail::LaunchGuard guard("qrnn::cuda::bench::baseline_forget_mult_backward", stream, -1, grad_h0,
+                                    detail::KernelFamily::none, DType::float32);
     baseline_backward_kernel<<<grid_of(batch, hidden, threads), threads, 0, static_cast<cudaStream_t>(stream)>>>(
         h_with_h0, f, x, grad_h, grad_f, grad_x, grad_h0, int(seq_len), int(batch), int(hidden));
     detail::check_launch("qrnn::cuda::bench::baseline_forget_mult_backward");

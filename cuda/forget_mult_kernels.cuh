@@ -55,32 +55,50 @@ __device__ __forceinline__ T load_element(const T* p) {
     return v;
 }
 
-// n == V: one vector load (the pointer is aligned, the hidden stride 1). n < V: the
-// units a thread at the end of a row owns (the host only picks V > 1 for unit hidden
-// strides), element by element; n == 0 for an idle thread of a chunked block.
+// Every vector access must be aligned to its size: a misaligned one faults on a GPU. The
+// host emulator (tests/cuda_emulation, which defines QRNN_EMULATOR) supplies its own
+// load_vector / store_vector that check it, since its CPU would not say where.
+#if !defined(QRNN_EMULATOR)
+template <typename R>
+__device__ __forceinline__ R load_vector(const R* p) { return __ldg(p); }
+template <typename R>
+__device__ __forceinline__ void store_vector(R* p, const R& r) { *p = r; }
+#endif
+
+// A thread's V units of one array, at `p` with hidden stride `stride_h`. Each array gets
+// its own access: one vector access when it has unit hidden stride (the host then checked
+// the alignment for V) and the thread owns a whole pack; one load of the one element when
+// it is broadcast along hidden (stride 0, e.g. an expanded gradient); otherwise element
+// by element. So a broadcast or strided array never forces the others to scalar accesses.
+// n < V: the units a thread at the end of a row owns; n == 0 for an idle thread of a
+// chunked block.
 template <typename T, int V>
-__device__ __forceinline__ Pack<T, V> load_pack(const T* p, int n) {
+__device__ __forceinline__ Pack<T, V> load_pack(const T* p, int n, int64_t stride_h) {
     Pack<T, V> pack;
-    if (n == V) {
-        const Raw<T, V> r = __ldg(reinterpret_cast<const Raw<T, V>*>(p));
+    if (V > 1 && n == V && stride_h == 1) {
+        const Raw<T, V> r = load_vector(reinterpret_cast<const Raw<T, V>*>(p));
         memcpy(&pack, &r, sizeof(pack));
+    } else if (stride_h == 0) {  // an idle thread's column start is still inside the array
+        const T v = load_element(p);
+#pragma unroll
+        for (int k = 0; k < V; ++k) pack.v[k] = v;
     } else {
 #pragma unroll
-        for (int k = 0; k < V; ++k) pack.v[k] = k < n ? load_element(p + k) : T{};
+        for (int k = 0; k < V; ++k) pack.v[k] = k < n ? load_element(p + k * stride_h) : T{};
     }
     return pack;
 }
 
 template <typename T, int V>
-__device__ __forceinline__ void store_pack(T* p, const Pack<T, V>& pack, int n) {
-    if (n == V) {
+__device__ __forceinline__ void store_pack(T* p, const Pack<T, V>& pack, int n, int64_t stride_h) {
+    if (V > 1 && n == V && stride_h == 1) {
         Raw<T, V> r;
         memcpy(&r, &pack, sizeof(r));
-        *reinterpret_cast<Raw<T, V>*>(p) = r;
+        store_vector(reinterpret_cast<Raw<T, V>*>(p), r);
     } else {
 #pragma unroll
         for (int k = 0; k < V; ++k)
-            if (k < n) p[k] = pack.v[k];
+            if (k < n) p[k * stride_h] = pack.v[k];
     }
 }
 
@@ -220,9 +238,11 @@ __device__ __forceinline__ int slot(int chunk, int k, int V, int lane, int lanes
 //
 // A rolling buffer of U steps: consuming step t issues the loads of step t + U, so U
 // steps of f and x are always in flight while the state stays in registers. Pointers
-// advance by the time stride (one 64-bit add per step and array).
+// advance by the time stride (one 64-bit add per step and array). The serial kernels
+// declare one block per SM as their minimum so that ptxas never squeezes them into
+// spilling (it did, at 72 registers, for the float16 backward with pairs on sm_75-89).
 template <typename T, int V, int U>
-__global__ void __launch_bounds__(detail::kSerialThreads)
+__global__ void __launch_bounds__(detail::kSerialThreads, 1)
 forward_serial(const ForgetMultForwardParams p, const int64_t vectors_per_row) {
     using M = Math<T>;
     const Column c = column_of<V>(int64_t(blockIdx.x) * blockDim.x + threadIdx.x, p.batch, p.hidden,
@@ -240,8 +260,8 @@ forward_serial(const ForgetMultForwardParams p, const int64_t vectors_per_row) {
 #pragma unroll
     for (int i = 0; i < U; ++i) {
         if (i < steps) {
-            fbuf[i] = load_pack<T, V>(f_next, c.n);
-            xbuf[i] = load_pack<T, V>(x_next, c.n);
+            fbuf[i] = load_pack<T, V>(f_next, c.n, p.f.stride_h);
+            xbuf[i] = load_pack<T, V>(x_next, c.n, p.x.stride_h);
             f_next += p.f.stride_t;
             x_next += p.x.stride_t;
         }
@@ -255,14 +275,14 @@ forward_serial(const ForgetMultForwardParams p, const int64_t vectors_per_row) {
                 unpack(fbuf[i], fv);
                 unpack(xbuf[i], xv);
                 if (t + U < steps) {
-                    fbuf[i] = load_pack<T, V>(f_next, c.n);
-                    xbuf[i] = load_pack<T, V>(x_next, c.n);
+                    fbuf[i] = load_pack<T, V>(f_next, c.n, p.f.stride_h);
+                    xbuf[i] = load_pack<T, V>(x_next, c.n, p.x.stride_h);
                     f_next += p.f.stride_t;
                     x_next += p.x.stride_t;
                 }
 #pragma unroll
                 for (int k = 0; k < V; ++k) state[k] = fv[k] * xv[k] + (M(1) - fv[k]) * state[k];
-                store_pack(h_out, pack_of<T, V>(state), c.n);
+                store_pack(h_out, pack_of<T, V>(state), c.n, p.h.stride_h);
                 h_out += p.h.stride_t;
             }
         }
@@ -316,8 +336,8 @@ forward_chunked(const ForgetMultForwardParams p, const int64_t vectors_per_row) 
 #pragma unroll
             for (int i = 0; i < U; ++i) {
                 if (i < steps) {
-                    fbuf[i] = load_pack<T, V>(f_next, c.n);
-                    xbuf[i] = load_pack<T, V>(x_next, c.n);
+                    fbuf[i] = load_pack<T, V>(f_next, c.n, p.f.stride_h);
+                    xbuf[i] = load_pack<T, V>(x_next, c.n, p.x.stride_h);
                     f_next += p.f.stride_t;
                     x_next += p.x.stride_t;
                 }
@@ -364,7 +384,7 @@ forward_chunked(const ForgetMultForwardParams p, const int64_t vectors_per_row) 
                 unpack(xbuf[i], xv);
 #pragma unroll
                 for (int k = 0; k < V; ++k) state[k] = fv[k] * xv[k] + (M(1) - fv[k]) * state[k];
-                store_pack(h_out, pack_of<T, V>(state), c.n);
+                store_pack(h_out, pack_of<T, V>(state), c.n, p.h.stride_h);
                 h_out += p.h.stride_t;
             }
         }
@@ -380,7 +400,7 @@ forward_chunked(const ForgetMultForwardParams p, const int64_t vectors_per_row) 
 // The same rolling buffer walking time down: slot i holds step t's f, x, grad_h and
 // h[t - 1] (h0 at t = 0, kept in registers from the start).
 template <typename T, int V, int U>
-__global__ void __launch_bounds__(detail::kSerialThreads)
+__global__ void __launch_bounds__(detail::kSerialThreads, 1)
 backward_serial(const ForgetMultBackwardParams p, const int64_t vectors_per_row) {
     using M = Math<T>;
     const Column c = column_of<V>(int64_t(blockIdx.x) * blockDim.x + threadIdx.x, p.batch, p.hidden,
@@ -404,14 +424,14 @@ backward_serial(const ForgetMultBackwardParams p, const int64_t vectors_per_row)
     for (int i = 0; i < U; ++i) {
         const int64_t t = last - i;
         if (t >= 0) {
-            fbuf[i] = load_pack<T, V>(f_next, c.n);
-            xbuf[i] = load_pack<T, V>(x_next, c.n);
-            gbuf[i] = load_pack<T, V>(g_next, c.n);
+            fbuf[i] = load_pack<T, V>(f_next, c.n, p.f.stride_h);
+            xbuf[i] = load_pack<T, V>(x_next, c.n, p.x.stride_h);
+            gbuf[i] = load_pack<T, V>(g_next, c.n, p.grad_h.stride_h);
             f_next -= p.f.stride_t;
             x_next -= p.x.stride_t;
             g_next -= p.grad_h.stride_t;
             if (t >= 1) {
-                hbuf[i] = load_pack<T, V>(h_next, c.n);
+                hbuf[i] = load_pack<T, V>(h_next, c.n, p.h.stride_h);
                 h_next -= p.h.stride_t;
             }
         }
@@ -433,14 +453,14 @@ backward_serial(const ForgetMultBackwardParams p, const int64_t vectors_per_row)
                 }
                 const int64_t ahead = t - U;
                 if (ahead >= 0) {
-                    fbuf[i] = load_pack<T, V>(f_next, c.n);
-                    xbuf[i] = load_pack<T, V>(x_next, c.n);
-                    gbuf[i] = load_pack<T, V>(g_next, c.n);
+                    fbuf[i] = load_pack<T, V>(f_next, c.n, p.f.stride_h);
+                    xbuf[i] = load_pack<T, V>(x_next, c.n, p.x.stride_h);
+                    gbuf[i] = load_pack<T, V>(g_next, c.n, p.grad_h.stride_h);
                     f_next -= p.f.stride_t;
                     x_next -= p.x.stride_t;
                     g_next -= p.grad_h.stride_t;
                     if (ahead >= 1) {
-                        hbuf[i] = load_pack<T, V>(h_next, c.n);
+                        hbuf[i] = load_pack<T, V>(h_next, c.n, p.h.stride_h);
                         h_next -= p.h.stride_t;
                     }
                 }
@@ -452,8 +472,8 @@ backward_serial(const ForgetMultBackwardParams p, const int64_t vectors_per_row)
                     dfv[k] = (xv[k] - hv[k]) * g;
                     carry[k] = g - fv[k] * g;
                 }
-                store_pack(dx_out, pack_of<T, V>(dxv), c.n);
-                store_pack(df_out, pack_of<T, V>(dfv), c.n);
+                store_pack(dx_out, pack_of<T, V>(dxv), c.n, p.grad_x.stride_h);
+                store_pack(df_out, pack_of<T, V>(dfv), c.n, p.grad_f.stride_h);
                 dx_out -= p.grad_x.stride_t;
                 df_out -= p.grad_f.stride_t;
             }
@@ -504,10 +524,10 @@ backward_chunked(const ForgetMultBackwardParams p, const int64_t vectors_per_row
 #pragma unroll
             for (int i = 0; i < U; ++i) {
                 if (i < steps) {
-                    fbuf[i] = load_pack<T, V>(f_next, c.n);
-                    gbuf[i] = load_pack<T, V>(g_next, c.n);
-                    xbuf[i] = load_pack<T, V>(x_next, c.n);
-                    if (top - i >= 1) hbuf[i] = load_pack<T, V>(h_next, c.n);
+                    fbuf[i] = load_pack<T, V>(f_next, c.n, p.f.stride_h);
+                    gbuf[i] = load_pack<T, V>(g_next, c.n, p.grad_h.stride_h);
+                    xbuf[i] = load_pack<T, V>(x_next, c.n, p.x.stride_h);
+                    if (top - i >= 1) hbuf[i] = load_pack<T, V>(h_next, c.n, p.h.stride_h);
                     f_next -= p.f.stride_t;
                     g_next -= p.grad_h.stride_t;
                     x_next -= p.x.stride_t;
@@ -578,8 +598,8 @@ backward_chunked(const ForgetMultBackwardParams p, const int64_t vectors_per_row
                     dfv[k] = (xv[k] - hv[k]) * g;
                     carry[k] = g - fv[k] * g;
                 }
-                store_pack(dx_out, pack_of<T, V>(dxv), c.n);
-                store_pack(df_out, pack_of<T, V>(dfv), c.n);
+                store_pack(dx_out, pack_of<T, V>(dxv), c.n, p.grad_x.stride_h);
+                store_pack(df_out, pack_of<T, V>(dfv), c.n, p.grad_f.stride_h);
                 dx_out -= p.grad_x.stride_t;
                 df_out -= p.grad_f.stride_t;
             }

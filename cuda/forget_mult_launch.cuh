@@ -69,6 +69,38 @@ void dispatch_width(int width, Launch&& launch) {
     return launch(std::integral_constant<int, 1>{});
 }
 
+// Calls fn(std::integral_constant<int, V>) for every width dispatch_width accepts.
+template <typename T, typename Fn>
+void for_each_width(Fn&& fn) {
+    constexpr int widest = 16 / int(sizeof(T));
+    fn(std::integral_constant<int, widest>{});
+    if constexpr (widest / 2 > 1) fn(std::integral_constant<int, widest / 2>{});
+    if constexpr (widest / 4 > 1) fn(std::integral_constant<int, widest / 4>{});
+    if constexpr (widest > 1) fn(std::integral_constant<int, 1>{});
+}
+
+template <typename Kernel>
+void load_kernel(Kernel kernel, const char* what) {
+    cudaFuncAttributes attributes;
+    detail::check_cuda(int(cudaFuncGetAttributes(&attributes, kernel)), what);
+}
+
+template <typename T>
+void load_forget_mult_kernels() {
+    for_each_width<T>([](auto v) {
+        constexpr int V = decltype(v)::value;
+        constexpr int UF = detail::forward_steps(int(sizeof(T)) * V);
+        constexpr int UB = detail::backward_steps(int(sizeof(T)) * V);
+        constexpr const char* what = "qrnn::cuda: loading the ForgetMult kernels";
+        load_kernel(forward_serial<T, V, UF>, what);
+        load_kernel(backward_serial<T, V, UB>, what);
+        if constexpr (has_chunked<T, V>) {
+            load_kernel(forward_chunked<T, V, UF>, what);
+            load_kernel(backward_chunked<T, V, UB>, what);
+        }
+    });
+}
+
 }  // namespace qrnn::cuda::kernels
 
 // Defines the two launchers of one dtype (each forget_mult_<dtype>.cu expands this once).
@@ -85,5 +117,9 @@ void dispatch_width(int width, Launch&& launch) {
         kernels::dispatch_width<T>(plan.vector_width, [&](auto v) {                                        \
             kernels::launch_backward_v<T, decltype(v)::value>(p, plan.chunks, static_cast<cudaStream_t>(stream)); \
         });                                                                                                \
+    }                                                                                                      \
+    template <>                                                                                            \
+    void load_kernels<DTYPE>() {                                                                           \
+        kernels::load_forget_mult_kernels<T>();                                                            \
     }                                                                                                      \
     }

@@ -68,21 +68,25 @@ struct Strided {
     int64_t stride_t, stride_b, stride_h;
 };
 
-// Can every array be read and written `width` elements at a time? Needs unit hidden
-// strides and, wherever a thread's pack starts, an address aligned to the pack size.
-// Absent optional arrays (null data) are skipped.
+// Can the arrays be read and written `width` elements at a time? Each array with unit
+// hidden stride moves whole packs, so wherever a thread's pack starts its address must be
+// aligned to the pack size; the others (broadcast along hidden, stride 0, or strided) are
+// moved element by element by the kernels and set no condition, so they never force the
+// rest to scalar accesses. Needs at least one unit-stride array (otherwise packs buy
+// nothing). Absent optional arrays (null data) are skipped.
 inline bool vectorisable(int width, int64_t elem_size, int64_t T, int64_t B, int64_t H,
                          std::initializer_list<Strided> arrays) {
     if (width > H) return false;
     const int64_t bytes = width * elem_size;
+    bool any_unit_stride = false;
     for (const Strided& a : arrays) {
-        if (a.data == nullptr) continue;
-        if (a.stride_h != 1) return false;
+        if (a.data == nullptr || a.stride_h != 1) continue;
+        any_unit_stride = true;
         if (reinterpret_cast<uintptr_t>(a.data) % uintptr_t(bytes) != 0) return false;
         if (T > 1 && (a.stride_t * elem_size) % bytes != 0) return false;
         if (B > 1 && (a.stride_b * elem_size) % bytes != 0) return false;
     }
-    return true;
+    return any_unit_stride;
 }
 
 // One launcher per storage dtype, each in its own translation unit; they launch the
@@ -97,5 +101,35 @@ template <DType D> void launch_gates_backward(const QrnnGatesBackwardParams& p, 
 // Throws std::runtime_error naming `what` if the last launch failed (defined in
 // forget_mult_cuda.cu, which owns the CUDA runtime error handling).
 void check_launch(const char* what);
+// Throws std::runtime_error naming `what` unless `error` (a cudaError_t) is cudaSuccess;
+// driver-version errors name the driver found and the one needed.
+void check_cuda(int error, const char* what);
+
+// Loads every kernel of one dtype (cudaFuncGetAttributes on each: with lazy loading, the
+// CUDA >= 12.2 default, a kernel is otherwise loaded at its first launch, which drivers
+// older than 12.3 cannot do during a CUDA graph capture). Per-dtype translation units.
+template <DType D> void load_kernels();
+template <DType D> void load_gates_kernels();
+
+// Which kernels a launch needs loaded: ForgetMult's or the gates' of one dtype, or none.
+enum class KernelFamily : int { none = -1, forget_mult = 0, gates = 1 };
+
+// What every launching entry point (`what`) does first (forget_mult_cuda.cu): once per
+// process, check that the driver can run this build's CUDA runtime; make `device` current
+// (-1: the device `data` lives on, or the current one for host memory) until the guard
+// goes; and once per device, load the family's kernels of `dtype` (all their widths and
+// schedules, a few milliseconds; only those, so a GPU that runs PTX JIT-compiles no more
+// than it uses), or if `stream` is being captured by a driver that cannot load kernels
+// then, throw saying so.
+class LaunchGuard {
+  public:
+    LaunchGuard(const char* what, void* stream, int device, const void* data, KernelFamily family, DType dtype);
+    ~LaunchGuard();
+    LaunchGuard(const LaunchGuard&) = delete;
+    LaunchGuard& operator=(const LaunchGuard&) = delete;
+
+  private:
+    int previous_ = -1;  // the device to restore, or -1
+};
 
 }  // namespace qrnn::cuda::detail

@@ -57,9 +57,11 @@ int width_of(const QrnnGatesBackwardParams& p) {
 
 }  // namespace
 
-void qrnn_gates_forward(const QrnnGatesForwardParams& p, void* stream) {
+void qrnn_gates_forward(const QrnnGatesForwardParams& p, void* stream, int device) {
     if (!qrnn::detail::validate_qrnn_gates(p, qrnn::detail::LengthsMemory::device)) return;
     const int width = width_of(p);
+    const detail::LaunchGuard guard("qrnn::cuda::qrnn_gates_forward", stream, device, p.gates.data,
+                                    detail::KernelFamily::gates, p.dtype);
     switch (p.dtype) {
         case DType::float32: return detail::launch_gates_forward<DType::float32>(p, width, stream);
         case DType::float64: return detail::launch_gates_forward<DType::float64>(p, width, stream);
@@ -68,9 +70,11 @@ void qrnn_gates_forward(const QrnnGatesForwardParams& p, void* stream) {
     }
 }
 
-void qrnn_gates_backward(const QrnnGatesBackwardParams& p, void* stream) {
+void qrnn_gates_backward(const QrnnGatesBackwardParams& p, void* stream, int device) {
     if (!qrnn::detail::validate_qrnn_gates(p, qrnn::detail::LengthsMemory::device)) return;
     const int width = width_of(p);
+    const detail::LaunchGuard guard("qrnn::cuda::qrnn_gates_backward", stream, device, p.gates.data,
+                                    detail::KernelFamily::gates, p.dtype);
     switch (p.dtype) {
         case DType::float32: return detail::launch_gates_backward<DType::float32>(p, width, stream);
         case DType::float64: return detail::launch_gates_backward<DType::float64>(p, width, stream);

@@ -62,11 +62,11 @@ __device__ __forceinline__ auto optional_column(const ViewT& v, const Column& c)
 }
 
 template <typename T, int V>
-__device__ __forceinline__ void zero_pack(T* p, int n) {
+__device__ __forceinline__ void zero_pack(T* p, int n, int64_t stride_h) {
     Pack<T, V> zero;
 #pragma unroll
     for (int k = 0; k < V; ++k) zero.v[k] = narrow<T>(Math<T>(0));
-    store_pack(p, zero, n);
+    store_pack(p, zero, n, stride_h);
 }
 
 template <typename T, int V>
@@ -98,10 +98,10 @@ gates_forward(const QrnnGatesForwardParams p, const int64_t vectors_per_row) {
     auto load_step = [&](int slot, int64_t k) {
         const int64_t t = step_time(k, valid, p.reverse);
         const T* g = gates + t * p.gates.stride_t;
-        zbuf[slot] = load_pack<T, V>(g, c.n);
-        fbuf[slot] = load_pack<T, V>(g + gs, c.n);
-        if (OutputGate) obuf[slot] = load_pack<T, V>(g + 2 * gs, c.n);
-        if (mask) kbuf[slot] = load_pack<T, V>(mask + t * p.forget_mask.stride_t, c.n);
+        zbuf[slot] = load_pack<T, V>(g, c.n, p.gates.stride_h);
+        fbuf[slot] = load_pack<T, V>(g + gs, c.n, p.gates.stride_h);
+        if (OutputGate) obuf[slot] = load_pack<T, V>(g + 2 * gs, c.n, p.gates.stride_h);
+        if (mask) kbuf[slot] = load_pack<T, V>(mask + t * p.forget_mask.stride_t, c.n, p.forget_mask.stride_h);
     };
 #pragma unroll
     for (int i = 0; i < U; ++i)
@@ -125,13 +125,13 @@ gates_forward(const QrnnGatesForwardParams p, const int64_t vectors_per_row) {
                 h[j] = OutputGate ? sigmoid_of(o[j]) * state[j] : state[j];
             }
             const int64_t t = step_time(k, valid, p.reverse);
-            store_pack(out + t * p.output.stride_t, pack_of<T, V>(h), c.n);
-            if (states) store_pack(states + t * p.states.stride_t, pack_of<T, V>(state), c.n);
+            store_pack(out + t * p.output.stride_t, pack_of<T, V>(h), c.n, p.output.stride_h);
+            if (states) store_pack(states + t * p.states.stride_t, pack_of<T, V>(state), c.n, p.states.stride_h);
         }
     }
     for (int64_t t = valid; t < p.seq_len; ++t) {  // padding, in either direction
-        zero_pack<T, V>(out + t * p.output.stride_t, c.n);
-        if (states) zero_pack<T, V>(states + t * p.states.stride_t, c.n);
+        zero_pack<T, V>(out + t * p.output.stride_t, c.n, p.output.stride_h);
+        if (states) zero_pack<T, V>(states + t * p.states.stride_t, c.n, p.states.stride_h);
     }
     if (p.c_n.data) store_state(p.c_n, p.c_n_dtype, c.b, c.j0, c.n, state);
 }
@@ -158,9 +158,9 @@ gates_backward(const QrnnGatesBackwardParams p, const int64_t vectors_per_row) {
 
     for (int64_t t = valid; t < p.seq_len; ++t) {  // padding steps have zero gradients
         T* row = dgates + t * p.grad_gates.stride_t;
-        zero_pack<T, V>(row, c.n);
-        zero_pack<T, V>(row + dgs, c.n);
-        if (OutputGate) zero_pack<T, V>(row + 2 * dgs, c.n);
+        zero_pack<T, V>(row, c.n, p.grad_gates.stride_h);
+        zero_pack<T, V>(row + dgs, c.n, p.grad_gates.stride_h);
+        if (OutputGate) zero_pack<T, V>(row + 2 * dgs, c.n, p.grad_gates.stride_h);
     }
     M carry[V], c0[V];
     load_state(p.grad_c_n, p.c_n_dtype, c.b, c.j0, c.n, carry);
@@ -170,12 +170,13 @@ gates_backward(const QrnnGatesBackwardParams p, const int64_t vectors_per_row) {
     auto load_step = [&](int slot, int64_t k) {  // step k's G, mask and output gradient, and c[k - 1]
         const int64_t t = step_time(k, valid, p.reverse);
         const T* g = gates + t * p.gates.stride_t;
-        zbuf[slot] = load_pack<T, V>(g, c.n);
-        fbuf[slot] = load_pack<T, V>(g + gs, c.n);
-        if (OutputGate) obuf[slot] = load_pack<T, V>(g + 2 * gs, c.n);
-        if (mask) kbuf[slot] = load_pack<T, V>(mask + t * p.forget_mask.stride_t, c.n);
-        if (dout) dbuf[slot] = load_pack<T, V>(dout + t * p.grad_output.stride_t, c.n);
-        if (k >= 1) cbuf[slot] = load_pack<T, V>(states + step_time(k - 1, valid, p.reverse) * p.states.stride_t, c.n);
+        zbuf[slot] = load_pack<T, V>(g, c.n, p.gates.stride_h);
+        fbuf[slot] = load_pack<T, V>(g + gs, c.n, p.gates.stride_h);
+        if (OutputGate) obuf[slot] = load_pack<T, V>(g + 2 * gs, c.n, p.gates.stride_h);
+        if (mask) kbuf[slot] = load_pack<T, V>(mask + t * p.forget_mask.stride_t, c.n, p.forget_mask.stride_h);
+        if (dout) dbuf[slot] = load_pack<T, V>(dout + t * p.grad_output.stride_t, c.n, p.grad_output.stride_h);
+        if (k >= 1) cbuf[slot] = load_pack<T, V>(states + step_time(k - 1, valid, p.reverse) * p.states.stride_t, c.n,
+                                                p.states.stride_h);
     };
 #pragma unroll
     for (int i = 0; i < U; ++i)
@@ -223,9 +224,9 @@ gates_backward(const QrnnGatesBackwardParams p, const int64_t vectors_per_row) {
                 carry[j] = g - fj * g;
             }
             T* row = dgates + step_time(k, valid, p.reverse) * p.grad_gates.stride_t;
-            store_pack(row, pack_of<T, V>(dz), c.n);
-            store_pack(row + dgs, pack_of<T, V>(df), c.n);
-            if (OutputGate) store_pack(row + 2 * dgs, pack_of<T, V>(dov), c.n);
+            store_pack(row, pack_of<T, V>(dz), c.n, p.grad_gates.stride_h);
+            store_pack(row + dgs, pack_of<T, V>(df), c.n, p.grad_gates.stride_h);
+            if (OutputGate) store_pack(row + 2 * dgs, pack_of<T, V>(dov), c.n, p.grad_gates.stride_h);
         }
     }
     if (p.grad_c0.data) store_state(p.grad_c0, p.c0_dtype, c.b, c.j0, c.n, carry);

@@ -9,6 +9,7 @@
 #include <string>
 #include <type_traits>
 
+#include "forget_mult_launch.cuh"
 #include "forget_mult_launch.hpp"
 #include "qrnn_gates_kernels.cuh"
 
@@ -56,6 +57,24 @@ void launch_gates_backward_v(const QrnnGatesBackwardParams& p, cudaStream_t stre
         launch_gates(p, V, stream, gates_backward<T, V, U, false>, what);
 }
 
+template <typename T>
+void load_qrnn_gates_kernels() {
+    constexpr int widest = gates_max_width(int(sizeof(T)));
+    auto load = [](auto v) {
+        constexpr int V = decltype(v)::value;
+        constexpr int UF = gates_forward_steps(int(sizeof(T)) * V);
+        constexpr int UB = gates_backward_steps(int(sizeof(T)) * V);
+        constexpr const char* what = "qrnn::cuda: loading the fused gate kernels";
+        load_kernel(gates_forward<T, V, UF, true>, what);
+        load_kernel(gates_forward<T, V, UF, false>, what);
+        load_kernel(gates_backward<T, V, UB, true>, what);
+        load_kernel(gates_backward<T, V, UB, false>, what);
+    };
+    load(std::integral_constant<int, widest>{});
+    if constexpr (widest / 2 > 1) load(std::integral_constant<int, widest / 2>{});
+    if constexpr (widest > 1) load(std::integral_constant<int, 1>{});
+}
+
 }  // namespace qrnn::cuda::kernels
 
 // Defines the two gate launchers of one dtype (each qrnn_gates_<dtype>.cu expands this once).
@@ -72,5 +91,9 @@ void launch_gates_backward_v(const QrnnGatesBackwardParams& p, cudaStream_t stre
         kernels::dispatch_gates_width<T>(width, [&](auto v) {                                             \
             kernels::launch_gates_backward_v<T, decltype(v)::value>(p, static_cast<cudaStream_t>(stream)); \
         });                                                                                               \
+    }                                                                                                     \
+    template <>                                                                                           \
+    void load_gates_kernels<DTYPE>() {                                                                    \
+        kernels::load_qrnn_gates_kernels<T>();                                                            \
     }                                                                                                     \
     }

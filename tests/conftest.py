@@ -128,17 +128,22 @@ class Emulator:
             self.kernels[kernel] = entry
         self.fields = _C.kernel_fields()
 
-    def run(self, kernel: str, args: tuple, vector_width: int, chunks: int = 1) -> None:
-        """Runs `kernel` on `args` (the fields of _C.kernel_fields()[kernel], nothing after)."""
+    def status(self, kernel: str, args: tuple, vector_width: int, chunks: int = 1) -> int:
+        """Runs `kernel` on `args` (the fields of _C.kernel_fields()[kernel], nothing after):
+        0, or 1 after the emulator printed its error to stderr."""
         kinds = [kind for kind, _ in self.fields[kernel]]
         expected = sum(4 if k.endswith("view3") else 3 if k.endswith("view2") else 1 for k in kinds)
         assert len(args) == expected, f"{kernel}: {len(args)} numbers, its fields take {expected}"
         reals = [a for a in args if isinstance(a, float)]
         ints = [a for a in args if not isinstance(a, float)]
         assert len(reals) == kinds.count("real")
-        status = self.kernels[kernel]((ctypes.c_int64 * len(ints))(*ints), (ctypes.c_double * (len(reals) + 1))(*reals),
-                                      vector_width, chunks)
-        assert status == 0, f"the emulated {kernel} failed (its error is on stderr)"
+        return self.kernels[kernel]((ctypes.c_int64 * len(ints))(*ints), (ctypes.c_double * (len(reals) + 1))(*reals),
+                                    vector_width, chunks)
+
+    def run(self, kernel: str, args: tuple, vector_width: int, chunks: int = 1) -> None:
+        """As status(), asserting success."""
+        assert self.status(kernel, args, vector_width, chunks) == 0, \
+            f"the emulated {kernel} failed (its error is on stderr)"
 
     def forward(self, h, f, x, h0, batch_first, plan):
         self.run("forget_mult_forward", ops._forward_args(h, f, x, h0, batch_first), *plan)
@@ -181,7 +186,7 @@ def emulator(tmp_path_factory):
 class EmulatedLaunchers:
     """qrnn._C as qrnn.ops_cuda sees it, with each CUDA launcher running the emulated
     kernel on the numbers the launch received (and the plan the real build computes from
-    them). Every launch is recorded: (kernel, stream, plan)."""
+    them). Every launch is recorded: (kernel, stream, device, plan)."""
 
     def __init__(self, real, emulator: Emulator):
         self._real, self._emulator = real, emulator
@@ -190,47 +195,44 @@ class EmulatedLaunchers:
     def __getattr__(self, name):  # plans, widths, everything else: the real module
         return getattr(self._real, name)
 
-    def _run(self, kernel, fields, stream, plan):
+    def _run(self, kernel, fields, stream, device, plan):
         self._emulator.run(kernel, tuple(fields), *plan)
-        self.launches.append((kernel, stream, tuple(plan)))
+        self.launches.append((kernel, stream, device, tuple(plan)))
 
     def cuda_forget_mult_forward(self, *args):
-        *fields, stream, schedule = args
-        self._run("forget_mult_forward", fields, stream, self._real.cuda_forget_mult_forward_plan(*fields, schedule))
+        *fields, stream, schedule, device = args
+        plan = self._real.cuda_forget_mult_forward_plan(*fields, schedule)
+        self._run("forget_mult_forward", fields, stream, device, plan)
 
     def cuda_forget_mult_backward(self, *args):
-        *fields, stream, schedule = args
-        self._run("forget_mult_backward", fields, stream, self._real.cuda_forget_mult_backward_plan(*fields, schedule))
+        *fields, stream, schedule, device = args
+        plan = self._real.cuda_forget_mult_backward_plan(*fields, schedule)
+        self._run("forget_mult_backward", fields, stream, device, plan)
 
     def cuda_qrnn_gates_forward(self, *args):
-        *fields, stream = args
-        self._run("qrnn_gates_forward", fields, stream, self._real.cuda_qrnn_gates_forward_width(*fields))
+        *fields, stream, device = args
+        self._run("qrnn_gates_forward", fields, stream, device, self._real.cuda_qrnn_gates_forward_width(*fields))
 
     def cuda_qrnn_gates_backward(self, *args):
-        *fields, stream = args
-        self._run("qrnn_gates_backward", fields, stream, self._real.cuda_qrnn_gates_backward_width(*fields))
+        *fields, stream, device = args
+        self._run("qrnn_gates_backward", fields, stream, device, self._real.cuda_qrnn_gates_backward_width(*fields))
 
 
 class EmulatedRuntime:
-    """Stands in for torch's CUDA runtime lookups in qrnn.ops_cuda: CPU tensors have device
-    index None, taken as the current device unless a test sets `current` to another index."""
+    """Stands in for the CUDA lookups of qrnn.ops_cuda: CPU tensors are taken to live on
+    device `device_index`, whose current stream is STREAM."""
 
     STREAM = 0x5EED  # a recognisable stream handle: launches must pass what the lookup gave
 
     def __init__(self):
-        self.current = None
-        self.entered: list = []
+        self.device_index = 0
 
-    def current_device(self):
-        return self.current
+    def index(self, device):
+        return self.device_index
 
     def stream(self, index):
+        assert index == self.device_index, "the stream must be looked up on the launch's device"
         return self.STREAM
-
-    @contextlib.contextmanager
-    def device(self, index):
-        self.entered.append(index)
-        yield
 
 
 @pytest.fixture

@@ -33,9 +33,9 @@ def test_forget_mult_through_cuda_glue(emulated_cuda, dtype, h0, batch_first):
     with emulated_cuda() as launches:
         actual = outputs_and_grads(qrnn.forget_mult, (f, x, c0), batch_first=batch_first)
         eager_emulated = qrnn.forget_mult(f, x, c0, batch_first=batch_first)
-    kernels = [k for k, _, _ in launches.launches]
+    kernels = [launch[0] for launch in launches.launches]
     assert kernels == ["forget_mult_forward", "forget_mult_backward", "forget_mult_forward"]
-    assert all(stream == EmulatedRuntime.STREAM for _, stream, _ in launches.launches)
+    assert all(launch[1:3] == (EmulatedRuntime.STREAM, 0) for launch in launches.launches)
     assert_all_close(actual + [eager_emulated], expected + [eager], dtype, "forget_mult")
 
 
@@ -51,7 +51,7 @@ def test_qrnn_gates_through_cuda_glue(emulated_cuda, dtype, options):
     with emulated_cuda() as launches:
         actual = outputs_and_grads(qrnn.qrnn_gates, (gates, c0), **kwargs)
         eager_emulated = qrnn.qrnn_gates(gates, c0, **kwargs)
-    assert [k for k, _, _ in launches.launches] == ["qrnn_gates_forward", "qrnn_gates_backward",
+    assert [launch[0] for launch in launches.launches] == ["qrnn_gates_forward", "qrnn_gates_backward",
                                                    "qrnn_gates_forward"]
     assert_all_close(actual + list(eager_emulated), expected + list(eager), dtype, "qrnn_gates")
 
@@ -86,18 +86,19 @@ def test_qrnn_module_through_cuda_glue(emulated_cuda, config, batch_first):
     expected = run()
     with emulated_cuda() as launches:
         actual = run()
-    assert {k for k, _, _ in launches.launches} == {"qrnn_gates_forward", "qrnn_gates_backward"}
+    assert {launch[0] for launch in launches.launches} == {"qrnn_gates_forward", "qrnn_gates_backward"}
     assert_all_close(actual, expected, torch.float32, "QRNN")
 
 
-def test_launch_switches_to_the_tensors_device(emulated_cuda):
-    """A tensor on another device than the current one is launched inside that device."""
+def test_launch_names_the_tensors_device(emulated_cuda):
+    """Each launch passes the tensors' device index (the C++ launcher makes it current) and
+    that device's current stream."""
     f, x = torch.rand(5, 2, 8), torch.randn(5, 2, 8)
     expected = qrnn.forget_mult(f, x)
     with emulated_cuda() as launches:
-        launches.runtime.current = 1  # the tensors' device (index None here) is not current
+        launches.runtime.device_index = 1
         actual = qrnn.forget_mult(f, x)
-    assert launches.runtime.entered == [None]
+    assert [launch[1:3] for launch in launches.launches] == [(EmulatedRuntime.STREAM, 1)]
     torch.testing.assert_close(actual, expected)
 
 
@@ -117,7 +118,7 @@ def test_into_entry_points_and_plans(emulated_cuda):
             ops_cuda.forward_into(h_chunked, f, x, h0)
         plan = ops_cuda.forward_plan(h, f, x, h0, schedule="chunked")
         bplan = ops_cuda.backward_plan(*grads, grad_h, f, x, h, h0, schedule="serial")
-    assert launches.launches[-1][2] == plan and plan[1] > 1 and bplan[1] == 1
+    assert launches.launches[-1][3] == plan and plan[1] > 1 and bplan[1] == 1
     torch.testing.assert_close(h, h_ref)
     torch.testing.assert_close(h_chunked, h_ref)
     for a, e in zip(grads, ref):

@@ -406,11 +406,11 @@ def test_cuda_launchers_without_a_gpu_raise():
     with pytest.raises(TypeError, match="takes [0-9]+ arguments"):
         _C.cuda_qrnn_gates_forward(*args)
     with pytest.raises(ValueError, match="forget_scale"):
-        _C.cuda_qrnn_gates_forward(2.0, *args[1:], 0)
+        _C.cuda_qrnn_gates_forward(2.0, *args[1:], 0, 0)
     with pytest.raises(RuntimeError, match="qrnn::cuda::qrnn_gates_forward"):
-        _C.cuda_qrnn_gates_forward(*args, 0)
+        _C.cuda_qrnn_gates_forward(*args, 0, 0)
     grad_gates = torch.empty_like(gates)
     bargs = ops._gates_backward_args(grad_gates, None, torch.ones_like(output), None, gates, states, c0, mask, lens,
                                      1.0, True, False, False)
     with pytest.raises(RuntimeError, match="qrnn::cuda::qrnn_gates_backward"):
-        _C.cuda_qrnn_gates_backward(*bargs, 0)
+        _C.cuda_qrnn_gates_backward(*bargs, 0, 0)

@@ -308,10 +308,10 @@ void bind_checkpoint(py::module_& m) {
 // ==== end of checkpoint writer ======================================================
 
 // ==== CUDA kernels (qrnn.ops_cuda) ==================================================
-// Built when the library has them. The launchers take the CPU entry points' numbers
-// with the stream (a cudaStream_t as an integer, read by Python on every call) and, for
-// ForgetMult, the schedule in place of num_threads. A launch only queues work, so the
-// GIL stays held.
+// Built when the library has them. The launchers take the CPU entry points' numbers with
+// the stream (a cudaStream_t as an integer, read by Python on every call), the schedule
+// (ForgetMult) and the device index in place of num_threads. A launch only queues work,
+// so the GIL stays held.
 #if defined(QRNN_WITH_CUDA)
 namespace {
 
@@ -324,14 +324,16 @@ cuda::Schedule schedule_of(int64_t code) {
 
 void* stream_of(int64_t handle) { return reinterpret_cast<void*>(static_cast<uintptr_t>(handle)); }
 
-QRNN_FAST_ENTRY(cuda_forget_mult_forward, forget_mult_forward, 2, false,
-                cuda::forget_mult_forward(p, stream_of(call.extra(0)), schedule_of(call.extra(1))))
-QRNN_FAST_ENTRY(cuda_forget_mult_backward, forget_mult_backward, 2, false,
-                cuda::forget_mult_backward(p, stream_of(call.extra(0)), schedule_of(call.extra(1))))
-QRNN_FAST_ENTRY(cuda_qrnn_gates_forward, qrnn_gates_forward, 1, false,
-                cuda::qrnn_gates_forward(p, stream_of(call.extra(0))))
-QRNN_FAST_ENTRY(cuda_qrnn_gates_backward, qrnn_gates_backward, 1, false,
-                cuda::qrnn_gates_backward(p, stream_of(call.extra(0))))
+QRNN_FAST_ENTRY(cuda_forget_mult_forward, forget_mult_forward, 3, false,
+                cuda::forget_mult_forward(p, stream_of(call.extra(0)), schedule_of(call.extra(1)),
+                                          int(call.extra(2))))
+QRNN_FAST_ENTRY(cuda_forget_mult_backward, forget_mult_backward, 3, false,
+                cuda::forget_mult_backward(p, stream_of(call.extra(0)), schedule_of(call.extra(1)),
+                                           int(call.extra(2))))
+QRNN_FAST_ENTRY(cuda_qrnn_gates_forward, qrnn_gates_forward, 2, false,
+                cuda::qrnn_gates_forward(p, stream_of(call.extra(0)), int(call.extra(1))))
+QRNN_FAST_ENTRY(cuda_qrnn_gates_backward, qrnn_gates_backward, 2, false,
+                cuda::qrnn_gates_backward(p, stream_of(call.extra(0)), int(call.extra(1))))
 // Host-only: what a launch would use, for tests and the emulator.
 QRNN_FAST_ENTRY(cuda_forget_mult_forward_plan, forget_mult_forward, 1, false,
                 return cuda::forget_mult_forward_plan(p, schedule_of(call.extra(0))))
@@ -344,14 +346,14 @@ QRNN_FAST_ENTRY(cuda_qrnn_gates_backward_width, qrnn_gates_backward, 0, false,
 
 PyMethodDef cuda_kernel_methods[] = {
     {"cuda_forget_mult_forward", QRNN_FASTCALL(cuda_forget_mult_forward),
-     "cuda_forget_mult_forward(<forget_mult_forward's fields>, stream, schedule): launch on stream (a "
-     "cudaStream_t) of the current device; schedule: a code of cuda_schedules()"},
+     "cuda_forget_mult_forward(<forget_mult_forward's fields>, stream, schedule, device): launch on stream "
+     "(a cudaStream_t) of device (made current for the launch); schedule: a code of cuda_schedules()"},
     {"cuda_forget_mult_backward", QRNN_FASTCALL(cuda_forget_mult_backward),
-     "cuda_forget_mult_backward(<forget_mult_backward's fields>, stream, schedule)"},
+     "cuda_forget_mult_backward(<forget_mult_backward's fields>, stream, schedule, device)"},
     {"cuda_qrnn_gates_forward", QRNN_FASTCALL(cuda_qrnn_gates_forward),
-     "cuda_qrnn_gates_forward(<qrnn_gates_forward's fields>, stream): lengths in device memory"},
+     "cuda_qrnn_gates_forward(<qrnn_gates_forward's fields>, stream, device): lengths in device memory"},
     {"cuda_qrnn_gates_backward", QRNN_FASTCALL(cuda_qrnn_gates_backward),
-     "cuda_qrnn_gates_backward(<qrnn_gates_backward's fields>, stream)"},
+     "cuda_qrnn_gates_backward(<qrnn_gates_backward's fields>, stream, device)"},
     {"cuda_forget_mult_forward_plan", QRNN_FASTCALL(cuda_forget_mult_forward_plan),
      "cuda_forget_mult_forward_plan(<fields>, schedule) -> (vector_width, chunks), host-only"},
     {"cuda_forget_mult_backward_plan", QRNN_FASTCALL(cuda_forget_mult_backward_plan),

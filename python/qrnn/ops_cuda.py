@@ -4,7 +4,7 @@ for device type ``"cuda"`` in :mod:`qrnn.ops` when this build has them
 
 Every call reads the current CUDA stream of the tensors' device (never cached, so
 ``torch.cuda.stream(...)`` blocks, CUDA graphs and ``torch.compile(mode="reduce-overhead")``
-are honoured), enters that device when it is not the current one, allocates the outputs
+are honoured), passes that device to the launcher (which makes it current), allocates the outputs
 with torch (the caching allocator, ordered on that stream) and launches. The C++ side
 neither allocates nor synchronises.
 """
@@ -40,13 +40,17 @@ def current_stream_handle(index: int) -> int:
     return torch.cuda.current_stream(index).cuda_stream
 
 
-class Runtime:
-    """The CUDA runtime lookups a launch makes: torch's. Tests substitute a stand-in that
-    lets CPU tensors go through this module to the emulated kernels (tests/conftest.py)."""
+def _device_index(device: torch.device) -> int:
+    return device.index  # a CUDA tensor's device always has its index
 
-    current_device = staticmethod(torch.cuda.current_device)
+
+class Runtime:
+    """The CUDA lookups a launch makes: the device index and torch's current stream of it.
+    Tests substitute a stand-in that lets CPU tensors go through this module to the
+    emulated kernels (tests/conftest.py)."""
+
+    index = staticmethod(_device_index)
     stream = staticmethod(current_stream_handle)
-    device = staticmethod(torch.cuda.device)
 
 
 runtime = Runtime()
@@ -67,15 +71,15 @@ def schedule(name: str):
 
 
 def _launch(kernel, device: torch.device, args: tuple, schedule: bool = True) -> None:
-    """Run `kernel` on `device`'s current stream, with `device` current (a stream only
-    takes launches from its own device's context). ForgetMult kernels also take the schedule."""
-    index = device.index
-    tail = (_schedule,) if schedule else ()
-    if index == runtime.current_device():
-        kernel(*args, runtime.stream(index), *tail)
+    """Run `kernel` on `device`'s current stream. The C++ launcher makes `device` current
+    for the launch itself (its CUDA runtime is not torch's, so torch's device switch is not
+    relied on). ForgetMult kernels also take the schedule."""
+    index = runtime.index(device)
+    stream = runtime.stream(index)
+    if schedule:
+        kernel(*args, stream, _schedule, index)
     else:
-        with runtime.device(index):
-            kernel(*args, runtime.stream(index), *tail)
+        kernel(*args, stream, index)
 
 
 def _forward_cuda(f: Tensor, x: Tensor, h0: Optional[Tensor], batch_first: bool) -> Tensor:

@@ -1,8 +1,8 @@
 // Runs the CUDA kernels of cuda/forget_mult_kernels.cuh and cuda/qrnn_gates_kernels.cuh on
 // the CPU, compiled by the host C++ compiler against the CUDA headers (whose half/bfloat16
-// conversions have host versions), so the kernels' indexing, vector and tail paths, the
-// chunked schedule's carry logic and the gate kernels' lengths/reverse walks are checked
-// on machines without a GPU (the emulator fixture in tests/conftest.py builds this file;
+// conversions have host versions), so the kernels' indexing, vector and tail paths (every
+// vector access checked for alignment), the chunked schedule's carry logic and the gate
+// kernels' lengths/reverse walks are checked on machines without a GPU (the emulator fixture in tests/conftest.py builds this file;
 // tests/test_*_cuda_emulated.py drive it).
 //
 // A grid runs one block at a time. In a chunked block every CUDA thread is a fiber
@@ -24,6 +24,7 @@
 #include <memory>
 #include <random>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 namespace qrnn_emu {
@@ -90,8 +91,47 @@ void run_block(int lanes, int chunks, const std::function<void()>& kernel_body, 
 
 }  // namespace qrnn_emu
 
+namespace qrnn_emu {
+
+// A GPU faults on a vector access not aligned to its size; x86 either does not or faults
+// without saying where. Every vector load and store of the kernels (load_vector and
+// store_vector, and every __ldg) is checked and done with memcpy, and the first
+// misaligned one is reported when the grid is done (not thrown on the spot: a chunked
+// block's threads run on their own stacks).
+std::string misaligned;
+
+inline void check_aligned(const void* ptr, size_t bytes, const char* what) {
+    if (reinterpret_cast<uintptr_t>(ptr) % bytes == 0 || !misaligned.empty()) return;
+    char text[160];
+    std::snprintf(text, sizeof(text), "misaligned %zu-byte %s at address %p", bytes, what, ptr);
+    misaligned = text;
+}
+
+}  // namespace qrnn_emu
+
 template <typename R>
-inline R __ldg(const R* p) { return *p; }
+inline R __ldg(const R* p) {
+    ::qrnn_emu::check_aligned(p, sizeof(R), "load (__ldg)");
+    R r;
+    std::memcpy(&r, p, sizeof(R));
+    return r;
+}
+
+#define QRNN_EMULATOR 1
+namespace qrnn::cuda::kernels {
+template <typename R>
+inline R load_vector(const R* p) {
+    ::qrnn_emu::check_aligned(p, sizeof(R), "vector load");
+    R r;
+    std::memcpy(&r, p, sizeof(R));
+    return r;
+}
+template <typename R>
+inline void store_vector(R* p, const R& r) {
+    ::qrnn_emu::check_aligned(p, sizeof(R), "vector store");
+    std::memcpy(p, &r, sizeof(R));
+}
+}  // namespace qrnn::cuda::kernels
 
 #define threadIdx (::qrnn_emu::thread_idx)
 #define blockIdx (::qrnn_emu::block_idx)
@@ -123,6 +163,7 @@ void run_grid(void (*kernel)(Params, int64_t), const Params& p, const detail::La
     if (s.shared_bytes > int64_t(sizeof(kernels::smem_bytes))) throw std::runtime_error("shared memory too large");
     std::mt19937 rng(12345);
     qrnn_emu::block_dim = dim3(unsigned(s.lanes), unsigned(s.chunks), 1);
+    qrnn_emu::misaligned.clear();
     for (int64_t block = 0; block < s.blocks; ++block) {
         qrnn_emu::block_idx = {unsigned(block), 0, 0};
         if (s.chunks == 1) {  // serial kernels: no barriers, threads run one after another
@@ -134,6 +175,11 @@ void run_grid(void (*kernel)(Params, int64_t), const Params& p, const detail::La
         }
         std::memset(kernels::smem_bytes, 0xff, sizeof(kernels::smem_bytes));  // NaN-ish: no stale summaries
         qrnn_emu::run_block(s.lanes, s.chunks, [&] { kernel(p, s.vectors_per_row); }, rng);
+    }
+    if (!qrnn_emu::misaligned.empty()) {
+        const std::string what = qrnn_emu::misaligned;
+        qrnn_emu::misaligned.clear();
+        throw std::runtime_error(what + " (a GPU would fault)");
     }
 }
 

@@ -3,10 +3,26 @@
 //
 // This header needs no CUDA headers: a stream is passed as `void*` (a cudaStream_t;
 // nullptr is the legacy default stream). Calls are asynchronous and launch on
-// `stream`, which must belong to the CURRENT device (cudaSetDevice first, as with
-// cuBLAS); every pointer must be memory of that device. Nothing is allocated and
-// nothing is synchronised, so the calls can be captured into CUDA graphs. Outputs
-// must not overlap inputs (inputs are read through the read-only data cache).
+// `stream`, which must belong to `device`, the device every pointer lives on.
+//
+// Device: the launchers make `device` current themselves for the launch (cudaGetDevice /
+// cudaSetDevice, restored before returning), so the right GPU is used whatever device the
+// calling thread had current, or another CUDA runtime (torch's) believed it had. With
+// device = -1 (the default) they ask CUDA where the first input lives
+// (cudaPointerGetAttributes, a little slower) and use the current device for host memory.
+//
+// First use: the first launch in a process checks that the driver can run the CUDA
+// runtime this library was built with (it links its own), and throws std::runtime_error
+// naming both versions if not. The first launch of an op and dtype on each device loads
+// all its kernels there (with lazy loading, the default since CUDA 12.2, a kernel is
+// otherwise loaded at its first launch); if that first launch is inside a CUDA graph
+// capture and the driver is older than CUDA 12.3 (which cannot load kernels during a
+// capture), it throws saying so: launch once before capturing, or set
+// CUDA_MODULE_LOADING=EAGER.
+//
+// Nothing is allocated and nothing is synchronised, so the calls can be captured into
+// CUDA graphs. Outputs must not overlap inputs (inputs are read through the read-only
+// data cache).
 //
 // Declared only in builds with the CUDA kernels: QRNN_WITH_CUDA is then defined for
 // every target linking qrnn::qrnn (qrnn.build_info()["cuda"] says so in Python).
@@ -39,9 +55,9 @@ struct LaunchPlan {
 // Invalid sizes, strides, dtypes or null pointers throw std::invalid_argument (as the
 // CPU path does); a failed launch throws std::runtime_error with CUDA's message.
 QRNN_API void forget_mult_forward(const ForgetMultForwardParams& params, void* stream,
-                                  Schedule schedule = Schedule::automatic);
+                                  Schedule schedule = Schedule::automatic, int device = -1);
 QRNN_API void forget_mult_backward(const ForgetMultBackwardParams& params, void* stream,
-                                   Schedule schedule = Schedule::automatic);
+                                   Schedule schedule = Schedule::automatic, int device = -1);
 
 // The plan a call with these arguments would launch; host-only, touches no device.
 QRNN_API LaunchPlan forget_mult_forward_plan(const ForgetMultForwardParams& params,

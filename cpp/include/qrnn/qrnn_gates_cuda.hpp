@@ -2,8 +2,10 @@
 // points in qrnn/qrnn_gates.hpp, with every pointer (lengths included) in device memory.
 //
 // As for ForgetMult on CUDA (qrnn/forget_mult_cuda.hpp): the stream is a `void*`
-// cudaStream_t of the CURRENT device, calls are asynchronous, nothing is allocated or
-// synchronised (CUDA-graph safe), and outputs must not overlap inputs. One difference:
+// cudaStream_t of `device`, which the launchers make current for the launch (-1: the
+// device the gates live on), the first launch checks the driver and loads the kernels,
+// calls are asynchronous, nothing is allocated or synchronised (CUDA-graph safe), and
+// outputs must not overlap inputs. One difference:
 // `lengths` is not read on the host (that would synchronise), so its values are not
 // checked here; the kernels clamp each length to 0..seq_len, so a bad value cannot make
 // them touch memory outside the arrays. (qrnn.QRNN checks lengths before calling.)
@@ -23,8 +25,8 @@ namespace qrnn::cuda {
 
 // Invalid sizes, strides, dtypes or null pointers throw std::invalid_argument; a failed
 // launch throws std::runtime_error with CUDA's message.
-QRNN_API void qrnn_gates_forward(const QrnnGatesForwardParams& params, void* stream);
-QRNN_API void qrnn_gates_backward(const QrnnGatesBackwardParams& params, void* stream);
+QRNN_API void qrnn_gates_forward(const QrnnGatesForwardParams& params, void* stream, int device = -1);
+QRNN_API void qrnn_gates_backward(const QrnnGatesBackwardParams& params, void* stream, int device = -1);
 
 // Hidden units per thread that a call with these arguments would launch (host-only).
 QRNN_API int qrnn_gates_forward_vector_width(const QrnnGatesForwardParams& params);

@@ -1,7 +1,8 @@
 """ForgetMult on an NVIDIA GPU: the CUDA kernels against a device-to-device copy of the same
 bytes (the memory roofline), float16 against float32, bfloat16 against float16, and float16
 against the original one-thread-per-column float32 design (a baseline kernel kept in the
-library for this benchmark only). The fused gate kernels' GPU figures are the layer area's
+library for this benchmark only), and the float16 backward with an expanded grad_h (what
+h.sum() hands it) against a dense one. The fused gate kernels' GPU figures are the layer area's
 (qrnn.bench.layer.gpu). Every target is a ratio of times measured in this run;
 cuda/NOTES.md gives the bytes and bandwidth floor of each shape.
 
@@ -9,6 +10,8 @@ Without a GPU (or without the CUDA kernels in this build) it prints why and retu
 """
 
 from __future__ import annotations
+
+import traceback
 
 import torch
 
@@ -184,6 +187,28 @@ def long_narrow(T=16384, B=1, H=512, quick=False) -> list:
                    f"{t['auto'] * 1e6:.0f} us (plan {plan})")]
 
 
+def broadcast_grad(T=512, B=64, H=4096, quick=False) -> list:
+    """The float16 backward of h.sum(): autograd hands it a grad_h expanded with all strides
+    0. Each array has its own access width, so the expanded grad_h (one element per pack)
+    must not slow the others' 16-byte packs: against a dense grad_h of the same shape."""
+    if quick:
+        T, B, H = 128, 16, 1024
+    f, x, dense = _inputs(T, B, H, torch.float16)
+    h = ops.forget_mult_op(f, x, None, False)
+    expanded = torch.ones((), dtype=torch.float16, device="cuda").expand(T, B, H)
+    fns = {"dense": lambda: ops.forget_mult_backward_op(dense, f, x, h, None, False),
+           "expanded": lambda: ops.forget_mult_backward_op(expanded, f, x, h, None, False)}
+    t = measure_interleaved(fns, device="cuda", rounds=3 if quick else 7, repeat=3 if quick else 5)
+    ratio = t["expanded"] / t["dense"]
+    grads = [torch.empty_like(f) for _ in range(2)]
+    plans = {k: ops_cuda.backward_plan(grads[0], grads[1], None, g, f, x, h) for k, g in
+             (("dense", dense), ("expanded", expanded))}
+    return [Result(AREA, f"float16 backward with expanded grad_h (h.sum()) / dense grad_h time, T={T} B={B} H={H}",
+                   ratio, "x", "<= 1.1x", ratio <= 1.1,
+                   f"expanded {t['expanded'] * 1e3:.3f} ms (plan {plans['expanded']}), dense "
+                   f"{t['dense'] * 1e3:.3f} ms (plan {plans['dense']})")]
+
+
 def eager_overhead(quick=False) -> list:
     """Per-call time of the eager no-grad path at a tiny shape, against torch.addcmul on the
     same GPU: both are bound by the CPU side of a launch."""
@@ -215,5 +240,17 @@ def run(quick: bool = False) -> list:
         print("cuda benchmarks skipped: this build of qrnn has no CUDA kernels (rebuild with QRNN_CUDA=ON)")
         return []
     big = dict(T=128, B=16, H=1024) if quick else {}
-    return (bandwidth(**big, quick=quick) + awd_shape(quick=quick) + long_narrow(quick=quick)
-            + eager_overhead(quick=quick))
+    groups = [("bandwidth", lambda: bandwidth(**big, quick=quick)),
+              ("AWD-QRNN shape", lambda: awd_shape(quick=quick)),
+              ("long narrow", lambda: long_narrow(quick=quick)),
+              ("broadcast grad_h", lambda: broadcast_grad(quick=quick)),
+              ("eager overhead", lambda: eager_overhead(quick=quick))]
+    results = []
+    for name, group in groups:  # one failing group must not lose the others' figures
+        try:
+            results += group()
+        except Exception as exc:  # noqa: BLE001 - reported as a failed figure, traceback printed
+            traceback.print_exc()
+            results.append(Result(AREA, f"{name}: benchmark failed", float("nan"), "", "runs", False,
+                                  f"{type(exc).__name__}: {exc}"[:300]))
+    return results
