@@ -85,7 +85,9 @@ private:
 };
 
 PyObject* to_python() { Py_RETURN_NONE; }
+#if defined(QRNN_WITH_CUDA)
 PyObject* to_python(const qrnn::cuda::LaunchPlan& p) { return Py_BuildValue("(ii)", p.vector_width, p.chunks); }
+#endif
 
 // Parses a fast call of `List` and runs `body(params, call)` with exceptions translated,
 // releasing the GIL around large work when `may_release_gil` (CPU kernels; a CUDA launch
