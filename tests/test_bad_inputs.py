@@ -17,9 +17,8 @@ import pytest
 import torch
 
 import qrnn
-from qrnn.reference import forget_mult_reference
-
 from conftest import reference_grads
+from qrnn.reference import forget_mult_reference
 
 T, B, H = 4, 3, 5
 
@@ -477,7 +476,8 @@ def test_save_into_vanished_directory_reports_error(tmp_path):
     ckpt.close()
 
 
-@pytest.mark.parametrize("content", [b"", b"garbage" * 10, b"PK\x03\x04" + b"\0" * 60], ids=["empty", "garbage", "zip-magic"])
+@pytest.mark.parametrize("content", [b"", b"garbage" * 10, b"PK\x03\x04" + b"\0" * 60],
+                         ids=["empty", "garbage", "zip-magic"])
 def test_verify_and_load_reject_damaged_files(tmp_path, content):
     path = tmp_path / "bad.pt"
     path.write_bytes(content)

@@ -6,9 +6,8 @@ import types
 
 import pytest
 
-from qrnn.bench import AREAS
+from qrnn.bench import AREAS, report
 from qrnn.bench import __main__ as bench_main
-from qrnn.bench import report
 from qrnn.bench.common import Result, format_table, machine_info, markdown_table
 
 
@@ -16,7 +15,8 @@ def fake_results(area, scale=1.0):
     return [
         Result(area, "speed-up over the baseline, T=7", 3.0 * scale, "x", ">= 2x", 3.0 * scale >= 2, "a 1 ms, b 3 ms"),
         Result(area, "blocking vs torch.save", 4.0, "%", "<= 5%", True),
-        Result(area, "bandwidth vs copy", 65.0, "%", ">= 70%", False, "", series={"qrnn (GB/s)": 13.0, "copy (GB/s)": 20.0}),
+        Result(area, "bandwidth vs copy", 65.0, "%", ">= 70%", False, "",
+               series={"qrnn (GB/s)": 13.0, "copy (GB/s)": 20.0}),
         Result(area, "context figure", 1.5),
     ]
 

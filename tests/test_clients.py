@@ -8,7 +8,6 @@ references on fresh random inputs."""
 import contextlib
 import copy
 import io
-import itertools
 import os
 import subprocess
 import sys
@@ -347,10 +346,10 @@ class RNNModel(nn.Module):
         super().__init__()
         self.lockdrop = LockedDropout()
         self.encoder = nn.Embedding(ntoken, ninp)
-        self.rnns = [torchqrnn.QRNNLayer(input_size=ninp if l == 0 else nhid,
-                                         hidden_size=nhid if l != nlayers - 1 else ninp, save_prev_x=True,
-                                         zoneout=0, window=2 if l == 0 else 1, output_gate=True)
-                     for l in range(nlayers)]
+        self.rnns = [torchqrnn.QRNNLayer(input_size=ninp if layer == 0 else nhid,
+                                         hidden_size=nhid if layer != nlayers - 1 else ninp, save_prev_x=True,
+                                         zoneout=0, window=2 if layer == 0 else 1, output_gate=True)
+                     for layer in range(nlayers)]
         for rnn in self.rnns:
             rnn.linear = WeightDrop(rnn.linear, ["weight"], dropout=wdrop)
         self.rnns = torch.nn.ModuleList(self.rnns)
@@ -364,10 +363,10 @@ class RNNModel(nn.Module):
     def forward(self, input, hidden):
         raw_output = self.lockdrop(self.encoder(input), self.dropout)
         new_hidden = []
-        for l, rnn in enumerate(self.rnns):
-            raw_output, new_h = rnn(raw_output, hidden[l])
+        for layer, rnn in enumerate(self.rnns):
+            raw_output, new_h = rnn(raw_output, hidden[layer])
             new_hidden.append(new_h)
-            if l != self.nlayers - 1:
+            if layer != self.nlayers - 1:
                 raw_output = self.lockdrop(raw_output, self.dropout)
         output = self.lockdrop(raw_output, self.dropout)
         decoded = self.decoder(output.view(output.size(0) * output.size(1), output.size(2)))
@@ -375,8 +374,8 @@ class RNNModel(nn.Module):
 
     def init_hidden(self, bsz):
         weight = next(self.parameters()).data
-        return [weight.new(1, bsz, self.nhid if l != self.nlayers - 1 else self.ninp).zero_()
-                for l in range(self.nlayers)]
+        return [weight.new(1, bsz, self.nhid if layer != self.nlayers - 1 else self.ninp).zero_()
+                for layer in range(self.nlayers)]
 
 
 def batchify(data, bsz):
@@ -408,7 +407,7 @@ def test_awd_lstm_lm_style_training_and_evaluation():
         return total / len(data_source)
 
     before = evaluate(val_data, 2)
-    for epoch in range(5):
+    for _epoch in range(5):
         model.train()
         model.reset()
         hidden = model.init_hidden(4)

@@ -7,10 +7,8 @@ import pytest
 import torch
 
 import qrnn
-from qrnn import ops
-from qrnn.reference import forget_mult_backward_reference, forget_mult_reference
-
 from conftest import CPU_DTYPES, assert_close_to_reference, reference_grads
+from qrnn.reference import forget_mult_backward_reference, forget_mult_reference
 
 
 def make_inputs(T, B, H, dtype, *, batch_first=False, with_h0=True, requires_grad=False):

@@ -12,8 +12,7 @@ import torch
 
 import qrnn
 from conftest import TOLERANCES, assert_close_to_reference, reference_grads
-from cuda_cases import (assert_untouched_outside, forward_reference, make_inputs,
-                        poisoned_like)
+from cuda_cases import assert_untouched_outside, forward_reference, make_inputs, poisoned_like
 from qrnn import ops, ops_cuda
 
 pytestmark = pytest.mark.cuda

@@ -3,10 +3,11 @@
 tests/cuda_emulation/emulate_kernels.cpp (built by the ``emulator`` fixture of conftest.py)
 compiles cuda/forget_mult_kernels.cuh with the host C++ compiler against the CUDA headers and
 runs a grid block by block (each thread of a chunked block a fiber, __syncthreads a
-barrier). These tests drive it with the launch plans the real build picks (qrnn.ops_cuda.forward_plan / backward_plan) and with every plan
-the kernels have, on strided, unaligned and odd-sized inputs, NaN-poisoned outputs inside
-wider buffers, and compare with the float64 reference. The GPU tests
-(test_forget_mult_cuda.py) run the same kernels for real.
+barrier). These tests drive it with the launch plans the real build picks
+(qrnn.ops_cuda.forward_plan / backward_plan) and with every plan the kernels have, on
+strided, unaligned and odd-sized inputs, NaN-poisoned outputs inside wider buffers, and
+compare with the float64 reference. The GPU tests (test_forget_mult_cuda.py) run the same
+kernels for real.
 
 Needs a CUDA build of qrnn (for the plans), the CUDA headers (CUDA_HOME, or nvcc on PATH)
 and a C++20 compiler; skipped otherwise.
@@ -18,8 +19,7 @@ import pytest
 import torch
 
 from conftest import assert_close_to_reference, reference_grads
-from cuda_cases import (assert_untouched_outside, forward_reference, make_inputs,
-                        poisoned_like)
+from cuda_cases import assert_untouched_outside, forward_reference, make_inputs, poisoned_like
 from qrnn import ops_cuda
 
 DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16]

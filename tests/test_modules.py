@@ -13,10 +13,9 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 import qrnn
+from conftest import HAS_CUDA, assert_close_to_reference
 from qrnn import ops
 from qrnn.reference import forget_mult_reference, qrnn_layer_reference
-
-from conftest import HAS_CUDA, assert_close_to_reference
 
 # ---- Option combinations: every pair of option values covered, few runs -------------
 
@@ -40,7 +39,7 @@ def pairwise_cases(options):
     candidates = [dict(zip(names, values)) for values in itertools.product(*options.values())]
     cases = []
     while uncovered:
-        def gain(case):
+        def gain(case, uncovered=uncovered):
             return sum(((a, case[a]), (b, case[b])) in uncovered for a, b in itertools.combinations(names, 2))
         best = max(candidates, key=gain)
         uncovered -= {((a, best[a]), (b, best[b])) for a, b in itertools.combinations(names, 2)}
@@ -87,8 +86,8 @@ def reference_stack(model, x, hx, lengths, calls):
     return x, torch.stack(states)
 
 
-def make_batch(T, B, I, batch_first, dtype=torch.float64, lengths=False):
-    x = torch.randn((B, T, I) if batch_first else (T, B, I), dtype=dtype, requires_grad=True)
+def make_batch(T, B, n_in, batch_first, dtype=torch.float64, lengths=False):
+    x = torch.randn((B, T, n_in) if batch_first else (T, B, n_in), dtype=dtype, requires_grad=True)
     lens = None
     if lengths:
         lens = torch.randint(0, T + 1, (B,))
@@ -98,13 +97,13 @@ def make_batch(T, B, I, batch_first, dtype=torch.float64, lengths=False):
 
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
 def test_fused_unfused_and_reference_agree(case, monkeypatch):
-    T, B, I, H, L = 6, 3, 5, 4, 2
-    model = qrnn.QRNN(I, H, num_layers=L, bias=case["bias"], batch_first=case["batch_first"],
+    T, B, n_in, H, L = 6, 3, 5, 4, 2
+    model = qrnn.QRNN(n_in, H, num_layers=L, bias=case["bias"], batch_first=case["batch_first"],
                       bidirectional=case["bidirectional"], window=case["window"],
                       zoneout=0.0 if case["zoneout"] == "off" else 0.4, output_gate=case["output_gate"],
                       dtype=torch.float64)
     model.train(case["zoneout"] == "train")
-    x, lens = make_batch(T, B, I, case["batch_first"], lengths=case["lengths"])
+    x, lens = make_batch(T, B, n_in, case["batch_first"], lengths=case["lengths"])
     hx = torch.randn(L * model.num_directions, B, H, dtype=torch.float64, requires_grad=True) if case["hx"] else None
     params = list(model.parameters())
     inputs = [x] + ([hx] if hx is not None else []) + params
@@ -134,7 +133,8 @@ def test_fused_unfused_and_reference_agree(case, monkeypatch):
         assert_close_to_reference(out, ref_out, torch.float64, f"{name} output")
         assert_close_to_reference(h_n, ref_h, torch.float64, f"{name} h_n")
         for i, (got, want) in enumerate(zip(grads, ref_grads)):
-            torch.testing.assert_close(got, want, atol=1e-10, rtol=1e-8, msg=lambda m: f"{name} grad {i}: {m}")
+            torch.testing.assert_close(got, want, atol=1e-10, rtol=1e-8,
+                                       msg=lambda m, name=name, i=i: f"{name} grad {i}: {m}")
     if lens is not None:
         out_tm = fused[0].transpose(0, 1) if case["batch_first"] else fused[0]
         for b in range(B):
@@ -161,15 +161,15 @@ GRU_ARGS = [
 
 @pytest.mark.parametrize("kwargs", GRU_ARGS, ids=lambda k: "-".join(f"{a}{b}" for a, b in k.items()) or "default")
 def test_same_arguments_and_shapes_as_gru(kwargs):
-    I, H, T, B = 5, 7, 6, 3
-    gru = nn.GRU(I, H, **kwargs, dtype=torch.float64)
-    model = qrnn.QRNN(I, H, **kwargs, dtype=torch.float64)
+    n_in, H, T, B = 5, 7, 6, 3
+    gru = nn.GRU(n_in, H, **kwargs, dtype=torch.float64)
+    model = qrnn.QRNN(n_in, H, **kwargs, dtype=torch.float64)
     for attr in ("input_size", "hidden_size", "num_layers", "bias", "batch_first", "dropout", "bidirectional"):
         assert getattr(model, attr) == getattr(gru, attr), attr
     batch_first = kwargs.get("batch_first", False)
     D = 2 if kwargs.get("bidirectional") else 1
     L = kwargs.get("num_layers", 1)
-    x = torch.randn((B, T, I) if batch_first else (T, B, I), dtype=torch.float64)
+    x = torch.randn((B, T, n_in) if batch_first else (T, B, n_in), dtype=torch.float64)
     hx = torch.randn(L * D, B, H, dtype=torch.float64)
     for args in ((x,), (x, hx)):
         want_out, want_h = gru(*args)
@@ -192,12 +192,12 @@ def test_same_arguments_and_shapes_as_gru(kwargs):
 @pytest.mark.parametrize("batch_first", [False, True])
 @pytest.mark.parametrize("enforce_sorted", [False, True])
 def test_packed_sequence_round_trip(batch_first, enforce_sorted):
-    I, H, T = 4, 5, 7
+    n_in, H, T = 4, 5, 7
     lens = torch.tensor([7, 5, 5, 2, 1]) if enforce_sorted else torch.tensor([3, 7, 1, 5, 5])
     B = len(lens)
-    gru = nn.GRU(I, H, num_layers=2, bidirectional=True, batch_first=batch_first, dtype=torch.float64)
-    model = qrnn.QRNN(I, H, num_layers=2, bidirectional=True, batch_first=batch_first, window=2, dtype=torch.float64)
-    x = torch.randn((B, T, I) if batch_first else (T, B, I), dtype=torch.float64, requires_grad=True)
+    gru = nn.GRU(n_in, H, num_layers=2, bidirectional=True, batch_first=batch_first, dtype=torch.float64)
+    model = qrnn.QRNN(n_in, H, num_layers=2, bidirectional=True, batch_first=batch_first, window=2, dtype=torch.float64)
+    x = torch.randn((B, T, n_in) if batch_first else (T, B, n_in), dtype=torch.float64, requires_grad=True)
     hx = torch.randn(4, B, H, dtype=torch.float64)
     packed = pack_padded_sequence(x, lens, batch_first=batch_first, enforce_sorted=enforce_sorted)
     out, h_n = model(packed, hx)
@@ -227,9 +227,9 @@ def test_dropout_warning_like_gru():
 
 @pytest.mark.parametrize("batch_first", [False, True])
 def test_chunked_bptt_equals_one_pass_window_2(batch_first):
-    T, B, I, H = 11, 3, 4, 5
-    model = qrnn.QRNN(I, H, num_layers=2, window=[2, 3], batch_first=batch_first, dtype=torch.float64)
-    x, _ = make_batch(T, B, I, batch_first)
+    T, B, n_in, H = 11, 3, 4, 5
+    model = qrnn.QRNN(n_in, H, num_layers=2, window=[2, 3], batch_first=batch_first, dtype=torch.float64)
+    x, _ = make_batch(T, B, n_in, batch_first)
     time_dim = 1 if batch_first else 0
     full_out, full_h = model(x)
     full_grads = torch.autograd.grad(full_out.square().sum(), list(model.parameters()))
@@ -242,7 +242,7 @@ def test_chunked_bptt_equals_one_pass_window_2(batch_first):
     out = torch.cat(outs, time_dim)
     torch.testing.assert_close(out, full_out)
     torch.testing.assert_close(state.c, full_h)
-    assert state.x_tails[0].shape == ((B, 1, I) if batch_first else (1, B, I))
+    assert state.x_tails[0].shape == ((B, 1, n_in) if batch_first else (1, B, n_in))
     assert state.x_tails[1].shape == ((B, 2, H) if batch_first else (2, B, H))
     grads = torch.autograd.grad(out.square().sum(), list(model.parameters()))
     for got, want in zip(grads, full_grads):
@@ -252,9 +252,9 @@ def test_chunked_bptt_equals_one_pass_window_2(batch_first):
 
 
 def test_chunks_shorter_than_the_window():
-    T, B, I, H = 5, 2, 3, 4
-    model = qrnn.QRNN(I, H, window=4, dtype=torch.float64)
-    x, _ = make_batch(T, B, I, False)
+    T, B, n_in, H = 5, 2, 3, 4
+    model = qrnn.QRNN(n_in, H, window=4, dtype=torch.float64)
+    x, _ = make_batch(T, B, n_in, False)
     full_out, _ = model(x)
     state, outs = model.initial_state(), []
     for chunk in x.split(1):
@@ -301,14 +301,14 @@ class SalesforceQRNNLayer(nn.Module):
             source = torch.cat([X, torch.cat([first, X[:-1]], 0)], 2)
         Y = self.linear(source)
         if self.output_gate:
-            Z, F_, O = Y.chunk(3, dim=2)
+            Z, F_, O_ = Y.chunk(3, dim=2)
         else:
             Z, F_ = Y.chunk(2, dim=2)
         Z, F_ = torch.tanh(Z), torch.sigmoid(F_)
         if self.zoneout and not self.training:
             F_ = F_ * (1 - self.zoneout)
         C = forget_mult_loop(F_, Z, hidden)
-        H = torch.sigmoid(O) * C if self.output_gate else C
+        H = torch.sigmoid(O_) * C if self.output_gate else C
         if self.window > 1 and self.save_prev_x:
             self.prevX = X[-1:].detach()
         return H, C[-1:]

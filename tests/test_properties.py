@@ -5,15 +5,13 @@ Each example draws a seed for its tensor contents, so a failure hypothesis shrin
 prints is reproducible as is. Bounded (max_examples, no deadline) to stay fast in CI.
 """
 
-import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import qrnn
-from qrnn.reference import forget_mult_reference
-
 from conftest import CPU_DTYPES, assert_close_to_reference, reference_grads
+from qrnn.reference import forget_mult_reference
 
 SETTINGS = settings(max_examples=100, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -386,12 +384,12 @@ def test_qrnn_module_matches_layer_reference(case):
     from qrnn.reference import qrnn_layer_reference
 
     torch.manual_seed(case["seed"])
-    T, B, I, H, bf = case["T"], case["B"], case["I"], case["H"], case["batch_first"]
+    T, B, n_in, H, bf = case["T"], case["B"], case["I"], case["H"], case["batch_first"]
     D = 2 if case["bidirectional"] else 1
-    model = qrnn.QRNN(I, H, num_layers=case["num_layers"], bidirectional=case["bidirectional"],
+    model = qrnn.QRNN(n_in, H, num_layers=case["num_layers"], bidirectional=case["bidirectional"],
                       window=case["window"], output_gate=case["output_gate"], batch_first=bf,
                       dtype=torch.float64).eval()
-    x = torch.randn((B, T, I) if bf else (T, B, I), dtype=torch.float64)
+    x = torch.randn((B, T, n_in) if bf else (T, B, n_in), dtype=torch.float64)
     lengths = torch.randint(0, T + 1, (B,)) if case["lengths"] else None
     h0 = torch.randn(case["num_layers"] * D, B, H, dtype=torch.float64) if case["with_h0"] else None
     with torch.no_grad():
@@ -419,10 +417,10 @@ def test_qrnn_chunks_equal_whole_sequence(case):
     """Running a sequence in two chunks with the carried QRNNState gives the same outputs
     and final state as running it whole (unidirectional: what chunked BPTT relies on)."""
     torch.manual_seed(case["seed"])
-    T, B, I, H, bf = case["T"], case["B"], case["I"], case["H"], case["batch_first"]
-    model = qrnn.QRNN(I, H, num_layers=case["num_layers"], window=case["window"], output_gate=case["output_gate"],
+    T, B, n_in, H, bf = case["T"], case["B"], case["I"], case["H"], case["batch_first"]
+    model = qrnn.QRNN(n_in, H, num_layers=case["num_layers"], window=case["window"], output_gate=case["output_gate"],
                       batch_first=bf, dtype=torch.float64).eval()
-    x = torch.randn((B, T, I) if bf else (T, B, I), dtype=torch.float64)
+    x = torch.randn((B, T, n_in) if bf else (T, B, n_in), dtype=torch.float64)
     time_dim = 1 if bf else 0
     split = min(case["split"], T)
     with torch.no_grad():

@@ -11,10 +11,9 @@ import pytest
 import torch
 
 import qrnn
+from conftest import CPU_DTYPES, HAS_CUDA, assert_close_to_reference
 from qrnn import _C, ops, ops_cuda
 from qrnn.reference import qrnn_gates_reference
-
-from conftest import CPU_DTYPES, HAS_CUDA, assert_close_to_reference
 
 # (output_gate, lengths, reverse, batch_first, zoneout mask, c0): each value of each
 # option appears with every value of every other at least once, kept short for CI.
@@ -112,7 +111,7 @@ def test_gradcheck_float64(output_gate):
     gates, c0, mask, lens = make_inputs(T, B, H, torch.float64, output_gate, lengths=True, mask=True, c0=True,
                                         requires_grad=True)
     for reverse, batch_first in ((False, False), (True, False)):
-        def fn(g, h):
+        def fn(g, h, reverse=reverse, batch_first=batch_first):
             return qrnn.qrnn_gates(g, h, output_gate=output_gate, forget_mask=mask, forget_scale=0.9, lengths=lens,
                                    reverse=reverse, batch_first=batch_first)
         assert torch.autograd.gradcheck(fn, (gates, c0), eps=1e-6, atol=1e-7, rtol=1e-5)

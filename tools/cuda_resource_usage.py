@@ -48,8 +48,8 @@ def demangle(names: list[str]) -> dict:
     if not names or shutil.which("c++filt") is None:
         return {n: n for n in names}
     out = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True).stdout.splitlines()
-    short = [re.sub(r"^void |\(.*\)$", "", re.sub(r"\bqrnn::cuda::(kernels::|bench::)?(\(anonymous namespace\)::)?", "", d))
-             for d in out]
+    prefix = r"\bqrnn::cuda::(kernels::|bench::)?(\(anonymous namespace\)::)?"
+    short = [re.sub(r"^void |\(.*\)$", "", re.sub(prefix, "", d)) for d in out]
     return dict(zip(names, short)) if len(short) == len(names) else {n: n for n in names}
 
 

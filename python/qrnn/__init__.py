@@ -7,11 +7,10 @@ it); ``qrnn.build_info()`` says what this build contains; ``qrnn.cmake_dir()`` a
 
 from pathlib import Path as _Path
 
-from . import _C
-from . import checkpoint  # noqa: F401  (qrnn.checkpoint: non-blocking, crash-safe saves)
-from .ops import forget_mult
+from . import _C  # type: ignore[attr-defined]  # compiled extension, no stub: mypy looks for an attribute
+from . import checkpoint as checkpoint  # qrnn.checkpoint: non-blocking, crash-safe saves
 from .modules import QRNN, QRNNLayer, QRNNState, qrnn_layer
-from .ops import qrnn_gates
+from .ops import forget_mult, qrnn_gates
 
 __version__ = _C.build_info()["version"]
 

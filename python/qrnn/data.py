@@ -166,10 +166,11 @@ def load_texts(path: Optional[str]) -> tuple:
         if missing:
             raise DataError(f"--data {path}: folder has no {'/'.join(m + '.txt' for m in missing)} "
                             "(expected train.txt, valid.txt and test.txt, or a single text file)")
-        texts = [_read(files[s]) for s in SPLITS]
+        found = {s: f for s, f in files.items() if f is not None}  # every split, after the check above
+        texts = [_read(found[s]) for s in SPLITS]
         for split, text in zip(SPLITS, texts):
             if not text.strip():
-                raise DataError(f"--data {path}: {files[split].name} is empty")
+                raise DataError(f"--data {path}: {found[split].name} is empty")
         return (p.name, *texts)
     text = _read(p)
     if not text.strip():
@@ -219,7 +220,7 @@ class BPTTBatches(Sequence):
     def __len__(self) -> int:
         return -(-(self.stream.shape[0] - 1) // self.bptt)
 
-    def __getitem__(self, i: int) -> tuple:
+    def __getitem__(self, i: int) -> tuple:  # type: ignore[override]  # batch indices only, no slices
         if not 0 <= i < len(self):
             raise IndexError(i)
         start = i * self.bptt

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import torch
 
-from . import _C
+from . import _C  # type: ignore[attr-defined]  # compiled extension, no stub: mypy looks for an attribute
 
 __all__ = ["DTYPE_CODES", "KernelArgsError", "forget_mult_forward", "forget_mult_backward",
            "qrnn_gates_forward", "qrnn_gates_backward"]

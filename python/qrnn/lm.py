@@ -9,7 +9,7 @@ pass over the whole sequence, and DDP / torch.compile see no hidden module state
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, cast
 
 import torch
 from torch import Tensor, nn
@@ -43,9 +43,9 @@ class QRNNLanguageModel(nn.Module):
                             ("layers", layers)):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        for name, value in (("dropout", dropout), ("dropout_emb", dropout_emb)):
-            if not 0.0 <= value < 1.0:
-                raise ValueError(f"{name} must be in [0, 1), got {value!r}")
+        for name, rate in (("dropout", dropout), ("dropout_emb", dropout_emb)):
+            if not 0.0 <= rate < 1.0:
+                raise ValueError(f"{name} must be in [0, 1), got {rate!r}")
         self.tied = bool(tie_weights) and (layers > 1 or hidden == emsize)
         self.config = dict(vocab_size=vocab_size, emsize=emsize, hidden=hidden, layers=layers,
                            dropout=dropout, dropout_emb=dropout_emb, first_window=first_window,
@@ -71,7 +71,7 @@ class QRNNLanguageModel(nn.Module):
         x = locked_dropout(self.embedding(tokens), self.dropout_emb, self.training)
         new_state = []
         for i, layer in enumerate(self.layers):
-            x, layer_state = _layer_forward(layer, x, state[i])
+            x, layer_state = _layer_forward(cast(qrnn.QRNN, layer), x, state[i])
             new_state.append(layer_state)
             # Between layers and before the decoder (AWD's dropout and dropouth).
             x = locked_dropout(x, self.dropout, self.training)
@@ -81,11 +81,11 @@ class QRNNLanguageModel(nn.Module):
 # The two functions below are the only places that know the qrnn.QRNN API. A layer's carried
 # state is kept as a plain (cell state, input tail) tuple so checkpoints hold only tensors.
 
-def _make_layer(input_size: int, hidden_size: int, window: int) -> nn.Module:
+def _make_layer(input_size: int, hidden_size: int, window: int) -> qrnn.QRNN:
     return qrnn.QRNN(input_size, hidden_size, window=window)
 
 
-def _layer_forward(layer: nn.Module, x: Tensor, state) -> tuple:
+def _layer_forward(layer: qrnn.QRNN, x: Tensor, state) -> tuple:
     """One layer over a chunk, taking and returning its carried (cell, input tail) state."""
     hx = layer.initial_state() if state is None else qrnn.QRNNState(state[0], (state[1],))
     output, new_state = layer(x, hx)

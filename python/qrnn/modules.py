@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numbers
 import warnings
-from typing import NamedTuple, Optional, Sequence, Union
+from typing import NamedTuple, Optional, Sequence, Union, cast
 
 import torch
 import torch.nn.functional as F
@@ -149,7 +149,8 @@ def _qrnn_layer(input: Tensor, linear: Optional[nn.Module], weight: Optional[Ten
         source, x_tail_n = _window_inputs(input, x_tail, window, lengths, time_dim, reverse)
     else:
         source, x_tail_n = input, None
-    gates = F.linear(source, weight, bias) if linear is None else linear(source)
+    # Callers pass weight whenever linear is None (the checker cannot relate the two).
+    gates = F.linear(source, weight, bias) if linear is None else linear(source)  # type: ignore[arg-type]
     if c0 is not None and c0.dtype != gates.dtype and not (gates.dtype in ops._HALF_DTYPES
                                                              and c0.dtype == torch.float32):
         c0 = c0.to(ops._state_dtype(gates.dtype))
@@ -178,7 +179,8 @@ def _check_positive_int(name: str, value) -> int:
 
 
 def _check_probability(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= value < 1.0:
+    # typeshed's numbers.Real has no comparison with float (it holds at runtime for every Real).
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= value < 1.0:  # type: ignore[operator]
         raise ValueError(f"{name} must be a number in [0, 1), got {value!r}")
     return float(value)
 
@@ -383,11 +385,15 @@ class QRNNLayer(nn.Module):
         _check_input_dtype(input, _gemm_dtype(self.linear))
         T, B = input.shape[0], input.shape[1]
         lengths = _check_lengths(lengths, B, T, input.device)
-        as_state = False
+        c0: Optional[Tensor]
+        x_tail: Optional[Tensor]
         if hx is not None and not isinstance(hx, Tensor):
-            hx = _as_state(hx)
+            state = _as_state(hx)
             as_state = True
-        c0, x_tail = (hx.c, (hx.x_tails[0] if hx.x_tails else None)) if as_state else (hx, None)
+            c0, x_tail = state.c, (state.x_tails[0] if state.x_tails else None)
+        else:
+            as_state = False
+            c0, x_tail = hx, None
         if c0 is not None:
             if unbatched and not as_state:
                 c0 = c0.unsqueeze(-2)
@@ -515,7 +521,8 @@ class QRNN(nn.Module):
             self.num_layers = _check_positive_int("num_layers", num_layers)
             self.zoneout = _check_probability("zoneout", zoneout)
             self.output_gate = bool(output_gate)
-            windows = [window] * self.num_layers if isinstance(window, numbers.Integral) else list(window)
+            # int named for the type checker, which does not see int as a numbers.Integral.
+            windows = [window] * self.num_layers if isinstance(window, (int, numbers.Integral)) else list(window)
             if len(windows) != self.num_layers:
                 raise ValueError(f"window must be an int or one per layer ({self.num_layers}), got {window!r}")
             self.windows = [_check_positive_int("window", w) for w in windows]
@@ -570,7 +577,7 @@ class QRNN(nn.Module):
     def reset(self) -> None:
         """Forget the inputs each layer kept with ``save_prev_x`` (pytorch-qrnn's reset)."""
         for layer in self.layers:
-            layer.reset()
+            cast(QRNNLayer, layer).reset()
 
     def initial_state(self, batch_size: Optional[int] = None) -> QRNNState:
         """The all-zero carried state (for chunked BPTT: ``model(chunk, model.initial_state())``):
@@ -602,7 +609,8 @@ class QRNN(nn.Module):
             if lengths is not None:
                 raise ValueError("lengths must be None for a PackedSequence input (it carries its own lengths)")
             sorted_indices, unsorted_indices = input.sorted_indices, input.unsorted_indices
-            input, lengths = pad_packed_sequence(input, batch_first=self.batch_first)  # original batch order
+            input, pack_lengths = pad_packed_sequence(input, batch_first=self.batch_first)  # original batch order
+            lengths = pack_lengths  # the host copy packing needs, checked below like any lengths
         elif not isinstance(input, Tensor):
             raise ValueError(f"input must be a Tensor or PackedSequence, got {type(input).__name__}")
         if input.dim() not in (2, 3):
@@ -616,7 +624,6 @@ class QRNN(nn.Module):
         _check_input_dtype(input, _gemm_dtype(self.layers[0].linear))
         time_dim = 1 if self.batch_first else 0
         T, B = input.shape[time_dim], input.shape[1 - time_dim]
-        pack_lengths = lengths  # the host copy packing needs
         lengths = _check_lengths(lengths, B, T, input.device)
         as_state = False
         if hx is not None and not isinstance(hx, Tensor):
@@ -631,7 +638,8 @@ class QRNN(nn.Module):
             outputs = []
             for direction in range(D):
                 index = layer * D + direction
-                module = self.layers[index]
+                # A local annotation costs nothing at run time (ModuleList items are typed Module).
+                module: QRNNLayer = self.layers[index]  # type: ignore[assignment]
                 tail = tails[layer] if direction == 0 else None
                 if tail is None and direction == 0 and module.save_prev_x and module.window > 1:
                     tail = module._saved_tail(B, x.shape[-1], self.batch_first)
@@ -648,7 +656,7 @@ class QRNN(nn.Module):
             x = outputs[0] if D == 1 else torch.cat(outputs, -1)
             if self.dropout > 0 and self.training and layer < self.num_layers - 1:
                 x = F.dropout(x, self.dropout, training=True)
-        h_n = torch.stack(states) if states else None
+        h_n = torch.stack(states)  # never empty: num_layers >= 1
 
         if packed:
             x = self._pack_like(x, pack_lengths, sorted_indices, unsorted_indices)

@@ -19,14 +19,18 @@ error saying so. The legacy TorchScript exporter (``dynamo=False``) is not suppo
 Importing this module imports onnxscript; ``import qrnn`` alone never does.
 """
 
-from typing import Optional, TypeVar, Union
+from typing import Any, Callable, Optional, TypeVar, Union
 
 import onnxscript
 import torch
-from onnxscript import opset18 as op
+from onnxscript import opset18
 from onnxscript.onnx_types import DOUBLE, FLOAT
 
 from . import ops as _ops  # noqa: F401  (registers the torch.ops.qrnn ops)
+
+# The ops build a graph whose value types are known only when it is traced; onnxscript's
+# per-op type variables cannot follow them through this module, so the opset is untyped here.
+op: Any = opset18
 
 __all__ = ["custom_translation_table", "export", "registered"]
 
@@ -189,7 +193,8 @@ def _register_with_exporter() -> bool:
         if not isinstance(registry, list):
             return False
         _torchlib_registry.get_torchlib_ops()  # load torch's own entries first (it checks for them)
-        ours = {torch.ops.qrnn.qrnn_gates.default: qrnn_gates, torch.ops.qrnn.forget_mult.default: forget_mult}
+        ours: dict[Any, Callable[..., Any]] = {torch.ops.qrnn.qrnn_gates.default: qrnn_gates,
+                                               torch.ops.qrnn.forget_mult.default: forget_mult}
         present = {id(meta.onnx_function) for meta in registry}
         metas = [_registration.OnnxDecompMeta(onnx_function=fn, fx_target=target, signature=None)
                  for target, fn in ours.items() if id(fn) not in present]

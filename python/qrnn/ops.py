@@ -14,7 +14,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from . import _C, kernel_args
+from . import _C, kernel_args  # type: ignore[attr-defined]  # compiled extension, no stub: mypy looks for an attribute
 from .kernel_args import DTYPE_CODES as _DTYPE_CODES
 from .kernel_args import HALF_DTYPES as _HALF_DTYPES
 from .kernel_args import state_dtype as _state_dtype

@@ -89,7 +89,7 @@ def qrnn_layer_reference(x: Tensor, weight: Tensor, bias: Optional[Tensor] = Non
         x = x.transpose(0, 1)
         forget_mask = None if forget_mask is None else forget_mask.transpose(0, 1)
         x_tail = None if x_tail is None else x_tail.transpose(0, 1)
-    T, B, I = x.shape
+    T, B, n_in = x.shape
     H = weight.shape[0] // (3 if output_gate else 2)
     output = x.new_zeros(T, B, H)
     c_n = x.new_zeros(B, H)
@@ -99,7 +99,7 @@ def qrnn_layer_reference(x: Tensor, weight: Tensor, bias: Optional[Tensor] = Non
         c = x.new_zeros(H) if c0 is None else c0[b].to(x.dtype)
         # Inputs seen so far in walking order, most recent last; the tail comes first.
         seen = [] if (reverse or x_tail is None) else [x_tail[j, b] for j in range(window - 1)]
-        seen = [x.new_zeros(I)] * (window - 1 - len(seen)) + seen
+        seen = [x.new_zeros(n_in)] * (window - 1 - len(seen)) + seen
         for t in (range(valid - 1, -1, -1) if reverse else range(valid)):
             seen.append(x[t, b])
             source = torch.cat([seen[-1 - j] for j in range(window)])
@@ -114,6 +114,6 @@ def qrnn_layer_reference(x: Tensor, weight: Tensor, bias: Optional[Tensor] = Non
             tails.append(torch.stack(seen[len(seen) - (window - 1):]))
     x_tail_n = None
     if window > 1 and not reverse:
-        x_tail_n = torch.stack(tails, 1) if B > 0 else x.new_zeros(window - 1, 0, I)
+        x_tail_n = torch.stack(tails, 1) if B > 0 else x.new_zeros(window - 1, 0, n_in)
         x_tail_n = x_tail_n.transpose(0, 1) if batch_first else x_tail_n
     return (output.transpose(0, 1) if batch_first else output), c_n, x_tail_n

@@ -48,7 +48,7 @@ def measure(fn: Callable[[], object], *, device: str = "cpu", repeat: int = 20, 
     for _ in range(warmup):
         fn()
     sync(device)
-    times = []
+    times: list[float] = []
     deadline = time.perf_counter() + min_time
     while len(times) < repeat or time.perf_counter() < deadline:
         start = time.perf_counter()
@@ -66,7 +66,7 @@ def measure_interleaved(fns: dict, *, device: str = "cpu", rounds: int = 7, repe
         for _ in range(warmup):
             fn()
     sync(device)
-    samples = {name: [] for name in fns}
+    samples: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(rounds):
         for name, fn in fns.items():
             start = time.perf_counter()

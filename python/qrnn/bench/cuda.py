@@ -16,6 +16,7 @@ import traceback
 import torch
 
 import qrnn
+
 from .. import _C, ops, ops_cuda
 from .common import Result, measure_interleaved
 
@@ -129,7 +130,7 @@ def _graph(calls) -> torch.cuda.CUDAGraph:
     with torch.cuda.graph(graph):
         for call in calls:
             keep.append(call())
-    graph.keep = keep  # outputs stay distinct buffers for every replay
+    graph.keep = keep  # type: ignore[attr-defined]  # outputs stay distinct buffers for every replay
     return graph
 
 

@@ -9,6 +9,7 @@ import torch
 
 import qrnn
 from qrnn import ops
+
 from .common import Result, measure_interleaved
 
 AREA = "layer"
@@ -43,8 +44,8 @@ def _gemm_step(linear, x, grad, autocast_dtype=None):
     return step
 
 
-def _shape(T, B, I, H) -> str:
-    return f"T={T} B={B} {I}->{H}"
+def _shape(T, B, n_in, H) -> str:
+    return f"T={T} B={B} {n_in}->{H}"
 
 
 def _result(name, value, unit, target, met, note, quick) -> Result:
@@ -55,12 +56,12 @@ def _result(name, value, unit, target, met, note, quick) -> Result:
     return Result(AREA, name, value, unit, target, met, note)
 
 
-def cpu_layer(T=70, B=20, I=1550, H=1550, quick=False) -> list:
+def cpu_layer(T=70, B=20, n_in=1550, H=1550, quick=False) -> list:
     rounds = 2 if quick else 9  # the 5% GEMM comparison needs the most rounds on a noisy machine
-    x = torch.randn(T, B, I, requires_grad=True)
-    model = qrnn.QRNN(I, H)
+    x = torch.randn(T, B, n_in, requires_grad=True)
+    model = qrnn.QRNN(n_in, H)
     linear = model.layers[0].linear
-    lstm, gru = torch.nn.LSTM(I, H), torch.nn.GRU(I, H)
+    lstm, gru = torch.nn.LSTM(n_in, H), torch.nn.GRU(n_in, H)
     grad_h = torch.randn(T, B, H)
     grad_g = torch.randn(T, B, 3 * H)
     bf16 = torch.bfloat16
@@ -75,7 +76,7 @@ def cpu_layer(T=70, B=20, I=1550, H=1550, quick=False) -> list:
         "lstm": _layer_step(lstm, x, grad_h),
         "gru": _layer_step(gru, x, grad_h),
     }, rounds=max(2, rounds // 2), repeat=1, warmup=1))
-    shape = _shape(T, B, I, H)
+    shape = _shape(T, B, n_in, H)
     ms = {k: f"{v * 1e3:.1f} ms" for k, v in t.items()}
     results = []
     for tag, layer, gemm in (("float32", "layer", "gemm"), ("bf16 autocast", "layer_bf16", "gemm_bf16")):
@@ -114,7 +115,7 @@ def cpu_pointwise(T=70, B=20, H=1550, quick=False) -> list:
         t = measure_interleaved({
             "fused": _pointwise_step(qrnn.qrnn_gates, gates, grad),
             "unfused": _pointwise_step(ops.qrnn_gates_unfused, gates, grad),
-            "copy": lambda: dst.copy_(src),
+            "copy": lambda dst=dst, src=src: dst.copy_(src),
         }, rounds=3 if quick else 9, repeat=3)
         name = str(dtype).replace("torch.", "")
         speedup = t["unfused"] / t["fused"]
@@ -135,10 +136,10 @@ def gpu(quick=False) -> list:
     rounds = 3 if quick else 9
     half = torch.float16
     # QRNN paper, Figure 4: a 320-unit layer against cuDNN LSTM, batch 8, seq_len 512.
-    T, B, I, H = 512, 8, 320, 320
-    x = torch.randn(T, B, I, device=device)
-    model = qrnn.QRNN(I, H, window=2).to(device)
-    lstm = torch.nn.LSTM(I, H).to(device)
+    T, B, n_in, H = 512, 8, 320, 320
+    x = torch.randn(T, B, n_in, device=device)
+    model = qrnn.QRNN(n_in, H, window=2).to(device)
+    lstm = torch.nn.LSTM(n_in, H).to(device)
 
     def forward(m):
         def step():
@@ -149,14 +150,14 @@ def gpu(quick=False) -> list:
     t = measure_interleaved({"qrnn": forward(model), "lstm": forward(lstm)}, device=device, rounds=rounds, repeat=10)
     speedup = t["lstm"] / t["qrnn"]
     path = "fused" if ops.has_fused_qrnn_gates(device) else "unfused"
-    results.append(Result(AREA, f"GPU fwd float16 speed-up over cuDNN LSTM, window 2, {_shape(T, B, I, H)}", speedup,
+    results.append(Result(AREA, f"GPU fwd float16 speed-up over cuDNN LSTM, window 2, {_shape(T, B, n_in, H)}", speedup,
                           "x", ">= 16.9x", speedup >= 16.9,
                           f"lstm {t['lstm'] * 1e3:.3f} ms, qrnn {t['qrnn'] * 1e3:.3f} ms ({path} gates)"))
     # The AWD-QRNN shape, forward + backward.
-    T, B, I, H = 70, 20, 1550, 1550
-    x = torch.randn(T, B, I, device=device, requires_grad=True)
-    model = qrnn.QRNN(I, H).to(device)
-    lstm = torch.nn.LSTM(I, H).to(device)
+    T, B, n_in, H = 70, 20, 1550, 1550
+    x = torch.randn(T, B, n_in, device=device, requires_grad=True)
+    model = qrnn.QRNN(n_in, H).to(device)
+    lstm = torch.nn.LSTM(n_in, H).to(device)
     grad = torch.randn(T, B, H, device=device)
     for tag, dtype in (("float16 autocast", half), ("float32", None)):
         g = grad if dtype is None else grad.to(dtype)
@@ -164,8 +165,8 @@ def gpu(quick=False) -> list:
                                 device=device, rounds=rounds, repeat=5)
         speedup = t["lstm"] / t["qrnn"]
         target = dtype is not None
-        results.append(Result(AREA, f"GPU fwd+bwd {tag} speed-up over cuDNN LSTM, {_shape(T, B, I, H)}", speedup, "x",
-                              ">= 5x" if target else None, (speedup >= 5) if target else None,
+        results.append(Result(AREA, f"GPU fwd+bwd {tag} speed-up over cuDNN LSTM, {_shape(T, B, n_in, H)}", speedup,
+                              "x", ">= 5x" if target else None, (speedup >= 5) if target else None,
                               f"lstm {t['lstm'] * 1e3:.2f} ms, qrnn {t['qrnn'] * 1e3:.2f} ms ({path} gates)"))
     if ops.has_fused_qrnn_gates(device):
         for dtype in (torch.float32, half):
@@ -175,7 +176,8 @@ def gpu(quick=False) -> list:
             src = torch.empty(nbytes // 2, dtype=torch.uint8, device=device)
             dst = torch.empty_like(src)
             t = measure_interleaved({"fused": _pointwise_step(qrnn.qrnn_gates, gates, g),
-                                     "copy": lambda: dst.copy_(src)}, device=device, rounds=rounds, repeat=10)
+                                     "copy": lambda dst=dst, src=src: dst.copy_(src)},
+                                    device=device, rounds=rounds, repeat=10)
             fraction = t["copy"] / t["fused"]
             results.append(Result(AREA, f"GPU fused gates fwd+bwd bandwidth vs copy, {dtype}, T={T} B={B} H={H}",
                                   100 * fraction, "%", ">= 80%", fraction >= 0.8,
@@ -185,7 +187,7 @@ def gpu(quick=False) -> list:
 
 def run(quick: bool = False) -> list:
     if quick:
-        results = cpu_layer(T=16, B=4, I=256, H=256, quick=True) + cpu_pointwise(T=16, B=4, H=256, quick=True)
+        results = cpu_layer(T=16, B=4, n_in=256, H=256, quick=True) + cpu_pointwise(T=16, B=4, H=256, quick=True)
     else:
         results = cpu_layer() + cpu_pointwise()
     if torch.cuda.is_available():

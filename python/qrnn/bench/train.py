@@ -94,8 +94,8 @@ def short_runs(device: str, precisions: tuple, config: dict, quick: bool) -> tup
     steps = 24 if quick else 60
     train, valid = _batches(device, config, steps), _batches(device, config, 4)
     variants = [(p, ckpt) for p in precisions for ckpt in (False, True)]
-    seconds = {v: [] for v in variants}
-    stalls = {p: [] for p in precisions}
+    seconds: dict[tuple, list[float]] = {v: [] for v in variants}
+    stalls: dict[str, list[tuple]] = {p: [] for p in precisions}  # (stall %, stall ms, epoch s)
     for _ in range(1 if quick else 3):
         for precision, checkpointing in variants:
             with tempfile.TemporaryDirectory() as folder:
