@@ -189,7 +189,7 @@ def test_snapshot_overlap_mode_waits_only_in_optimizer_step(tmp_path):
         opt.zero_grad()
         model(x).sum().backward()   # forward/backward overlap the staging copy
         opt.step()                  # the pre-step hook waits for the snapshot first
-        assert handle._barrier_hooks == []  # one-shot: removed after firing
+        assert handle._barrier_done  # the barrier waited for this snapshot
         opt.step()
         loaded = load(handle.result())
     assert_same(before, dict(loaded["model"]))
@@ -235,11 +235,15 @@ def test_keep_last_rotation_and_latest(tmp_path):
         names = sorted(os.listdir(tmp_path))
         assert names == ["ckpt-000000000004.pt", "ckpt-000000000005.pt"]
         assert ckpt.latest() == str(tmp_path / "ckpt-000000000005.pt")
-        # A lower step committed after a higher one is never deleted by its own rotation.
+        # Rotation follows the commit order: a lower step committed last is the newest.
         ckpt.save(state, 1).result()
-        assert sorted(os.listdir(tmp_path)) == ["ckpt-000000000001.pt", "ckpt-000000000004.pt",
-                                                "ckpt-000000000005.pt"]
-        assert ckpt.checkpoints()[0].endswith("ckpt-000000000001.pt")
+        assert sorted(os.listdir(tmp_path)) == ["ckpt-000000000001.pt", "ckpt-000000000005.pt"]
+        assert ckpt.checkpoints() == [str(tmp_path / "ckpt-000000000005.pt"), str(tmp_path / "ckpt-000000000001.pt")]
+        assert ckpt.latest() == str(tmp_path / "ckpt-000000000001.pt")
+        assert ckpt.latest(order="step") == str(tmp_path / "ckpt-000000000005.pt")
+        assert ckpt.checkpoints(order="step")[0].endswith("ckpt-000000000001.pt")
+        with pytest.raises(ValueError, match="order"):
+            ckpt.latest(order="newest")
     with AsyncCheckpointer(tmp_path / "all", keep_last=None) as ckpt:
         for step in (9, 10, 11, 100):
             ckpt.save(state, step)

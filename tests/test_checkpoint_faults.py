@@ -71,8 +71,11 @@ def test_injected_write_failure_surfaces_and_keeps_previous(tmp_path, code):
 def test_error_raised_by_next_save_wait_and_close(tmp_path):
     ckpt = AsyncCheckpointer(tmp_path, _fault={"after_bytes": 0, "errno": errno.ENOSPC})
     ckpt.save({"x": torch.randn(100)}, 1)
-    with pytest.raises(CheckpointError, match="No space left"):
-        ckpt.save({"x": torch.randn(100)}, 2)  # waits for the slot, then reports step 1
+    with pytest.raises(CheckpointError, match="No space left") as caught:
+        ckpt.save({"x": torch.randn(100)}, 2)  # waits for the slot, reports step 1, still saves step 2
+    assert caught.value.step == 1 and caught.value.next_handle.step == 2
+    with pytest.raises(CheckpointError, match="ckpt-000000000002"):
+        caught.value.next_handle.result()      # the disk is still full
     ckpt.save({"x": torch.randn(100)}, 3)
     with pytest.raises(CheckpointError, match="ckpt-000000000003"):
         ckpt.close()
@@ -130,9 +133,10 @@ def test_file_size_limit_in_subprocess(tmp_path):
     big = ckpt.save({"x": torch.randn(1 << 20)}, 2)     # 4 MB > 1 MB
     out = {}
     try:
-        ckpt.save({"x": torch.randn(1000)}, 3)          # reports step 2, is not made
+        ckpt.save({"x": torch.randn(1000)}, 3)          # reports step 2, is still made
     except CheckpointError as e:
         out["next_save"] = [e.errno, e.step]
+        out["made"] = e.next_handle.result()
     try:
         big.result()
     except CheckpointError as e:
@@ -146,7 +150,8 @@ def test_file_size_limit_in_subprocess(tmp_path):
     out = json.loads(result.stdout)
     assert out["next_save"] == [errno.EFBIG, 2]
     assert out["handle"][0] == errno.EFBIG and "File too large" in out["handle"][1]
-    assert sorted(os.listdir(tmp_path)) == ["ckpt-000000000001.pt", "ckpt-000000000004.pt"]
+    assert out["made"] == str(tmp_path / "ckpt-000000000003.pt")
+    assert sorted(os.listdir(tmp_path)) == ["ckpt-000000000001.pt", "ckpt-000000000003.pt", "ckpt-000000000004.pt"]
     for name in os.listdir(tmp_path):
         verify(tmp_path / name)
 
@@ -250,11 +255,14 @@ def test_sigkill_at_random_moments_leaves_only_complete_files(tmp_path):
             assert bool((state["w"] == step).all())
         steps = [int(n[5:-3]) for n in finals]
         start = max(steps, default=start) + 1
-    ckpt = AsyncCheckpointer(tmp_path)  # a new run cleans the dead runs' temporaries
-    assert temporaries(tmp_path) == []
+    left = sorted(temporaries(tmp_path))
+    ckpt = AsyncCheckpointer(tmp_path)  # readers delete nothing
     latest = ckpt.latest()
     if latest is not None:
         assert load(latest)["meta"]["step"] == max(steps)
+    assert sorted(temporaries(tmp_path)) == left
+    ckpt.save({"x": torch.zeros(1)}, start).result()  # a writer's first save cleans the dead runs' temporaries
+    assert temporaries(tmp_path) == []
     ckpt.close()
 
 

@@ -14,9 +14,17 @@ staging buffer allocated once (pinned when CUDA tensors are saved). CPU bytes ar
 C++ threads with the GIL released; CUDA bytes are copied on a side stream, and the current
 stream waits for that copy before running anything after ``save()``, so the host does not
 wait at all. A C++ writer thread then computes CRCs and writes the file in torch.save's zip
-layout to a temporary name in the same folder, fsyncs it, renames it over
-``<directory>/ckpt-<step:012d>.pt``, fsyncs the folder, and deletes checkpoints beyond
-``keep_last``. A process killed at any moment never leaves a partial file under a final name.
+layout to a temporary name in the same folder (locked while it writes), fsyncs it, renames it
+over ``<directory>/ckpt-<step:012d>.pt``, fsyncs the folder, and deletes the checkpoints
+committed before the ``keep_last`` most recent ones. A process killed at any moment never
+leaves a partial file under a final name; the next writer into that folder removes its
+temporary (only temporaries whose writer is gone: their lock is free, whatever process
+namespace or host the writer ran in). Readers (``latest()``, ``checkpoints()``, ``load``)
+never delete anything.
+
+Order: the commit order (each commit is stamped after every earlier checkpoint in the
+folder, as its modification time), not the step: after a rollback to an earlier step the
+new saves are the latest and are kept. ``latest(order="step")`` gives the highest step.
 
 Snapshot semantics: the file holds the values at the moment ``save()`` was called, even if
 training changes every tensor right after (CPU tensors such as Adam's ``step`` included).
@@ -29,10 +37,17 @@ else modifies a saved tensor in place before that ``optimizer.step()``: not the 
 ``load_state_dict``, not a manual ``param.data.copy_``. Save such state in default mode, or
 call ``handle.wait_staged()`` before modifying it.
 
+Any number of overlap saves, checkpointers and user hooks may share an optimizer.
+
 Errors (full disk, file-size limit, read-only or vanished folder, a failure inside the
 writer thread) raise :class:`CheckpointError` from the next ``save()``, ``wait()`` or
 ``close()`` (and from that save's ``handle.result()``); the previous checkpoint is untouched
-and no temporary file is left. ``max_pending`` bounds the snapshots held in memory: a further
+and no temporary file is left. A ``save()`` that reports an earlier failure still makes its
+own save first (its handle is ``error.next_handle``): one failure costs one checkpoint.
+
+Fork: in a child created by ``os.fork()`` a checkpointer inherited from the parent works
+with fresh writer threads; the parent's saves stay the parent's (their handles raise
+RuntimeError in the child), and nothing in the child waits for them. ``max_pending`` bounds the snapshots held in memory: a further
 ``save()`` waits for the oldest, or returns ``None`` at once with ``block=False``.
 """
 
@@ -47,7 +62,6 @@ import operator
 import os
 import pickle
 import queue
-import re
 import struct
 import threading
 import time
@@ -62,9 +76,8 @@ from . import _C
 
 __all__ = ["AsyncCheckpointer", "SaveHandle", "CheckpointError", "CorruptCheckpointError", "load", "verify"]
 
-_IO_ALIGNMENT = 4096          # staging buffers start on a page: the writer uses O_DIRECT
-_GROWTH_QUANTUM = 2 << 20     # staging buffers grow in 2 MiB steps, with 1/8 headroom
-_STEP_DIGITS = 12
+# Staging sizes, alignment, file names and order are the C++ writer's rules (qrnn._C).
+_IO_ALIGNMENT = _C.checkpoint_staging_alignment  # staging images start here: the writer uses O_DIRECT
 
 
 class CheckpointError(OSError):
@@ -77,6 +90,7 @@ class CheckpointError(OSError):
         super().__init__(errno, message, filename)
         self.step = step
         self.operation = operation
+        self.next_handle: Optional["SaveHandle"] = None  # set when a later save() reports it: that save's handle
 
 
 class CorruptCheckpointError(ValueError):
@@ -199,8 +213,9 @@ class _StagingSlot:
     """One reusable staging image: allocated once, grown rarely, freed on this thread."""
 
     def __init__(self):
-        self.buffer: Optional[torch.Tensor] = None
-        self.image: Optional[torch.Tensor] = None  # page-aligned view the archive is built in
+        self.buffer = None                          # CheckpointStaging, or a pinned tensor (CUDA saves)
+        self.image: Optional[torch.Tensor] = None  # pinned only: page-aligned view the GPU copies into
+        self.address = 0
         self.capacity = 0
         self.pinned = False
         self.handle: Optional[SaveHandle] = None   # the save using it, until done
@@ -212,22 +227,60 @@ class _StagingSlot:
         if self.capacity >= nbytes and (self.pinned or not pinned):
             return
         self.buffer = self.image = None  # drop the old one first: peak memory of one buffer
-        capacity = -(-(nbytes + nbytes // 8) // _GROWTH_QUANTUM) * _GROWTH_QUANTUM
-        buffer = torch.empty(capacity + _IO_ALIGNMENT, dtype=torch.uint8, pin_memory=pinned)
-        if not pinned:
-            buffer.zero_()  # fault the pages in now rather than during a save
-        skip = -buffer.data_ptr() % _IO_ALIGNMENT
-        self.buffer, self.image = buffer, buffer[skip:skip + capacity]
-        self.capacity, self.pinned = capacity, pinned
-
-    @property
-    def address(self) -> int:
-        return self.image.data_ptr()
+        self.address = self.capacity = 0
+        capacity = _C.checkpoint_staging_capacity(nbytes)
+        if pinned:
+            buffer = torch.empty(capacity + _IO_ALIGNMENT, dtype=torch.uint8, pin_memory=True)
+            skip = -buffer.data_ptr() % _IO_ALIGNMENT
+            self.image = buffer[skip:skip + capacity]
+            self.address = self.image.data_ptr()
+        else:
+            # Untouched memory: the staging copy faults it in (in parallel), no zeroing pass
+            # on this thread first: that pass made the first save slower than torch.save.
+            buffer = _C.CheckpointStaging(capacity)
+            self.address = buffer.address
+        self.buffer, self.capacity, self.pinned = buffer, capacity, pinned
 
 
 # ---- Handles ------------------------------------------------------------------------
 
 _save_counter = itertools.count()
+_fork_generation = 0  # bumped in a forked child: handles from before belong to the parent
+
+
+def _parent_save(handle: "SaveHandle") -> bool:
+    return handle._generation != _fork_generation
+
+
+def _parents_save_error(handle: "SaveHandle") -> RuntimeError:
+    return RuntimeError(f"checkpoint step {handle.step} was saved by the parent process before fork(); "
+                        "its outcome is known only there")
+
+
+# Overlap barriers: one permanent step pre-hook per optimizer, registered once and never
+# removed (removing a hook while torch runs the hooks breaks optimizer.step()); it waits
+# for every save queued on that optimizer since its last step.
+_barrier_lock = threading.Lock()
+_barriers: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _step_barrier(optimizer, args, kwargs) -> None:
+    with _barrier_lock:
+        pending = _barriers.get(optimizer)
+        handles = list(pending) if pending else []
+        if pending:
+            pending.clear()
+    for handle in handles:
+        handle._barrier_wait()
+
+
+def _add_barrier(optimizer: torch.optim.Optimizer, handle: "SaveHandle") -> None:
+    with _barrier_lock:
+        pending = _barriers.get(optimizer)
+        if pending is None:
+            pending = _barriers[optimizer] = []
+            optimizer.register_step_pre_hook(_step_barrier)
+        pending.append(handle)
 
 
 class SaveHandle:
@@ -244,15 +297,20 @@ class SaveHandle:
         self._reported = False
         self._warned = False
         self._sequence = next(_save_counter)
-        self._barrier_hooks: list = []
+        self._generation = _fork_generation
+        self._barrier_done = False
         self.blocked_seconds = 0.0       # time the training thread spent in save() and barriers
 
     def done(self) -> bool:
+        if _parent_save(self):
+            raise _parents_save_error(self)
         return self._status.done()
 
     def wait_staged(self) -> None:
         """Block until the snapshot is complete: afterwards the saved tensors may change.
         For CUDA tensors, the current streams wait for the copy (the host does not)."""
+        if _parent_save(self):
+            return  # the parent's snapshot: nothing in this process waits for it
         start = time.perf_counter()
         self._status.wait_staged()
         if self._cuda_done and not self._stream_waited:
@@ -261,14 +319,18 @@ class SaveHandle:
             self._stream_waited = True
         if not self._cuda_done:
             self._sources = None
-        for hook in self._barrier_hooks:
-            hook.remove()
-        self._barrier_hooks = []
+        self._barrier_done = True
         self.blocked_seconds += time.perf_counter() - start
+
+    def _barrier_wait(self) -> None:
+        if not self._barrier_done:
+            self.wait_staged()
 
     def result(self, timeout: Optional[float] = None) -> str:
         """The committed file's path; raises CheckpointError if the save failed, TimeoutError
         if it is still running after ``timeout`` seconds."""
+        if _parent_save(self):
+            raise _parents_save_error(self)
         if not self._status.wait(timeout):
             raise TimeoutError(f"checkpoint step {self.step} still being written after {timeout} s")
         error = self._error()
@@ -279,6 +341,8 @@ class SaveHandle:
 
     def exception(self) -> Optional[CheckpointError]:
         """None while running or after success, else the error (without raising it)."""
+        if _parent_save(self):
+            raise _parents_save_error(self)
         return self._error() if self._status.done() else None
 
     @property
@@ -299,6 +363,8 @@ class SaveHandle:
         return CheckpointError(errno, message, filename or None, step=self.step, operation=operation)
 
     def __repr__(self) -> str:
+        if _parent_save(self):
+            return f"SaveHandle(step={self.step}, path={self.path!r}, the parent process's)"
         state = "running" if not self.done() else ("failed" if self._error() else "committed")
         return f"SaveHandle(step={self.step}, path={self.path!r}, {state})"
 
@@ -306,6 +372,20 @@ class SaveHandle:
 # ---- The checkpointer ---------------------------------------------------------------
 
 _live_checkpointers: "weakref.WeakSet[AsyncCheckpointer]" = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """The writer threads, the CUDA waiter and any lock holder stayed in the parent."""
+    global _fork_generation, _barrier_lock, _barriers
+    _fork_generation += 1
+    _barrier_lock = threading.Lock()
+    _barriers = weakref.WeakKeyDictionary()  # the parent's pending barriers are not ours to wait for
+    for checkpointer in list(_live_checkpointers):
+        checkpointer._reset_after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 @atexit.register
@@ -345,8 +425,8 @@ class _CudaWaiter(threading.Thread):
 
 class AsyncCheckpointer:
     """Saves checkpoints of ``state`` in the background into ``directory`` (created if
-    missing) as ``<prefix><step:012d>.pt``, keeping the ``keep_last`` highest steps (None:
-    all) and holding at most ``max_pending`` snapshots in memory. ``copy_threads`` threads do
+    missing) as ``<prefix><step:012d>.pt``, keeping the ``keep_last`` most recently committed
+    checkpoints (None: all) and holding at most ``max_pending`` snapshots in memory. ``copy_threads`` threads do
     the CPU staging copy in default mode (one thread in overlap mode). ``direct_io`` writes
     with O_DIRECT where the file system supports it (less CPU and page-cache churn)."""
 
@@ -371,19 +451,21 @@ class AsyncCheckpointer:
         self.max_pending = max_pending
         self.prefix = prefix
         self.suffix = ".pt"
-        self._name_re = re.compile(re.escape(prefix) + r"(\d+)" + re.escape(self.suffix) + r"\Z")
         self._copy_threads = copy_threads
         fault = _fault or {}
-        self._writer = _C.CheckpointWriter(max_pending=max_pending, copy_threads=copy_threads, direct_io=direct_io,
-                                           sync=_sync, fail_after_bytes=fault.get("after_bytes", 2**64 - 1),
-                                           fail_errno=fault.get("errno", 0), fail_throw=fault.get("throw", False))
+        self._writer_options = dict(max_pending=max_pending, copy_threads=copy_threads, direct_io=direct_io,
+                                    sync=_sync, fail_after_bytes=fault.get("after_bytes", 2**64 - 1),
+                                    fail_errno=fault.get("errno", 0), fail_throw=fault.get("throw", False),
+                                    fail_times=fault.get("times", -1))
+        self._writer = _C.CheckpointWriter(**self._writer_options)
         self._slots = [_StagingSlot() for _ in range(max_pending)]
         self._handles: list[SaveHandle] = []
         self._lock = threading.RLock()
         self._streams: dict = {}
         self._cuda_waiter: Optional[_CudaWaiter] = None
         self._closed = False
-        self._remove_stale_temporaries()
+        # Nothing is deleted here: a checkpointer may only read (an evaluator's). The writer
+        # removes dead writers' temporaries before its first save into the folder.
         _live_checkpointers.add(self)
 
     # -- public API --
@@ -394,7 +476,8 @@ class AsyncCheckpointer:
 
         Returns a :class:`SaveHandle`, or None when ``block=False`` and ``max_pending`` saves
         are still in flight (the save is skipped). Raises :class:`CheckpointError` for an
-        earlier save that failed (this save is then not made). With ``overlap_with`` (an
+        earlier save that failed, after making this save (its handle: the error's
+        ``next_handle``). With ``overlap_with`` (an
         optimizer or several), the snapshot completes in the background and the optimizers'
         next ``step()`` waits for it; see the module notes for when that is safe."""
         start = time.perf_counter()
@@ -404,13 +487,18 @@ class AsyncCheckpointer:
         optimizers = self._optimizers(overlap_with)
         with self._lock:
             self._check_open()
-            self._raise_unreported()
+            earlier = self._take_unreported()
             slot = self._acquire_slot(block)
             if slot is None:
+                if earlier is not None:
+                    raise earlier
                 return None
-            self._raise_unreported()  # the save we waited for may have failed
+            if earlier is None:
+                earlier = self._take_unreported()  # the save we waited for may have failed
+            if self._writer is None:
+                self._writer = _C.CheckpointWriter(**self._writer_options)
             data, stored = _pickle_state(state)
-            path = os.path.join(self.directory, f"{self.prefix}{step:0{_STEP_DIGITS}d}{self.suffix}")
+            path = os.path.join(self.directory, _C.checkpoint_file_name(self.prefix, step, self.suffix))
             on_gpu = [s.device.type != "cpu" for s in stored]
             for s, gpu in zip(stored, on_gpu):
                 if gpu and s.device.type != "cuda":
@@ -437,13 +525,15 @@ class AsyncCheckpointer:
             if gate is not None:
                 self._waiter().queue.put((cuda_done, gate, handle))
         if optimizers:
-            def barrier(optimizer, args, kwargs):
-                handle.wait_staged()
-            handle._barrier_hooks = [opt.register_step_pre_hook(barrier) for opt in optimizers]
+            for opt in optimizers:
+                _add_barrier(opt, handle)
             handle.blocked_seconds = time.perf_counter() - start
         else:
             handle.wait_staged()
             handle.blocked_seconds = time.perf_counter() - start
+        if earlier is not None:
+            earlier.next_handle = handle
+            raise earlier
         return handle
 
     def wait(self) -> None:
@@ -464,35 +554,30 @@ class AsyncCheckpointer:
                 for handle in list(self._handles):
                     handle._status.wait()
             finally:
-                self._writer.close()
+                if self._writer is not None:
+                    self._writer.close()
                 if self._cuda_waiter is not None:
                     self._cuda_waiter.queue.put(None)
                     self._cuda_waiter.join()
                 self._slots = []
             self._raise_unreported()
 
-    def latest(self) -> Optional[str]:
-        """Path of the newest (highest step) committed checkpoint in the directory, or None.
-        Temporary files of saves in progress are never returned."""
-        best, best_step = None, -1
-        try:
-            names = os.listdir(self.directory)
-        except FileNotFoundError:
-            return None
-        for name in names:
-            match = self._name_re.match(name)
-            if match and int(match.group(1)) > best_step:
-                best, best_step = name, int(match.group(1))
-        return None if best is None else os.path.join(self.directory, best)
+    def latest(self, order: str = "commit") -> Optional[str]:
+        """Path of the most recently committed checkpoint in the directory (``order="step"``:
+        of the highest step), or None. Temporary files of saves in progress are never
+        returned, and nothing is deleted."""
+        found = self._list(order)
+        return os.path.join(self.directory, found[-1][0]) if found else None
 
-    def checkpoints(self) -> list[str]:
-        """Paths of all committed checkpoints in the directory, oldest step first."""
-        found = []
-        for name in os.listdir(self.directory):
-            match = self._name_re.match(name)
-            if match:
-                found.append((int(match.group(1)), os.path.join(self.directory, name)))
-        return [path for _, path in sorted(found)]
+    def checkpoints(self, order: str = "commit") -> list[str]:
+        """Paths of all committed checkpoints in the directory, oldest commit first
+        (``order="step"``: lowest step first). Reads only."""
+        return [os.path.join(self.directory, name) for name, _, _ in self._list(order)]
+
+    def _list(self, order: str) -> list:
+        if order not in ("commit", "step"):
+            raise ValueError(f"order must be 'commit' or 'step', got {order!r}")
+        return _C.checkpoint_list(self.directory, self.prefix, self.suffix, by_step=order == "step")
 
     def __enter__(self) -> "AsyncCheckpointer":
         return self
@@ -540,8 +625,26 @@ class AsyncCheckpointer:
         oldest.handle._status.wait()  # releases the GIL
         return oldest
 
+    def _reset_after_fork(self) -> None:
+        """In a forked child: fresh lock, no inherited saves, a new writer (fresh threads)."""
+        self._lock = threading.RLock()
+        self._handles = []
+        for slot in self._slots:
+            slot.handle = None
+        self._cuda_waiter = None
+        self._streams = {}
+        # The inherited writer has no threads here (its C++ side leaks it); a new one starts at
+        # the first save, so children that never save (data-loader workers) start no threads.
+        self._writer = None
+
     def _raise_unreported(self) -> None:
-        """Forget finished saves; raise the oldest failure nobody has been told about yet."""
+        error = self._take_unreported()
+        if error is not None:
+            raise error
+
+    def _take_unreported(self) -> Optional[CheckpointError]:
+        """Forget finished saves; return the oldest failure nobody has been told about yet
+        (marked as told)."""
         error, remaining = None, []
         for handle in self._handles:
             if not handle._status.done():
@@ -562,8 +665,7 @@ class AsyncCheckpointer:
         for slot in self._slots:
             if slot.handle is not None and slot.handle._status.done():
                 slot.handle = None  # let its storages go
-        if error is not None:
-            raise error
+        return error
 
     def _waiter(self) -> _CudaWaiter:
         if self._cuda_waiter is None:
@@ -592,28 +694,6 @@ class AsyncCheckpointer:
                 event.record(stream)
             done[device] = event
         return done
-
-    def _remove_stale_temporaries(self) -> None:
-        """Delete temporary files left by processes that died while saving here."""
-        temp_re = re.compile(r"\.(.+)\.tmp-(\d+)-\d+\Z")
-        for name in os.listdir(self.directory):
-            match = temp_re.match(name)
-            if not match or not self._name_re.match(match.group(1)):
-                continue
-            pid = int(match.group(2))
-            if pid == os.getpid():
-                continue
-            try:
-                os.kill(pid, 0)
-                continue  # still running: maybe saving right now
-            except ProcessLookupError:
-                pass
-            except PermissionError:
-                continue
-            try:
-                os.unlink(os.path.join(self.directory, name))
-            except FileNotFoundError:
-                pass
 
 
 # ---- Reading ------------------------------------------------------------------------
