@@ -334,3 +334,28 @@ def test_first_save_does_not_zero_its_staging_first(tmp_path):
         grown = rss() - before
     assert grown < 64e6 * 1.1 + (8 << 20), f"first save grew RSS by {grown / 1e6:.0f} MB for a 64 MB state"
     assert torch.equal(load(path)["w"], state["w"])
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="reads RSS from /proc")
+def test_reserve_faults_staging_in_ahead(tmp_path):
+    """reserve(state) puts the staging memory in place before the first save (which then only
+    copies); a save racing the background fault-in still holds exactly the saved values."""
+    def rss():
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    state = {"w": torch.arange(16 << 20, dtype=torch.float32), "step": 3}  # 64 MB
+    with AsyncCheckpointer(tmp_path / "a", max_pending=2) as ckpt:
+        before = rss()
+        ckpt.reserve(state, wait=True)
+        assert rss() - before > 2 * 60e6  # both slots in place
+        before = rss()
+        path = ckpt.save(state, 1).result()
+        assert rss() - before < 16 << 20
+        assert torch.equal(load(path)["w"], state["w"])
+    with AsyncCheckpointer(tmp_path / "b") as ckpt:
+        ckpt.reserve(state)  # not waited for: the save's copy runs beside the fault-in
+        path = ckpt.save(state, 2).result()
+        assert torch.equal(load(path)["w"], state["w"]) and load(path)["step"] == 3
+        with pytest.raises(TypeError):
+            ckpt.reserve(state, True)  # wait is keyword-only

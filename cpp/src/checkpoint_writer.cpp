@@ -1041,6 +1041,16 @@ StagingBuffer::StagingBuffer(uint64_t bytes) : size_(bytes) {
     data_ = allocate_staging(bytes);
 }
 
+void StagingBuffer::populate() const {
+    if (!data_) return;
+#ifdef MADV_POPULATE_WRITE
+    if (::madvise(data_, size_, MADV_POPULATE_WRITE) == 0) return;  // Linux >= 5.14
+#endif
+    const long page = ::sysconf(_SC_PAGESIZE);
+    const uint64_t step = page > 0 ? uint64_t(page) : 4096;
+    for (uint64_t off = 0; off < size_; off += step) __atomic_fetch_or(data_ + off, uint8_t(0), __ATOMIC_RELAXED);
+}
+
 StagingBuffer::~StagingBuffer() {
     if (data_) ::munmap(data_, size_);
 }

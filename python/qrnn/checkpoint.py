@@ -535,6 +535,35 @@ class AsyncCheckpointer:
             raise earlier
         return handle
 
+    def reserve(self, state: Any, *, wait: bool = False) -> None:
+        """Allocate the staging memory that saves of ``state`` (or of a state with tensors of
+        the same sizes) need, in every free slot, and fault it in on a background thread, so
+        that even the first save() only copies. Call it once the state has its final sizes
+        (e.g. after the first optimizer step creates Adam's state); a save() that comes
+        first is still correct (the copy and the background thread share the memory safely).
+        ``wait=True`` returns once the memory is in place."""
+        with self._lock:
+            self._check_open()
+            if self._writer is None:
+                self._writer = _C.CheckpointWriter(**self._writer_options)
+            data, stored = _pickle_state(state)
+            path = os.path.join(self.directory, _C.checkpoint_file_name(self.prefix, 0, self.suffix))
+            _, staging_size, _ = self._writer.plan(path, data, [(0, s.nbytes) for s in stored])
+            pinned = any(s.device.type != "cpu" for s in stored)
+            buffers = []
+            for slot in self._slots:
+                if slot.free():
+                    slot.ensure(staging_size, pinned=pinned)
+                    if not slot.pinned:
+                        buffers.append(slot.buffer)  # the thread's reference keeps it mapped
+        if not buffers:
+            return
+        thread = threading.Thread(target=lambda: [b.populate() for b in buffers], name="qrnn-checkpoint-reserve",
+                                  daemon=True)
+        thread.start()
+        if wait:
+            thread.join()
+
     def wait(self) -> None:
         """Block until every save so far is committed; raise the first unreported failure."""
         with self._lock:

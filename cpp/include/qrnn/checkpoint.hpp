@@ -262,6 +262,10 @@ public:
     StagingBuffer& operator=(const StagingBuffer&) = delete;
     uint8_t* data() const { return data_; }
     uint64_t size() const { return size_; }
+    // Faults the pages in without changing a byte (MADV_POPULATE_WRITE, or an atomic
+    // read-modify-write of each page): safe while a staging copy writes into the buffer, so
+    // it can run ahead of the first save on another thread.
+    void populate() const;
 
 private:
     uint8_t* data_ = nullptr;

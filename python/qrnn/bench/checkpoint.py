@@ -222,22 +222,30 @@ def _first_save_figures(gib: float, folder: str) -> dict:
     torch_save_fsync()
     can_reset_peak = os.path.exists("/proc/self/clear_refs")
     out = {}
-    ckpt = AsyncCheckpointer(os.path.join(folder, "first"), keep_last=1)
-    for label in ("first", "second"):
+
+    def timed_save(ckpt, label, step):
         resident = _rss_bytes("VmRSS")
         if can_reset_peak:
             with open("/proc/self/clear_refs", "w") as f:
                 f.write("5")  # resets the peak resident set (VmHWM)
-        handle = ckpt.save(state, 0 if label == "first" else 1)
+        handle = ckpt.save(state, step)
         out[f"{label}_block"] = handle.blocked_seconds
         handle.result()
         out[f"{label}_total"] = handle.total_seconds
         out[f"{label}_peak"] = (_rss_bytes("VmHWM") - resident) if can_reset_peak else float("nan")
+        out[f"{label}_resident"] = resident
+
+    ckpt = AsyncCheckpointer(os.path.join(folder, "first"), keep_last=1)
+    timed_save(ckpt, "first", 0)   # nothing allocated ahead
+    timed_save(ckpt, "second", 1)  # staging reused
     ckpt.close()
     torch_save_fsync()
+    ckpt = AsyncCheckpointer(os.path.join(folder, "reserved"), keep_last=1)
+    ckpt.reserve(state, wait=True)  # e.g. during setup, before training starts
+    timed_save(ckpt, "reserved", 0)
+    ckpt.close()
     out["base"] = min(baseline)
     out["state_bytes"] = state_bytes
-    out["resident_before"] = resident
     return out
 
 
@@ -248,13 +256,17 @@ def _first_save_results(sizes, folder: str) -> list:
         size = f"{gib:g} GiB state"
         ratio = f["first_block"] / f["base"]
         peak = f["first_peak"] / f["state_bytes"]
-        results.append(Result(AREA, f"first save() blocking (fresh checkpointer) vs torch.save + fsync ({size})",
+        results.append(Result(AREA, f"first save() blocking, fresh checkpointer, vs torch.save + fsync ({size})",
                               100 * ratio, "%", "<= 50%", ratio <= 0.5,
-                              f"{f['first_block']:.2f} s vs {f['base']:.2f} s; second save {f['second_block']:.2f} s; "
-                              f"memory added at the peak {peak:.2f}x the state"))
+                              f"{f['first_block']:.2f} s vs {f['base']:.2f} s (its pages are faulted in by the copy); "
+                              f"second save {f['second_block']:.2f} s"))
+        ratio = f["reserved_block"] / f["base"]
+        results.append(Result(AREA, f"first save() blocking after reserve(state) vs torch.save + fsync ({size})",
+                              100 * ratio, "%", "<= 50%", ratio <= 0.5,
+                              f"{f['reserved_block']:.2f} s vs {f['base']:.2f} s"))
         results.append(Result(AREA, f"peak memory added by the first save, share of the state ({size})",
                               100 * peak, "%", None, None,
-                              f"{f['first_peak'] / 2**30:.2f} GiB over {f['resident_before'] / 2**30:.2f} GiB resident "
+                              f"{f['first_peak'] / 2**30:.2f} GiB over {f['first_resident'] / 2**30:.2f} GiB resident "
                               f"(second save adds {f['second_peak'] / 2**30:.2f} GiB)"))
     return results
 
