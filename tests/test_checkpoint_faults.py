@@ -190,6 +190,19 @@ def test_full_disk(tmpfs):
     ckpt.close()
 
 
+def test_full_disk_once_costs_one_checkpoint(tmpfs):
+    """A full disk that clears: the save() that reports the failure is still made."""
+    folder = tmpfs("3m")
+    ckpt = AsyncCheckpointer(folder, keep_last=None)
+    ckpt.save({"x": torch.randn(1 << 20)}, 1)  # 4 MB on a 3 MB disk
+    with pytest.raises(CheckpointError) as caught:
+        ckpt.save({"x": torch.randn(1000)}, 2)
+    assert caught.value.errno == errno.ENOSPC and caught.value.step == 1
+    assert caught.value.next_handle.result().endswith("ckpt-000000000002.pt")
+    ckpt.close()
+    assert sorted(os.listdir(folder)) == ["ckpt-000000000002.pt"]
+
+
 def test_read_only_folder(tmp_path, tmpfs):
     folder = tmpfs("4m")
     ckpt = AsyncCheckpointer(folder)
