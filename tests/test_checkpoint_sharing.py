@@ -96,12 +96,18 @@ print(json.dumps({"pid": __import__("os").getpid(), "lost": lost}))
 
 
 def test_saver_in_another_pid_namespace_loses_nothing(tmp_path):
-    """A saver in its own PID namespace while this process opens checkpointers in the same
+    """A saver in its own PID namespace, under a PID that does not exist in this one (so a
+    liveness check by PID calls it dead), while this process opens checkpointers in the same
     folder every few milliseconds, reads latest() and saves there too. (Before: 30 of 30
     saves lost to 'rename ... ENOENT'.)"""
     prefix = other_pid_namespace()
     saves = 30
-    saver = subprocess.Popen([*prefix, sys.executable, "-c", SAVER, str(tmp_path), str(saves)],
+    pid_max = int(open("/proc/sys/kernel/pid_max").read())
+    start = pid_max - 1000  # the saver's PID in its namespace: start + 1
+    if os.path.exists(f"/proc/{start + 1}"):
+        pytest.skip("that PID is taken here")
+    launch = f'echo {start} > /proc/sys/kernel/ns_last_pid && "$@"'
+    saver = subprocess.Popen([*prefix, "sh", "-c", launch, "sh", sys.executable, "-c", SAVER, str(tmp_path), str(saves)],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         rounds = 0
@@ -120,13 +126,29 @@ def test_saver_in_another_pid_namespace_loses_nothing(tmp_path):
             saver.kill()
     assert saver.returncode == 0, err
     result = json.loads(out)
-    assert result["pid"] == 1  # it really ran in another PID namespace
+    assert result["pid"] == start + 1  # it ran in another PID namespace, under a PID unknown here
     assert result["lost"] == [], f"{len(result['lost'])} of {saves} saves lost: {result['lost'][:3]}"
     assert rounds > 0 and temporaries(tmp_path) == []
     assert load(tmp_path / f"ckpt-{saves - 1:012d}.pt")["step"] == saves - 1
 
 
 # ---- 2. a saver that is always PID 1 -------------------------------------------------
+
+def wait_until_gone(marker, timeout=60):
+    """Wait until no process has `marker` on its command line (a killed namespace's PID 1
+    dies once its current system call returns)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        alive = False
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    alive = alive or marker.encode() in f.read()
+            except OSError:
+                pass
+        if not alive:
+            return
+        time.sleep(0.05)
 
 PID1_SAVER = """
 import os, sys, torch
@@ -153,6 +175,7 @@ def test_pid_1_restarts_neither_leak_nor_collide(tmp_path):
         child.kill()  # unshare --kill-child takes PID 1 down with it
         child.wait()
         child.stdout.close()
+        wait_until_gone(str(tmp_path))
     script = """
     import os, sys, torch
     from qrnn.checkpoint import AsyncCheckpointer
