@@ -388,6 +388,12 @@ void folder_rules() {
     ckpt::StagingBuffer buffer(4u << 20);
     CHECK(reinterpret_cast<uintptr_t>(buffer.data()) % ckpt::kStagingAlignment == 0 && buffer.size() == (4u << 20));
     buffer.data()[buffer.size() - 1] = 1;
+    buffer.data()[12345] = 7;
+    std::thread copier([&] { std::memset(buffer.data() + (1u << 20), 3, 1u << 20); });
+    buffer.populate();  // changes no byte, even beside a writer
+    copier.join();
+    CHECK(buffer.data()[12345] == 7 && buffer.data()[buffer.size() - 1] == 1 && buffer.data()[0] == 0);
+    CHECK(buffer.data()[(1u << 20) + 5] == 3 && buffer.data()[(2u << 20) + 5] == 0);
 }
 
 // A temporary is removed only once nobody holds its lock; other files are never touched.
