@@ -1041,14 +1041,30 @@ StagingBuffer::StagingBuffer(uint64_t bytes) : size_(bytes) {
     data_ = allocate_staging(bytes);
 }
 
-void StagingBuffer::populate() const {
-    if (!data_) return;
+void StagingBuffer::populate(uint64_t offset, uint64_t length, int threads) const {
+    if (!data_ || offset >= size_) return;
+    const uint64_t page = 4096;
+    uint64_t begin = offset / page * page;
+    const uint64_t end = std::min(size_, length > size_ - offset ? size_ : offset + length);
+    auto fault_in = [this](uint64_t from, uint64_t to) {
+        if (to <= from) return;
 #ifdef MADV_POPULATE_WRITE
-    if (::madvise(data_, size_, MADV_POPULATE_WRITE) == 0) return;  // Linux >= 5.14
+        if (::madvise(data_ + from, to - from, MADV_POPULATE_WRITE) == 0) return;  // Linux >= 5.14
 #endif
-    const long page = ::sysconf(_SC_PAGESIZE);
-    const uint64_t step = page > 0 ? uint64_t(page) : 4096;
-    for (uint64_t off = 0; off < size_; off += step) __atomic_fetch_or(data_ + off, uint8_t(0), __ATOMIC_RELAXED);
+        for (uint64_t off = from; off < to; off += 4096) __atomic_fetch_or(data_ + off, uint8_t(0), __ATOMIC_RELAXED);
+    };
+    const uint64_t parts = std::max<uint64_t>(1, std::min<uint64_t>(uint64_t(std::max(threads, 1)),
+                                                                     (end - begin) / (64ull << 20)));
+    const uint64_t share = ((end - begin) / parts + page - 1) / page * page;
+    std::vector<std::thread> helpers;
+    try {
+        for (uint64_t i = 1; i < parts; ++i)
+            helpers.emplace_back(fault_in, begin + i * share, std::min(end, begin + (i + 1) * share));
+    } catch (...) {  // no threads to spare: the rest on this one
+        for (uint64_t i = helpers.size() + 1; i < parts; ++i) fault_in(begin + i * share, std::min(end, begin + (i + 1) * share));
+    }
+    fault_in(begin, std::min(end, begin + share));
+    for (auto& t : helpers) t.join();
 }
 
 StagingBuffer::~StagingBuffer() {

@@ -243,8 +243,9 @@ void bind_checkpoint(py::module_& m) {
              py::arg("bytes"))
         .def_property_readonly("address", [](const ckpt::StagingBuffer& b) { return reinterpret_cast<uintptr_t>(b.data()); })
         .def_property_readonly("capacity", &ckpt::StagingBuffer::size)
-        .def("populate", &ckpt::StagingBuffer::populate, py::call_guard<py::gil_scoped_release>(),
-             "Fault the pages in without changing them (safe during a staging copy).");
+        .def("populate", &ckpt::StagingBuffer::populate, py::arg("offset") = 0, py::arg("length") = UINT64_MAX,
+             py::arg("threads") = 1, py::call_guard<py::gil_scoped_release>(),
+             "Fault [offset, offset + length) in without changing it (safe during a staging copy).");
 
     py::class_<ckpt::SaveStatus, std::shared_ptr<ckpt::SaveStatus>>(m, "CheckpointStatus")
         .def("done", &ckpt::SaveStatus::done)

@@ -262,10 +262,11 @@ public:
     StagingBuffer& operator=(const StagingBuffer&) = delete;
     uint8_t* data() const { return data_; }
     uint64_t size() const { return size_; }
-    // Faults the pages in without changing a byte (MADV_POPULATE_WRITE, or an atomic
-    // read-modify-write of each page): safe while a staging copy writes into the buffer, so
-    // it can run ahead of the first save on another thread.
-    void populate() const;
+    // Faults in the pages of [offset, offset + length) without changing a byte
+    // (MADV_POPULATE_WRITE, or an atomic read-modify-write of each page), on `threads`
+    // threads: safe while a staging copy writes into the buffer, so it can run ahead of the
+    // first save on another thread. Much cheaper than faulting the pages by the copy itself.
+    void populate(uint64_t offset = 0, uint64_t length = UINT64_MAX, int threads = 1) const;
 
 private:
     uint8_t* data_ = nullptr;
