@@ -376,3 +376,18 @@ def test_transient_failure_costs_one_checkpoint(tmp_path):
     ckpt.save({"step": 3}, 3).result()
     ckpt.close()
     assert sorted(os.listdir(tmp_path)) == ["ckpt-000000000002.pt", "ckpt-000000000003.pt"]
+
+
+def test_earlier_failure_survives_a_save_that_fails_itself(tmp_path):
+    """A save() that cannot even start (an unpicklable state) does not swallow the earlier
+    failure it was about to report."""
+    ckpt = AsyncCheckpointer(tmp_path, _fault={"after_bytes": 0, "errno": errno.EIO, "times": 1})
+    ckpt.save({"step": 1}, 1)
+    with pytest.raises(Exception) as caught:
+        ckpt.save({"bad": lambda: None}, 2)
+    assert not isinstance(caught.value, CheckpointError)
+    with pytest.raises(CheckpointError) as caught:
+        ckpt.wait()
+    assert caught.value.step == 1
+    ckpt.save({"step": 3}, 3).result()
+    ckpt.close()

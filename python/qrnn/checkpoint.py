@@ -44,11 +44,12 @@ writer thread) raise :class:`CheckpointError` from the next ``save()``, ``wait()
 ``close()`` (and from that save's ``handle.result()``); the previous checkpoint is untouched
 and no temporary file is left. A ``save()`` that reports an earlier failure still makes its
 own save first (its handle is ``error.next_handle``): one failure costs one checkpoint.
+``max_pending`` bounds the snapshots held in memory: a further ``save()`` waits for the
+oldest, or returns ``None`` at once with ``block=False``.
 
 Fork: in a child created by ``os.fork()`` a checkpointer inherited from the parent works
 with fresh writer threads; the parent's saves stay the parent's (their handles raise
-RuntimeError in the child), and nothing in the child waits for them. ``max_pending`` bounds the snapshots held in memory: a further
-``save()`` waits for the oldest, or returns ``None`` at once with ``block=False``.
+RuntimeError in the child), and nothing in the child waits for them.
 """
 
 from __future__ import annotations
@@ -90,6 +91,7 @@ class CheckpointError(OSError):
         self.step = step
         self.operation = operation
         self.next_handle: Optional["SaveHandle"] = None  # set when a later save() reports it: that save's handle
+        self._handle = None
 
 
 class CorruptCheckpointError(ValueError):
@@ -237,8 +239,8 @@ class _StagingSlot:
             self.address = self.image.data_ptr()
         else:
             # No zeroing pass (it made the first save slower than torch.save): the kernel
-            # populates the pages the file needs, several times faster than the copy's own
-            # page faults; the 1/8 headroom stays untouched.
+            # populates the pages the file needs, cheaper than the copy's own page faults;
+            # the 1/8 headroom stays untouched.
             buffer = _C.CheckpointStaging(capacity)
             if populate_threads:
                 buffer.populate(0, nbytes, populate_threads)
@@ -499,36 +501,13 @@ class AsyncCheckpointer:
                 return None
             if earlier is None:
                 earlier = self._take_unreported()  # the save we waited for may have failed
-            if self._writer is None:
-                self._writer = _C.CheckpointWriter(**self._writer_options)
-            data, stored = _pickle_state(state)
-            path = os.path.join(self.directory, _C.checkpoint_file_name(self.prefix, step, self.suffix))
-            on_gpu = [s.device.type != "cpu" for s in stored]
-            for s, gpu in zip(stored, on_gpu):
-                if gpu and s.device.type != "cuda":
-                    raise TypeError(f"qrnn.checkpoint saves CPU and CUDA tensors, got one on {s.device}")
-            sources = [(0 if gpu else s.storage.data_ptr(), s.nbytes) for s, gpu in zip(stored, on_gpu)]
-            offsets, staging_size, _ = self._writer.plan(path, data, sources)
-            # Overlap mode: the background copy faults the pages in, save() must not wait for it.
-            slot.ensure(staging_size, pinned=any(on_gpu), populate_threads=0 if optimizers else self._copy_threads)
-            gate, cuda_done = None, {}
-            if any(on_gpu):
-                gate = _C.CheckpointGate()
-                cuda_done = self._stage_cuda(slot, stored, on_gpu, offsets)
             try:
-                status = self._writer.submit(
-                    path, data, sources, staging=slot.address, staging_capacity=slot.capacity, gate=gate,
-                    keep_last=self.keep_last or 0, prefix=self.prefix, suffix=self.suffix,
-                    copy_threads=1 if optimizers else self._copy_threads, block=True)
+                handle = self._submit(state, step, optimizers, slot)
             except BaseException:
-                for event in cuda_done.values():  # the slot is reused: let the copies land first
-                    event.synchronize()
+                if earlier is not None:  # this save failed before starting: report the earlier one later
+                    earlier._handle._reported = False
+                    self._handles.insert(0, earlier._handle)
                 raise
-            handle = SaveHandle(status, step, path, cuda_done, [s.storage for s in stored])
-            slot.handle = handle
-            self._handles.append(handle)
-            if gate is not None:
-                self._waiter().queue.put((cuda_done, gate, handle))
         if optimizers:
             for opt in optimizers:
                 _add_barrier(opt, handle)
@@ -539,6 +518,40 @@ class AsyncCheckpointer:
         if earlier is not None:
             earlier.next_handle = handle
             raise earlier
+        return handle
+
+    def _submit(self, state, step: int, optimizers: list, slot: "_StagingSlot") -> SaveHandle:
+        """Under the lock: pickle, plan, stage (or queue the GPU copies) and submit one save."""
+        if self._writer is None:
+            self._writer = _C.CheckpointWriter(**self._writer_options)
+        data, stored = _pickle_state(state)
+        path = os.path.join(self.directory, _C.checkpoint_file_name(self.prefix, step, self.suffix))
+        on_gpu = [s.device.type != "cpu" for s in stored]
+        for s, gpu in zip(stored, on_gpu):
+            if gpu and s.device.type != "cuda":
+                raise TypeError(f"qrnn.checkpoint saves CPU and CUDA tensors, got one on {s.device}")
+        sources = [(0 if gpu else s.storage.data_ptr(), s.nbytes) for s, gpu in zip(stored, on_gpu)]
+        offsets, staging_size, _ = self._writer.plan(path, data, sources)
+        # Overlap mode: the background copy faults the pages in, save() must not wait for it.
+        slot.ensure(staging_size, pinned=any(on_gpu), populate_threads=0 if optimizers else self._copy_threads)
+        gate, cuda_done = None, {}
+        if any(on_gpu):
+            gate = _C.CheckpointGate()
+            cuda_done = self._stage_cuda(slot, stored, on_gpu, offsets)
+        try:
+            status = self._writer.submit(
+                path, data, sources, staging=slot.address, staging_capacity=slot.capacity, gate=gate,
+                keep_last=self.keep_last or 0, prefix=self.prefix, suffix=self.suffix,
+                copy_threads=1 if optimizers else self._copy_threads, block=True)
+        except BaseException:
+            for event in cuda_done.values():  # the slot is reused: let the copies land first
+                event.synchronize()
+            raise
+        handle = SaveHandle(status, step, path, cuda_done, [s.storage for s in stored])
+        slot.handle = handle
+        self._handles.append(handle)
+        if gate is not None:
+            self._waiter().queue.put((cuda_done, gate, handle))
         return handle
 
     def reserve(self, state: Any, *, wait: bool = False) -> None:
@@ -693,6 +706,7 @@ class AsyncCheckpointer:
                 continue
             if error is None:
                 handle._reported, error = True, failure
+                failure._handle = handle  # to un-report it if the save() reporting it fails itself
             else:
                 remaining.append(handle)  # raised by the next call
         self._handles = remaining

@@ -265,7 +265,7 @@ public:
     // Faults in the pages of [offset, offset + length) without changing a byte
     // (MADV_POPULATE_WRITE, or an atomic read-modify-write of each page), on `threads`
     // threads: safe while a staging copy writes into the buffer, so it can run ahead of the
-    // first save on another thread. Much cheaper than faulting the pages by the copy itself.
+    // first save on another thread. Cheaper than faulting the pages in by the copy itself.
     void populate(uint64_t offset = 0, uint64_t length = UINT64_MAX, int threads = 1) const;
 
 private:
