@@ -297,7 +297,9 @@ def child(mode):
                     assert "parent process" in str(e)
                 model(torch.randn(2, 256)).sum().backward()
                 opt.step()                             # the parent's overlap barrier is not ours
-            # "exit": leave with the parent's save in flight, through the exit-time close()
+            else:  # "exit": leave with the parent's save in flight, through the exit-time close()
+                with open(os.path.join(folder, "in-flight-at-fork"), "w") as f:
+                    f.write(str(not (parent_save._status.done() and overlap._status.done())))
         except BaseException as e:
             print("child failed:", repr(e), file=sys.stderr, flush=True)
             code = 2
@@ -312,7 +314,7 @@ def child(mode):
     os.waitpid(pid, 0)
     return "hung"
 
-out = {"save": child("save"), "exit": child("exit")}
+out = {"exit": child("exit"), "save": child("save")}
 opt.step()
 out["parent"] = [os.path.basename(parent_save.result()), os.path.basename(overlap.result())]
 ckpt.close()
@@ -329,6 +331,7 @@ def test_forked_child_saves_and_exits_without_hanging(tmp_path):
     out = json.loads(result.stdout.strip().splitlines()[-1])
     assert out["save"] == 0 and out["exit"] == 0, (out, result.stderr)
     assert out["parent"] == ["ckpt-000000000001.pt", "ckpt-000000000002.pt"]
+    print("a parent save in flight when the exiting child forked:", (tmp_path / "in-flight-at-fork").read_text())
     assert len([n for n in os.listdir(tmp_path) if n.endswith(".pt")]) == 3
 
 
