@@ -189,7 +189,7 @@ def test_snapshot_overlap_mode_waits_only_in_optimizer_step(tmp_path):
         opt.zero_grad()
         model(x).sum().backward()   # forward/backward overlap the staging copy
         opt.step()                  # the pre-step hook waits for the snapshot first
-        assert handle._barrier_hooks == []  # one-shot: removed after firing
+        assert handle._barrier_done  # the barrier waited for this snapshot
         opt.step()
         loaded = load(handle.result())
     assert_same(before, dict(loaded["model"]))
@@ -235,11 +235,15 @@ def test_keep_last_rotation_and_latest(tmp_path):
         names = sorted(os.listdir(tmp_path))
         assert names == ["ckpt-000000000004.pt", "ckpt-000000000005.pt"]
         assert ckpt.latest() == str(tmp_path / "ckpt-000000000005.pt")
-        # A lower step committed after a higher one is never deleted by its own rotation.
+        # Rotation follows the commit order: a lower step committed last is the newest.
         ckpt.save(state, 1).result()
-        assert sorted(os.listdir(tmp_path)) == ["ckpt-000000000001.pt", "ckpt-000000000004.pt",
-                                                "ckpt-000000000005.pt"]
-        assert ckpt.checkpoints()[0].endswith("ckpt-000000000001.pt")
+        assert sorted(os.listdir(tmp_path)) == ["ckpt-000000000001.pt", "ckpt-000000000005.pt"]
+        assert ckpt.checkpoints() == [str(tmp_path / "ckpt-000000000005.pt"), str(tmp_path / "ckpt-000000000001.pt")]
+        assert ckpt.latest() == str(tmp_path / "ckpt-000000000001.pt")
+        assert ckpt.latest(order="step") == str(tmp_path / "ckpt-000000000005.pt")
+        assert ckpt.checkpoints(order="step")[0].endswith("ckpt-000000000001.pt")
+        with pytest.raises(ValueError, match="order"):
+            ckpt.latest(order="newest")
     with AsyncCheckpointer(tmp_path / "all", keep_last=None) as ckpt:
         for step in (9, 10, 11, 100):
             ckpt.save(state, step)
@@ -417,3 +421,57 @@ print("ok")
     infos = zipfile.ZipFile(path).infolist()
     assert infos[4].file_size == big and infos[5].header_offset > 2**32
     verify(path)
+
+
+def flip_outcomes(path, state, verify_fn, masks=lambda offset: (0xFF, 1 << offset % 8)):
+    """Damage every byte of the file in turn (by default: all its bits, then one bit):
+    counts of flips verify() catches, that load the identical state, that load wrong values
+    silently, that torch.load rejects after verify() passed, and that made verify() raise
+    something other than CorruptCheckpointError."""
+    raw = open(path, "rb").read()
+    damaged = os.path.join(os.path.dirname(path), "damaged.pt")
+    outcome = collections.Counter()
+    for offset in range(len(raw)):
+        for mask in masks(offset):
+            copy = bytearray(raw)
+            copy[offset] ^= mask
+            with open(damaged, "wb") as f:
+                f.write(copy)
+            try:
+                verify_fn(damaged)
+            except CorruptCheckpointError:
+                outcome["caught"] += 1
+                continue
+            except Exception:  # noqa: BLE001 - what we count
+                outcome["other exception"] += 1
+                continue
+            try:
+                loaded = torch.load(damaged, weights_only=True)
+            except Exception:  # noqa: BLE001
+                outcome["passed verify, torch.load rejects"] += 1
+                continue
+            try:
+                assert_same(state, loaded)
+                outcome["identical"] += 1
+            except AssertionError:
+                outcome["passed verify, wrong values"] += 1
+    return outcome
+
+
+def test_verify_catches_every_flip_that_matters(tmp_path):
+    """Each damaged byte anywhere in a small checkpoint is caught by verify() or leaves a
+    file that loads exactly the saved state (before: a directory-attribute bit of a record
+    passed verify() and torch.load returned wrong bytes; many passed and did not load)."""
+    state = {"w": torch.arange(6, dtype=torch.float32), "ids": torch.tensor([3, 1, 2]), "step": 7}
+    with AsyncCheckpointer(tmp_path / "c", keep_last=None) as ckpt:
+        path = ckpt.save(state, 1).result()
+    verify(path)
+    outcome = flip_outcomes(path, state, verify)
+    assert set(outcome) <= {"caught", "identical"}, dict(outcome)
+    assert outcome["caught"] > outcome["identical"]
+    torch.save(state, tmp_path / "plain.pt")  # torch.save's own files pass
+    verify(tmp_path / "plain.pt")
+    with open(tmp_path / "plain.pt", "ab") as f:  # trailing bytes are damage too
+        f.write(b"\0")
+    with pytest.raises(CorruptCheckpointError, match="archive"):
+        verify(tmp_path / "plain.pt")

@@ -71,8 +71,11 @@ def test_injected_write_failure_surfaces_and_keeps_previous(tmp_path, code):
 def test_error_raised_by_next_save_wait_and_close(tmp_path):
     ckpt = AsyncCheckpointer(tmp_path, _fault={"after_bytes": 0, "errno": errno.ENOSPC})
     ckpt.save({"x": torch.randn(100)}, 1)
-    with pytest.raises(CheckpointError, match="No space left"):
-        ckpt.save({"x": torch.randn(100)}, 2)  # waits for the slot, then reports step 1
+    with pytest.raises(CheckpointError, match="No space left") as caught:
+        ckpt.save({"x": torch.randn(100)}, 2)  # waits for the slot, reports step 1, still saves step 2
+    assert caught.value.step == 1 and caught.value.next_handle.step == 2
+    with pytest.raises(CheckpointError, match="ckpt-000000000002"):
+        caught.value.next_handle.result()      # the disk is still full
     ckpt.save({"x": torch.randn(100)}, 3)
     with pytest.raises(CheckpointError, match="ckpt-000000000003"):
         ckpt.close()
@@ -130,9 +133,10 @@ def test_file_size_limit_in_subprocess(tmp_path):
     big = ckpt.save({"x": torch.randn(1 << 20)}, 2)     # 4 MB > 1 MB
     out = {}
     try:
-        ckpt.save({"x": torch.randn(1000)}, 3)          # reports step 2, is not made
+        ckpt.save({"x": torch.randn(1000)}, 3)          # reports step 2, is still made
     except CheckpointError as e:
         out["next_save"] = [e.errno, e.step]
+        out["made"] = e.next_handle.result()
     try:
         big.result()
     except CheckpointError as e:
@@ -146,7 +150,8 @@ def test_file_size_limit_in_subprocess(tmp_path):
     out = json.loads(result.stdout)
     assert out["next_save"] == [errno.EFBIG, 2]
     assert out["handle"][0] == errno.EFBIG and "File too large" in out["handle"][1]
-    assert sorted(os.listdir(tmp_path)) == ["ckpt-000000000001.pt", "ckpt-000000000004.pt"]
+    assert out["made"] == str(tmp_path / "ckpt-000000000003.pt")
+    assert sorted(os.listdir(tmp_path)) == ["ckpt-000000000001.pt", "ckpt-000000000003.pt", "ckpt-000000000004.pt"]
     for name in os.listdir(tmp_path):
         verify(tmp_path / name)
 
@@ -183,6 +188,19 @@ def test_full_disk(tmpfs):
     assert digest(first) == before and temporaries(folder) == []
     assert ckpt.save({"x": torch.randn(1000)}, 3).result()  # space is back: fine again
     ckpt.close()
+
+
+def test_full_disk_once_costs_one_checkpoint(tmpfs):
+    """A full disk that clears: the save() that reports the failure is still made."""
+    folder = tmpfs("3m")
+    ckpt = AsyncCheckpointer(folder, keep_last=None)
+    ckpt.save({"x": torch.randn(1 << 20)}, 1)  # 4 MB on a 3 MB disk
+    with pytest.raises(CheckpointError) as caught:
+        ckpt.save({"x": torch.randn(1000)}, 2)
+    assert caught.value.errno == errno.ENOSPC and caught.value.step == 1
+    assert caught.value.next_handle.result().endswith("ckpt-000000000002.pt")
+    ckpt.close()
+    assert sorted(os.listdir(folder)) == ["ckpt-000000000002.pt"]
 
 
 def test_read_only_folder(tmp_path, tmpfs):
@@ -250,11 +268,14 @@ def test_sigkill_at_random_moments_leaves_only_complete_files(tmp_path):
             assert bool((state["w"] == step).all())
         steps = [int(n[5:-3]) for n in finals]
         start = max(steps, default=start) + 1
-    ckpt = AsyncCheckpointer(tmp_path)  # a new run cleans the dead runs' temporaries
-    assert temporaries(tmp_path) == []
+    left = sorted(temporaries(tmp_path))
+    ckpt = AsyncCheckpointer(tmp_path)  # readers delete nothing
     latest = ckpt.latest()
     if latest is not None:
         assert load(latest)["meta"]["step"] == max(steps)
+    assert sorted(temporaries(tmp_path)) == left
+    ckpt.save({"x": torch.zeros(1)}, start).result()  # a writer's first save cleans the dead runs' temporaries
+    assert temporaries(tmp_path) == []
     ckpt.close()
 
 
@@ -301,3 +322,53 @@ def test_memory_flat_over_100_saves(tmp_path):
     assert after - before < 32, f"RSS grew {after - before:.1f} MB over 100 saves of a 4 MB state"
     assert len(os.listdir(tmp_path)) == 2
     assert zipfile.ZipFile(tmp_path / "ckpt-000000000109.pt").testzip() is None
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="reads RSS from /proc")
+def test_first_save_does_not_zero_its_staging_first(tmp_path):
+    """The first save's staging image is not written before the copy (before: a zeroing pass
+    over all of it on the calling thread, which made the first save of a large state block
+    longer than torch.save); the copy itself faults in only what the file needs."""
+    from qrnn.checkpoint import _StagingSlot
+
+    def rss():
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    slot = _StagingSlot()
+    before = rss()
+    slot.ensure(256 << 20, pinned=False)
+    assert slot.capacity >= 256 << 20 and slot.address % 4096 == 0
+    assert rss() - before < 16 << 20, "staging memory was touched at allocation"
+    state = {"w": torch.ones(16 << 20)}  # 64 MB
+    with AsyncCheckpointer(tmp_path) as ckpt:
+        before = rss()
+        path = ckpt.save(state, 1).result()
+        grown = rss() - before
+    assert grown < 64e6 * 1.1 + (8 << 20), f"first save grew RSS by {grown / 1e6:.0f} MB for a 64 MB state"
+    assert torch.equal(load(path)["w"], state["w"])
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="reads RSS from /proc")
+def test_reserve_faults_staging_in_ahead(tmp_path):
+    """reserve(state) puts the staging memory in place before the first save (which then only
+    copies); a save racing the background fault-in still holds exactly the saved values."""
+    def rss():
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    state = {"w": torch.arange(16 << 20, dtype=torch.float32), "step": 3}  # 64 MB
+    with AsyncCheckpointer(tmp_path / "a", max_pending=2) as ckpt:
+        before = rss()
+        ckpt.reserve(state, wait=True)
+        assert rss() - before > 2 * 60e6  # both slots in place
+        before = rss()
+        path = ckpt.save(state, 1).result()
+        assert rss() - before < 16 << 20
+        assert torch.equal(load(path)["w"], state["w"])
+    with AsyncCheckpointer(tmp_path / "b") as ckpt:
+        ckpt.reserve(state)  # not waited for: the save's copy runs beside the fault-in
+        path = ckpt.save(state, 2).result()
+        assert torch.equal(load(path)["w"], state["w"]) and load(path)["step"] == 3
+        with pytest.raises(TypeError):
+            ckpt.reserve(state, True)  # wait is keyword-only

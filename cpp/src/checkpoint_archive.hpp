@@ -18,7 +18,7 @@
 namespace qrnn::checkpoint::detail {
 
 constexpr uint64_t kAlignment = 64;            // payload alignment (torch's kFieldAlignment)
-constexpr uint64_t kIoAlignment = 4096;        // O_DIRECT buffer / offset / length alignment
+constexpr uint64_t kIoAlignment = kStagingAlignment;  // O_DIRECT buffer / offset / length alignment
 constexpr uint64_t kZip32Limit = 0xFFFFFFFFu;  // at or above: ZIP64 fields
 constexpr size_t kSerializationIdSize = 40;
 

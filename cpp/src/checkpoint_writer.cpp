@@ -1,9 +1,10 @@
 // CheckpointWriter: bounded queue -> staging thread (+ copy helpers) -> writer thread.
 //
-// Durability protocol for each save: write "<folder>/.<name>.tmp-<pid>-<n>", fsync it,
-// rename it over "<folder>/<name>", fsync the folder, and only then delete older files
-// (retention). Any failure closes and unlinks the temporary file and reaches the submitter
-// through its SaveStatus; the previous checkpoint is never touched.
+// Durability protocol for each save: create "<folder>/.<name>.tmp-<pid>-<random>" and lock
+// it, write it, stamp its commit order (modification time), fsync it, rename it over
+// "<folder>/<name>", fsync the folder, and only then delete older files (retention). Any
+// failure unlinks the temporary file and reaches the submitter through its SaveStatus; the
+// previous checkpoint is never touched.
 #include "qrnn/checkpoint.hpp"
 
 #include <algorithm>
@@ -14,7 +15,10 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <random>
+#include <set>
 #include <stdexcept>
+#include <system_error>
 #include <thread>
 #include <type_traits>
 
@@ -22,9 +26,11 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <unistd.h>
 #ifdef __linux__
 #include <sys/syscall.h>
@@ -209,7 +215,54 @@ std::string base_of(const std::string& path) {
     return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
-std::atomic<uint64_t> g_temp_counter{0};
+constexpr uint64_t kStagingQuantum = 2ull << 20;
+constexpr int64_t kCommitStepNs = 1000;  // commit order survives microsecond timestamps
+
+uint64_t random64() {
+    try {
+        std::random_device device;  // getrandom() / the CPU's generator
+        return (uint64_t(device()) << 32) ^ uint64_t(device());
+    } catch (...) {
+        static std::atomic<uint64_t> counter{0};
+        const auto now = uint64_t(std::chrono::high_resolution_clock::now().time_since_epoch().count());
+        return now * 0x9E3779B97F4A7C15ull ^ (counter.fetch_add(1) << 17) ^ uint64_t(::getpid());
+    }
+}
+
+// A fresh temporary name: pid for people reading the folder, randomness for uniqueness
+// (the same pid recurs after a container restart, and across hosts).
+std::string temporary_name(const std::string& base) {
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(random64()));
+    return "." + base + ".tmp-" + std::to_string(::getpid()) + "-" + hex;
+}
+
+// Exclusive advisory lock on the whole file; 0 or the errno. Open-file-description locks
+// where available (they conflict between two descriptors of one process too, and NFSv4
+// carries them to the server), flock() elsewhere.
+int lock_file(int fd, bool wait) {
+    int r;
+#ifdef F_OFD_SETLK
+    struct flock range;
+    std::memset(&range, 0, sizeof range);
+    range.l_type = F_WRLCK;
+    range.l_whence = SEEK_SET;
+    do {
+        r = ::fcntl(fd, wait ? F_OFD_SETLKW : F_OFD_SETLK, &range);
+    } while (r != 0 && errno == EINTR);
+#else
+    do {
+        r = ::flock(fd, LOCK_EX | (wait ? 0 : LOCK_NB));
+    } while (r != 0 && errno == EINTR);
+#endif
+    return r == 0 ? 0 : errno;
+}
+
+int64_t realtime_ns() {
+    struct timespec now;
+    ::clock_gettime(CLOCK_REALTIME, &now);
+    return int64_t(now.tv_sec) * 1000000000 + now.tv_nsec;
+}
 
 struct Copy {
     const uint8_t* src;
@@ -240,13 +293,29 @@ bool sync_to_disk(int fd) {
 // allows them (no page-cache copy, cheap fsync), buffered writes otherwise.
 class OutputFile {
 public:
-    OutputFile(std::string path, std::string final_path, bool want_direct, const uint8_t* image,
-               const FaultInjection& fault)
-        : path_(std::move(path)), final_(std::move(final_path)), image_(image), fault_(fault) {
-        do {
-            fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-        } while (fd_ < 0 && errno == EINTR);
-        if (fd_ < 0) fail_io(errno, "create", path_, final_);
+    OutputFile(const std::string& folder, const std::string& base, std::string final_path, bool want_direct,
+               const uint8_t* image, const FaultInjection& fault, int* faults_fired)
+        : final_(std::move(final_path)), image_(image), fault_(fault), fired_(faults_fired) {
+        for (int attempt = 0;; ++attempt) {
+            path_ = folder + "/" + temporary_name(base);
+            do {
+                fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+            } while (fd_ < 0 && errno == EINTR);
+            if (fd_ < 0 && errno == EEXIST && attempt < 8) continue;
+            if (fd_ < 0) fail_io(errno, "create", path_, final_);
+            // Held until after the rename: while it is held no cleaner deletes the file. A
+            // cleaner may have taken the lock between our create and here (it then unlinks
+            // the file): start again under a new name. Without lock support, write unlocked
+            // (cleaners then never delete: they cannot lock either).
+            lock_file(fd_, true);
+            struct stat st;
+            if (::fstat(fd_, &st) == 0 && st.st_nlink == 0 && attempt < 8) {
+                ::close(fd_);
+                fd_ = -1;
+                continue;
+            }
+            break;
+        }
 #ifdef O_DIRECT
         // Set after open: some kernels create the file and then refuse O_DIRECT at open.
         if (want_direct) {
@@ -287,14 +356,30 @@ public:
         if (end > written_) write_range(end);
     }
 
-    void finish(uint64_t size, bool sync) {
+    const std::string& path() const { return path_; }
+
+    // Truncates the aligned tail, stamps the commit order (0: leave the time as written)
+    // and makes data and time durable. The descriptor (and its lock) stays open.
+    void finish(uint64_t size, int64_t commit_ns, bool sync) {
         if (written_ > size) {  // the last aligned write went past the end
             if (::ftruncate(fd_, static_cast<off_t>(size)) != 0) fail_io(errno, "truncate", path_, final_);
         }
+        if (commit_ns > 0) {
+            struct timespec times[2];
+            times[0].tv_sec = 0;
+            times[0].tv_nsec = UTIME_OMIT;
+            times[1].tv_sec = static_cast<time_t>(commit_ns / 1000000000);
+            times[1].tv_nsec = static_cast<long>(commit_ns % 1000000000);
+            ::futimens(fd_, times);  // best effort: a file system that refuses keeps its write time
+        }
         if (sync && !sync_to_disk(fd_)) fail_io(errno, "fsync", path_, final_);
+    }
+
+    // After the rename (the data are durable already): releases the lock.
+    void close() {
         const int fd = fd_;
         fd_ = -1;
-        if (::close(fd) != 0 && errno != EINTR) fail_io(errno, "close", path_, final_);
+        if (fd >= 0) ::close(fd);
     }
 
 private:
@@ -314,6 +399,7 @@ private:
         while (written_ < end) {
             const size_t n = static_cast<size_t>(std::min<uint64_t>(end - written_, kPiece));
             if (fault_.fail_after_bytes != UINT64_MAX && written_ + n > fault_.fail_after_bytes) {
+                ++*fired_;
                 if (fault_.throw_exception) throw std::runtime_error("injected failure in the checkpoint writer thread");
                 fail_io(fault_.error_number ? fault_.error_number : EIO, "write", path_, final_);
             }
@@ -334,7 +420,8 @@ private:
 
     std::string path_, final_;
     const uint8_t* image_;
-    const FaultInjection& fault_;
+    const FaultInjection fault_;
+    int* fired_;
     int fd_ = -1;
     bool direct_ = false;
     uint64_t written_ = 0;
@@ -362,43 +449,36 @@ void fsync_folder(const std::string& folder, const std::string& final_path) {
     if (r != 0 && code != EINVAL && code != EROFS) fail_io(code, "fsync folder", folder, final_path);
 }
 
-bool parse_step(const std::string& name, const Retention& keep, uint64_t* step) {
-    if (name.size() <= keep.prefix.size() + keep.suffix.size()) return false;
-    if (name.compare(0, keep.prefix.size(), keep.prefix) != 0) return false;
-    if (name.compare(name.size() - keep.suffix.size(), keep.suffix.size(), keep.suffix) != 0) return false;
-    uint64_t v = 0;
-    for (size_t i = keep.prefix.size(); i < name.size() - keep.suffix.size(); ++i) {
-        const char c = name[i];
-        if (c < '0' || c > '9') return false;
-        if (v > (UINT64_MAX - 9) / 10) return false;
-        v = v * 10 + uint64_t(c - '0');
-    }
-    *step = v;
-    return true;
-}
-
 void apply_retention(const std::string& folder, const std::string& committed, const Retention& keep,
                      std::vector<std::string>& warnings) {
     if (keep.keep_last <= 0) return;
-    DIR* dir = ::opendir(folder.c_str());
-    if (!dir) {
-        warnings.push_back("could not list '" + folder + "' to delete old checkpoints: " + errno_text(errno));
+    std::vector<CommittedFile> found;
+    try {
+        found = list_checkpoints(folder, keep.prefix, keep.suffix, CheckpointOrder::Commit);
+    } catch (const std::system_error& e) {
+        warnings.push_back("could not list '" + folder + "' to delete old checkpoints: " + e.code().message());
         return;
     }
-    std::vector<std::pair<uint64_t, std::string>> found;
-    while (const dirent* entry = ::readdir(dir)) {
-        uint64_t step;
-        const std::string name = entry->d_name;
-        if (parse_step(name, keep, &step)) found.emplace_back(step, name);
+    // Oldest commits first: everything before the last keep_last goes.
+    const size_t excess = found.size() > size_t(keep.keep_last) ? found.size() - size_t(keep.keep_last) : 0;
+    for (size_t i = 0; i < excess; ++i) {
+        if (found[i].name == committed) continue;
+        const std::string path = folder + "/" + found[i].name;
+        if (::unlink(path.c_str()) != 0 && errno != ENOENT)
+            warnings.push_back("could not delete old checkpoint '" + path + "': " + errno_text(errno));
     }
-    std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-    for (size_t i = static_cast<size_t>(keep.keep_last); i < found.size(); ++i) {
-        if (found[i].second == committed) continue;
-        if (::unlinkat(::dirfd(dir), found[i].second.c_str(), 0) != 0 && errno != ENOENT)
-            warnings.push_back("could not delete old checkpoint '" + folder + "/" + found[i].second +
-                               "': " + errno_text(errno));
+}
+
+// Commit order of a new file: after every checkpoint of its naming already in the folder.
+int64_t next_commit_ns(const std::string& folder, const Retention& naming) {
+    int64_t t = realtime_ns();
+    if (naming.prefix.empty() && naming.suffix.empty()) return t;
+    try {
+        for (const CommittedFile& f : list_checkpoints(folder, naming.prefix, naming.suffix))
+            t = std::max(t, f.commit_ns + kCommitStepNs);
+    } catch (const std::system_error&) {
     }
-    ::closedir(dir);
+    return t;
 }
 
 // Splits a staging copy across the staging thread and a few helper threads.
@@ -508,7 +588,7 @@ uint8_t* allocate_staging(uint64_t bytes) {
 #ifdef MADV_HUGEPAGE
     ::madvise(p, bytes, MADV_HUGEPAGE);  // fewer TLB misses in the staging copy
 #endif
-    std::memset(p, 0, bytes);  // fault every page in now, not during a save
+    // Not touched here: the parallel staging copy faults the pages in, one pass instead of two.
     return static_cast<uint8_t*>(p);
 }
 
@@ -533,6 +613,9 @@ struct CheckpointWriter::Impl {
     bool closed = false;
     std::thread stager, writer;
     CopyTeam team;
+    // Writer thread only:
+    std::set<std::string> cleaned_folders;  // stale temporaries already removed there
+    int faults_fired = 0;
 
     void stage_loop() {
         for (;;) {
@@ -627,17 +710,21 @@ struct CheckpointWriter::Impl {
                 throw IoFailure{std::move(e)};
             }
         }
-        const FaultInjection& fault = options.fault;
-        if (fault.throw_exception && fault.fail_after_bytes == 0)
+        const FaultInjection fault =
+            options.fault.times < 0 || faults_fired < options.fault.times ? options.fault : FaultInjection{};
+        if (fault.throw_exception && fault.fail_after_bytes == 0) {
+            ++faults_fired;
             throw std::runtime_error("injected failure in the checkpoint writer thread");
+        }
         const std::string folder = folder_of(final_path);
         const std::string name = base_of(final_path);
-        const std::string temp = folder + "/." + name + ".tmp-" + std::to_string(::getpid()) + "-" +
-                                 std::to_string(g_temp_counter.fetch_add(1));
+        // Before the first save into a folder: temporaries of writers that died there.
+        if (cleaned_folders.insert(folder).second) remove_stale_temporaries(folder);
         detail::Plan& plan = job.plan;
         uint8_t* image = job.image;
         {
-            OutputFile out(temp, final_path, options.direct_io && job.aligned, image, fault);
+            OutputFile out(folder, name, final_path, options.direct_io && job.aligned, image, fault, &faults_fired);
+            const std::string& temp = out.path();
             TempFileGuard guard{temp};
             out.preallocate(plan.file_size);
             for (size_t i = 0; i < plan.records.size(); ++i) {
@@ -654,9 +741,10 @@ struct CheckpointWriter::Impl {
             }
             detail::write_central_directory(plan, image);
             out.write_until(plan.file_size, true);
-            out.finish(plan.file_size, options.sync);
+            out.finish(plan.file_size, next_commit_ns(folder, job.request.retention), options.sync);
             if (::rename(temp.c_str(), final_path.c_str()) != 0) fail_io(errno, "rename", temp, final_path);
             guard.armed = false;
+            out.close();
         }
         if (options.sync) {
             try {
@@ -729,8 +817,15 @@ std::shared_ptr<SaveStatus> CheckpointWriter::try_submit(SaveRequest request) {
     return impl_->submit(std::move(request), false);
 }
 
+[[noreturn]] void forked_child_misuse(const char* what) {
+    throw std::logic_error(std::string("CheckpointWriter::") + what +
+                           " in a forked child: the writer was created in the parent and its threads do not "
+                           "exist here; create a new CheckpointWriter in the child");
+}
+
 std::shared_ptr<SaveStatus> CheckpointWriter::Impl::submit(SaveRequest request, bool wait) {
     Impl& impl = *this;
+    if (::getpid() != owner_pid) forked_child_misuse("submit");
     auto job = std::make_shared<Job>();
     job->plan = detail::make_plan(request);
     const uint64_t need = job->plan.staging_size;
@@ -769,7 +864,7 @@ std::shared_ptr<SaveStatus> CheckpointWriter::Impl::submit(SaveRequest request, 
                 if (buffer.data) ::munmap(buffer.data, buffer.capacity);
                 buffer.data = nullptr;
                 buffer.capacity = 0;
-                const uint64_t grown = (need + need / 8 + (2u << 20) - 1) / (2u << 20) * (2u << 20);
+                const uint64_t grown = staging_capacity(need);
                 buffer.data = allocate_staging(grown);
                 buffer.capacity = grown;
             }
@@ -809,6 +904,7 @@ std::shared_ptr<SaveStatus> CheckpointWriter::Impl::submit(SaveRequest request, 
 }
 
 void CheckpointWriter::wait_all() {
+    if (::getpid() != impl_->owner_pid) forked_child_misuse("wait_all");
     std::unique_lock<std::mutex> lock(impl_->mutex);
     impl_->space_cv.wait(lock, [&] { return impl_->pending == 0; });
 }
@@ -839,6 +935,140 @@ std::shared_ptr<SaveStatus> write_tensors(CheckpointWriter& writer, const std::s
     SaveRequest request = tensor_dict_request(path, tensors);
     request.retention = std::move(retention);
     return writer.submit(std::move(request));
+}
+
+// ---- Files in a checkpoint folder -------------------------------------------------
+
+std::string checkpoint_file_name(const std::string& prefix, uint64_t step, const std::string& suffix) {
+    char digits[24];
+    std::snprintf(digits, sizeof digits, "%012llu", static_cast<unsigned long long>(step));
+    return prefix + digits + suffix;
+}
+
+bool parse_checkpoint_name(const std::string& name, const std::string& prefix, const std::string& suffix,
+                           uint64_t* step) {
+    if (name.size() <= prefix.size() + suffix.size()) return false;
+    if (name.compare(0, prefix.size(), prefix) != 0) return false;
+    if (name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) return false;
+    uint64_t v = 0;
+    for (size_t i = prefix.size(); i < name.size() - suffix.size(); ++i) {
+        const char c = name[i];
+        if (c < '0' || c > '9') return false;
+        if (v > (UINT64_MAX - 9) / 10) return false;
+        v = v * 10 + uint64_t(c - '0');
+    }
+    *step = v;
+    return true;
+}
+
+bool is_temporary_name(const std::string& name) {
+    const size_t mark = name.rfind(".tmp-");
+    if (name.size() < 2 || name[0] != '.' || mark == std::string::npos || mark < 2) return false;
+    size_t i = mark + 5, digits = 0;
+    for (; i < name.size() && name[i] >= '0' && name[i] <= '9'; ++i) ++digits;
+    if (digits == 0 || i >= name.size() || name[i] != '-') return false;
+    const std::string hex = name.substr(i + 1);
+    if (hex.size() != 16) return false;
+    for (const char c : hex)
+        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+    return true;
+}
+
+std::vector<CommittedFile> list_checkpoints(const std::string& folder, const std::string& prefix,
+                                            const std::string& suffix, CheckpointOrder order) {
+    std::vector<CommittedFile> found;
+    DIR* dir = ::opendir(folder.c_str());
+    if (!dir) {
+        if (errno == ENOENT) return found;
+        throw std::system_error(errno, std::generic_category(), "list checkpoints in '" + folder + "'");
+    }
+    while (const dirent* entry = ::readdir(dir)) {
+        CommittedFile f;
+        f.name = entry->d_name;
+        if (!parse_checkpoint_name(f.name, prefix, suffix, &f.step)) continue;
+        struct stat st;
+        if (::fstatat(::dirfd(dir), entry->d_name, &st, 0) != 0 || !S_ISREG(st.st_mode)) continue;  // just deleted
+#ifdef __APPLE__
+        f.commit_ns = int64_t(st.st_mtimespec.tv_sec) * 1000000000 + st.st_mtimespec.tv_nsec;
+#else
+        f.commit_ns = int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+#endif
+        found.push_back(std::move(f));
+    }
+    ::closedir(dir);
+    if (order == CheckpointOrder::Commit)
+        std::sort(found.begin(), found.end(), [](const CommittedFile& a, const CommittedFile& b) {
+            return a.commit_ns != b.commit_ns ? a.commit_ns < b.commit_ns : a.step < b.step;
+        });
+    else
+        std::sort(found.begin(), found.end(), [](const CommittedFile& a, const CommittedFile& b) {
+            return a.step != b.step ? a.step < b.step : a.commit_ns < b.commit_ns;
+        });
+    return found;
+}
+
+int remove_stale_temporaries(const std::string& folder) {
+    DIR* dir = ::opendir(folder.c_str());
+    if (!dir) return 0;
+    std::vector<std::string> names;
+    while (const dirent* entry = ::readdir(dir))
+        if (is_temporary_name(entry->d_name)) names.emplace_back(entry->d_name);
+    const int dfd = ::dirfd(dir);
+    int removed = 0;
+    for (const std::string& name : names) {
+        const int fd = ::openat(dfd, name.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+        if (fd < 0) continue;
+        // The lock is free only when its writer is gone (or has not locked yet: it then sees
+        // the file unlinked and starts over). Any doubt (no lock support): keep the file.
+        struct stat held, named;
+        if (lock_file(fd, false) == 0 && ::fstat(fd, &held) == 0 && S_ISREG(held.st_mode) && held.st_nlink > 0 &&
+            ::fstatat(dfd, name.c_str(), &named, AT_SYMLINK_NOFOLLOW) == 0 && named.st_ino == held.st_ino &&
+            named.st_dev == held.st_dev && ::unlinkat(dfd, name.c_str(), 0) == 0)
+            ++removed;
+        ::close(fd);
+    }
+    ::closedir(dir);
+    return removed;
+}
+
+uint64_t staging_capacity(uint64_t bytes) {
+    const uint64_t want = bytes + bytes / 8;
+    return std::max<uint64_t>(kStagingQuantum, (want + kStagingQuantum - 1) / kStagingQuantum * kStagingQuantum);
+}
+
+StagingBuffer::StagingBuffer(uint64_t bytes) : size_(bytes) {
+    if (bytes == 0) return;
+    data_ = allocate_staging(bytes);
+}
+
+void StagingBuffer::populate(uint64_t offset, uint64_t length, int threads) const {
+    if (!data_ || offset >= size_) return;
+    const uint64_t page = 4096;
+    uint64_t begin = offset / page * page;
+    const uint64_t end = std::min(size_, length > size_ - offset ? size_ : offset + length);
+    auto fault_in = [this](uint64_t from, uint64_t to) {
+        if (to <= from) return;
+#ifdef MADV_POPULATE_WRITE
+        if (::madvise(data_ + from, to - from, MADV_POPULATE_WRITE) == 0) return;  // Linux >= 5.14
+#endif
+        for (uint64_t off = from; off < to; off += 4096) __atomic_fetch_or(data_ + off, uint8_t(0), __ATOMIC_RELAXED);
+    };
+    const uint64_t parts = std::max<uint64_t>(1, std::min<uint64_t>(uint64_t(std::max(threads, 1)),
+                                                                     (end - begin) / (64ull << 20)));
+    const uint64_t share = ((end - begin) / parts + page - 1) / page * page;
+    std::vector<std::thread> helpers;
+    try {
+        for (uint64_t i = 1; i < parts; ++i)
+            helpers.emplace_back(fault_in, begin + i * share, std::min(end, begin + (i + 1) * share));
+    } catch (...) {  // no threads to spare: the rest on this one
+        for (uint64_t i = helpers.size() + 1; i < parts; ++i) fault_in(begin + i * share, std::min(end, begin + (i + 1) * share));
+    }
+    fault_in(begin, std::min(end, begin + share));
+    for (auto& t : helpers) t.join();
+}
+
+StagingBuffer::~StagingBuffer() {
+    if (data_) ::munmap(data_, size_);
 }
 
 }  // namespace qrnn::checkpoint

@@ -12,9 +12,11 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <optional>
 #include <stdexcept>
+#include <system_error>
 #include <tuple>
 #include <type_traits>
 
@@ -217,6 +219,54 @@ void bind_checkpoint(py::module_& m) {
           },
           py::arg("data"), py::arg("crc") = 0, "CRC-32 (zip) of a buffer, continuing from crc.");
 
+    // Folder rules (names, commit order, temporaries, staging sizes) live in C++ only.
+    m.def("checkpoint_file_name", &ckpt::checkpoint_file_name, py::arg("prefix"), py::arg("step"), py::arg("suffix"));
+    m.def("checkpoint_parse_name",
+          [](const std::string& name, const std::string& prefix, const std::string& suffix) -> py::object {
+              uint64_t step;
+              if (!ckpt::parse_checkpoint_name(name, prefix, suffix, &step)) return py::none();
+              return py::int_(step);
+          },
+          py::arg("name"), py::arg("prefix"), py::arg("suffix"), "The step of a final name, or None.");
+    m.def("checkpoint_is_temporary", &ckpt::is_temporary_name, py::arg("name"));
+    m.def("checkpoint_list",
+          [](const std::string& folder, const std::string& prefix, const std::string& suffix, bool by_step) {
+              std::vector<ckpt::CommittedFile> files;
+              {
+                  py::gil_scoped_release release;
+                  try {
+                      files = ckpt::list_checkpoints(folder, prefix, suffix,
+                                                     by_step ? ckpt::CheckpointOrder::Step : ckpt::CheckpointOrder::Commit);
+                  } catch (const std::system_error& e) {
+                      py::gil_scoped_acquire acquire;
+                      errno = e.code().value();
+                      PyErr_SetFromErrnoWithFilename(PyExc_OSError, folder.c_str());
+                      throw py::error_already_set();
+                  }
+              }
+              py::list out;
+              for (const auto& f : files) out.append(py::make_tuple(f.name, f.step, f.commit_ns));
+              return out;
+          },
+          py::arg("folder"), py::arg("prefix"), py::arg("suffix"), py::arg("by_step") = false,
+          "[(name, step, commit_ns)] of committed checkpoints, oldest commit (or step) first.");
+    m.def("checkpoint_remove_stale_temporaries", &ckpt::remove_stale_temporaries, py::arg("folder"),
+          py::call_guard<py::gil_scoped_release>());
+    m.def("checkpoint_staging_capacity", &ckpt::staging_capacity, py::arg("bytes"));
+    m.attr("checkpoint_staging_alignment") = ckpt::kStagingAlignment;
+
+    py::class_<ckpt::StagingBuffer>(m, "CheckpointStaging")
+        .def(py::init([](uint64_t bytes) {
+                 py::gil_scoped_release release;
+                 return std::make_unique<ckpt::StagingBuffer>(bytes);
+             }),
+             py::arg("bytes"))
+        .def_property_readonly("address", [](const ckpt::StagingBuffer& b) { return reinterpret_cast<uintptr_t>(b.data()); })
+        .def_property_readonly("capacity", &ckpt::StagingBuffer::size)
+        .def("populate", &ckpt::StagingBuffer::populate, py::arg("offset") = 0, py::arg("length") = UINT64_MAX,
+             py::arg("threads") = 1, py::call_guard<py::gil_scoped_release>(),
+             "Fault [offset, offset + length) in without changing it (safe during a staging copy).");
+
     py::class_<ckpt::SaveStatus, std::shared_ptr<ckpt::SaveStatus>>(m, "CheckpointStatus")
         .def("done", &ckpt::SaveStatus::done)
         .def("staged", &ckpt::SaveStatus::staged)
@@ -246,8 +296,9 @@ void bind_checkpoint(py::module_& m) {
 
     py::class_<ckpt::CheckpointWriter>(m, "CheckpointWriter")
         .def(py::init([](int max_pending, int copy_threads, bool direct_io, bool sync, uint64_t fail_after_bytes,
-                         int fail_errno, bool fail_throw, int writer_nice) {
+                         int fail_errno, bool fail_throw, int writer_nice, int fail_times) {
                  ckpt::WriterOptions o;
+                 o.fault.times = fail_times;
                  o.writer_nice = writer_nice;
                  o.max_pending = max_pending;
                  o.copy_threads = copy_threads;
@@ -260,7 +311,7 @@ void bind_checkpoint(py::module_& m) {
              }),
              py::arg("max_pending") = 1, py::arg("copy_threads") = 2, py::arg("direct_io") = true,
              py::arg("sync") = true, py::arg("fail_after_bytes") = UINT64_MAX, py::arg("fail_errno") = 0,
-             py::arg("fail_throw") = false, py::arg("writer_nice") = 10)
+             py::arg("fail_throw") = false, py::arg("writer_nice") = 10, py::arg("fail_times") = -1)
         .def("plan",
              [](ckpt::CheckpointWriter&, const std::string& path, const py::bytes& pickle,
                 const std::vector<Source>& sources) {

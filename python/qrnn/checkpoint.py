@@ -14,9 +14,17 @@ staging buffer allocated once (pinned when CUDA tensors are saved). CPU bytes ar
 C++ threads with the GIL released; CUDA bytes are copied on a side stream, and the current
 stream waits for that copy before running anything after ``save()``, so the host does not
 wait at all. A C++ writer thread then computes CRCs and writes the file in torch.save's zip
-layout to a temporary name in the same folder, fsyncs it, renames it over
-``<directory>/ckpt-<step:012d>.pt``, fsyncs the folder, and deletes checkpoints beyond
-``keep_last``. A process killed at any moment never leaves a partial file under a final name.
+layout to a temporary name in the same folder (locked while it writes), fsyncs it, renames it
+over ``<directory>/ckpt-<step:012d>.pt``, fsyncs the folder, and deletes the checkpoints
+committed before the ``keep_last`` most recent ones. A process killed at any moment never
+leaves a partial file under a final name; the next writer into that folder removes its
+temporary (only temporaries whose writer is gone: their lock is free, whatever process
+namespace or host the writer ran in). Readers (``latest()``, ``checkpoints()``, ``load``)
+never delete anything.
+
+Order: the commit order (each commit is stamped after every earlier checkpoint in the
+folder, as its modification time), not the step: after a rollback to an earlier step the
+new saves are the latest and are kept. ``latest(order="step")`` gives the highest step.
 
 Snapshot semantics: the file holds the values at the moment ``save()`` was called, even if
 training changes every tensor right after (CPU tensors such as Adam's ``step`` included).
@@ -29,11 +37,19 @@ else modifies a saved tensor in place before that ``optimizer.step()``: not the 
 ``load_state_dict``, not a manual ``param.data.copy_``. Save such state in default mode, or
 call ``handle.wait_staged()`` before modifying it.
 
+Any number of overlap saves, checkpointers and user hooks may share an optimizer.
+
 Errors (full disk, file-size limit, read-only or vanished folder, a failure inside the
 writer thread) raise :class:`CheckpointError` from the next ``save()``, ``wait()`` or
 ``close()`` (and from that save's ``handle.result()``); the previous checkpoint is untouched
-and no temporary file is left. ``max_pending`` bounds the snapshots held in memory: a further
-``save()`` waits for the oldest, or returns ``None`` at once with ``block=False``.
+and no temporary file is left. A ``save()`` that reports an earlier failure still makes its
+own save first (its handle is ``error.next_handle``): one failure costs one checkpoint.
+``max_pending`` bounds the snapshots held in memory: a further ``save()`` waits for the
+oldest, or returns ``None`` at once with ``block=False``.
+
+Fork: in a child created by ``os.fork()`` a checkpointer inherited from the parent works
+with fresh writer threads; the parent's saves stay the parent's (their handles raise
+RuntimeError in the child), and nothing in the child waits for them.
 """
 
 from __future__ import annotations
@@ -47,13 +63,11 @@ import operator
 import os
 import pickle
 import queue
-import re
 import struct
 import threading
 import time
 import warnings
 import weakref
-import zipfile
 from typing import Any, Iterable, Optional, Union
 
 import torch
@@ -62,9 +76,8 @@ from . import _C
 
 __all__ = ["AsyncCheckpointer", "SaveHandle", "CheckpointError", "CorruptCheckpointError", "load", "verify"]
 
-_IO_ALIGNMENT = 4096          # staging buffers start on a page: the writer uses O_DIRECT
-_GROWTH_QUANTUM = 2 << 20     # staging buffers grow in 2 MiB steps, with 1/8 headroom
-_STEP_DIGITS = 12
+# Staging sizes, alignment, file names and order are the C++ writer's rules (qrnn._C).
+_IO_ALIGNMENT = _C.checkpoint_staging_alignment  # staging images start here: the writer uses O_DIRECT
 
 
 class CheckpointError(OSError):
@@ -77,6 +90,8 @@ class CheckpointError(OSError):
         super().__init__(errno, message, filename)
         self.step = step
         self.operation = operation
+        self.next_handle: Optional["SaveHandle"] = None  # set when a later save() reports it: that save's handle
+        self._handle = None
 
 
 class CorruptCheckpointError(ValueError):
@@ -199,8 +214,9 @@ class _StagingSlot:
     """One reusable staging image: allocated once, grown rarely, freed on this thread."""
 
     def __init__(self):
-        self.buffer: Optional[torch.Tensor] = None
-        self.image: Optional[torch.Tensor] = None  # page-aligned view the archive is built in
+        self.buffer = None                          # CheckpointStaging, or a pinned tensor (CUDA saves)
+        self.image: Optional[torch.Tensor] = None  # pinned only: page-aligned view the GPU copies into
+        self.address = 0
         self.capacity = 0
         self.pinned = False
         self.handle: Optional[SaveHandle] = None   # the save using it, until done
@@ -208,26 +224,69 @@ class _StagingSlot:
     def free(self) -> bool:
         return self.handle is None or self.handle._status.done()
 
-    def ensure(self, nbytes: int, pinned: bool) -> None:
+    def ensure(self, nbytes: int, pinned: bool, populate_threads: int = 0) -> None:
+        """Room for an image of `nbytes`; a new buffer's first `nbytes` are faulted in on
+        `populate_threads` threads (0: left to the copy, or to a background thread)."""
         if self.capacity >= nbytes and (self.pinned or not pinned):
             return
         self.buffer = self.image = None  # drop the old one first: peak memory of one buffer
-        capacity = -(-(nbytes + nbytes // 8) // _GROWTH_QUANTUM) * _GROWTH_QUANTUM
-        buffer = torch.empty(capacity + _IO_ALIGNMENT, dtype=torch.uint8, pin_memory=pinned)
-        if not pinned:
-            buffer.zero_()  # fault the pages in now rather than during a save
-        skip = -buffer.data_ptr() % _IO_ALIGNMENT
-        self.buffer, self.image = buffer, buffer[skip:skip + capacity]
-        self.capacity, self.pinned = capacity, pinned
-
-    @property
-    def address(self) -> int:
-        return self.image.data_ptr()
+        self.address = self.capacity = 0
+        capacity = _C.checkpoint_staging_capacity(nbytes)
+        if pinned:
+            buffer = torch.empty(capacity + _IO_ALIGNMENT, dtype=torch.uint8, pin_memory=True)
+            skip = -buffer.data_ptr() % _IO_ALIGNMENT
+            self.image = buffer[skip:skip + capacity]
+            self.address = self.image.data_ptr()
+        else:
+            # No zeroing pass (it made the first save slower than torch.save): the kernel
+            # populates the pages the file needs, cheaper than the copy's own page faults;
+            # the 1/8 headroom stays untouched.
+            buffer = _C.CheckpointStaging(capacity)
+            if populate_threads:
+                buffer.populate(0, nbytes, populate_threads)
+            self.address = buffer.address
+        self.buffer, self.capacity, self.pinned = buffer, capacity, pinned
 
 
 # ---- Handles ------------------------------------------------------------------------
 
 _save_counter = itertools.count()
+_fork_generation = 0  # bumped in a forked child: handles from before belong to the parent
+
+
+def _parent_save(handle: "SaveHandle") -> bool:
+    return handle._generation != _fork_generation
+
+
+def _parents_save_error(handle: "SaveHandle") -> RuntimeError:
+    return RuntimeError(f"checkpoint step {handle.step} was saved by the parent process before fork(); "
+                        "its outcome is known only there")
+
+
+# Overlap barriers: one permanent step pre-hook per optimizer, registered once and never
+# removed (removing a hook while torch runs the hooks breaks optimizer.step()); it waits
+# for every save queued on that optimizer since its last step.
+_barrier_lock = threading.Lock()
+_barriers: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _step_barrier(optimizer, args, kwargs) -> None:
+    with _barrier_lock:
+        pending = _barriers.get(optimizer)
+        handles = list(pending) if pending else []
+        if pending:
+            pending.clear()
+    for handle in handles:
+        handle._barrier_wait()
+
+
+def _add_barrier(optimizer: torch.optim.Optimizer, handle: "SaveHandle") -> None:
+    with _barrier_lock:
+        pending = _barriers.get(optimizer)
+        if pending is None:
+            pending = _barriers[optimizer] = []
+            optimizer.register_step_pre_hook(_step_barrier)
+        pending.append(handle)
 
 
 class SaveHandle:
@@ -244,15 +303,20 @@ class SaveHandle:
         self._reported = False
         self._warned = False
         self._sequence = next(_save_counter)
-        self._barrier_hooks: list = []
+        self._generation = _fork_generation
+        self._barrier_done = False
         self.blocked_seconds = 0.0       # time the training thread spent in save() and barriers
 
     def done(self) -> bool:
+        if _parent_save(self):
+            raise _parents_save_error(self)
         return self._status.done()
 
     def wait_staged(self) -> None:
         """Block until the snapshot is complete: afterwards the saved tensors may change.
         For CUDA tensors, the current streams wait for the copy (the host does not)."""
+        if _parent_save(self):
+            return  # the parent's snapshot: nothing in this process waits for it
         start = time.perf_counter()
         self._status.wait_staged()
         if self._cuda_done and not self._stream_waited:
@@ -261,14 +325,18 @@ class SaveHandle:
             self._stream_waited = True
         if not self._cuda_done:
             self._sources = None
-        for hook in self._barrier_hooks:
-            hook.remove()
-        self._barrier_hooks = []
+        self._barrier_done = True
         self.blocked_seconds += time.perf_counter() - start
+
+    def _barrier_wait(self) -> None:
+        if not self._barrier_done:
+            self.wait_staged()
 
     def result(self, timeout: Optional[float] = None) -> str:
         """The committed file's path; raises CheckpointError if the save failed, TimeoutError
         if it is still running after ``timeout`` seconds."""
+        if _parent_save(self):
+            raise _parents_save_error(self)
         if not self._status.wait(timeout):
             raise TimeoutError(f"checkpoint step {self.step} still being written after {timeout} s")
         error = self._error()
@@ -279,6 +347,8 @@ class SaveHandle:
 
     def exception(self) -> Optional[CheckpointError]:
         """None while running or after success, else the error (without raising it)."""
+        if _parent_save(self):
+            raise _parents_save_error(self)
         return self._error() if self._status.done() else None
 
     @property
@@ -299,6 +369,8 @@ class SaveHandle:
         return CheckpointError(errno, message, filename or None, step=self.step, operation=operation)
 
     def __repr__(self) -> str:
+        if _parent_save(self):
+            return f"SaveHandle(step={self.step}, path={self.path!r}, the parent process's)"
         state = "running" if not self.done() else ("failed" if self._error() else "committed")
         return f"SaveHandle(step={self.step}, path={self.path!r}, {state})"
 
@@ -306,6 +378,20 @@ class SaveHandle:
 # ---- The checkpointer ---------------------------------------------------------------
 
 _live_checkpointers: "weakref.WeakSet[AsyncCheckpointer]" = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """The writer threads, the CUDA waiter and any lock holder stayed in the parent."""
+    global _fork_generation, _barrier_lock, _barriers
+    _fork_generation += 1
+    _barrier_lock = threading.Lock()
+    _barriers = weakref.WeakKeyDictionary()  # the parent's pending barriers are not ours to wait for
+    for checkpointer in list(_live_checkpointers):
+        checkpointer._reset_after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 @atexit.register
@@ -345,8 +431,8 @@ class _CudaWaiter(threading.Thread):
 
 class AsyncCheckpointer:
     """Saves checkpoints of ``state`` in the background into ``directory`` (created if
-    missing) as ``<prefix><step:012d>.pt``, keeping the ``keep_last`` highest steps (None:
-    all) and holding at most ``max_pending`` snapshots in memory. ``copy_threads`` threads do
+    missing) as ``<prefix><step:012d>.pt``, keeping the ``keep_last`` most recently committed
+    checkpoints (None: all) and holding at most ``max_pending`` snapshots in memory. ``copy_threads`` threads do
     the CPU staging copy in default mode (one thread in overlap mode). ``direct_io`` writes
     with O_DIRECT where the file system supports it (less CPU and page-cache churn)."""
 
@@ -371,19 +457,21 @@ class AsyncCheckpointer:
         self.max_pending = max_pending
         self.prefix = prefix
         self.suffix = ".pt"
-        self._name_re = re.compile(re.escape(prefix) + r"(\d+)" + re.escape(self.suffix) + r"\Z")
         self._copy_threads = copy_threads
         fault = _fault or {}
-        self._writer = _C.CheckpointWriter(max_pending=max_pending, copy_threads=copy_threads, direct_io=direct_io,
-                                           sync=_sync, fail_after_bytes=fault.get("after_bytes", 2**64 - 1),
-                                           fail_errno=fault.get("errno", 0), fail_throw=fault.get("throw", False))
+        self._writer_options = dict(max_pending=max_pending, copy_threads=copy_threads, direct_io=direct_io,
+                                    sync=_sync, fail_after_bytes=fault.get("after_bytes", 2**64 - 1),
+                                    fail_errno=fault.get("errno", 0), fail_throw=fault.get("throw", False),
+                                    fail_times=fault.get("times", -1))
+        self._writer = _C.CheckpointWriter(**self._writer_options)
         self._slots = [_StagingSlot() for _ in range(max_pending)]
         self._handles: list[SaveHandle] = []
         self._lock = threading.RLock()
         self._streams: dict = {}
         self._cuda_waiter: Optional[_CudaWaiter] = None
         self._closed = False
-        self._remove_stale_temporaries()
+        # Nothing is deleted here: a checkpointer may only read (an evaluator's). The writer
+        # removes dead writers' temporaries before its first save into the folder.
         _live_checkpointers.add(self)
 
     # -- public API --
@@ -394,7 +482,8 @@ class AsyncCheckpointer:
 
         Returns a :class:`SaveHandle`, or None when ``block=False`` and ``max_pending`` saves
         are still in flight (the save is skipped). Raises :class:`CheckpointError` for an
-        earlier save that failed (this save is then not made). With ``overlap_with`` (an
+        earlier save that failed, after making this save (its handle: the error's
+        ``next_handle``). With ``overlap_with`` (an
         optimizer or several), the snapshot completes in the background and the optimizers'
         next ``step()`` waits for it; see the module notes for when that is safe."""
         start = time.perf_counter()
@@ -404,47 +493,95 @@ class AsyncCheckpointer:
         optimizers = self._optimizers(overlap_with)
         with self._lock:
             self._check_open()
-            self._raise_unreported()
+            earlier = self._take_unreported()
             slot = self._acquire_slot(block)
             if slot is None:
+                if earlier is not None:
+                    raise earlier
                 return None
-            self._raise_unreported()  # the save we waited for may have failed
-            data, stored = _pickle_state(state)
-            path = os.path.join(self.directory, f"{self.prefix}{step:0{_STEP_DIGITS}d}{self.suffix}")
-            on_gpu = [s.device.type != "cpu" for s in stored]
-            for s, gpu in zip(stored, on_gpu):
-                if gpu and s.device.type != "cuda":
-                    raise TypeError(f"qrnn.checkpoint saves CPU and CUDA tensors, got one on {s.device}")
-            sources = [(0 if gpu else s.storage.data_ptr(), s.nbytes) for s, gpu in zip(stored, on_gpu)]
-            offsets, staging_size, _ = self._writer.plan(path, data, sources)
-            slot.ensure(staging_size, pinned=any(on_gpu))
-            gate, cuda_done = None, {}
-            if any(on_gpu):
-                gate = _C.CheckpointGate()
-                cuda_done = self._stage_cuda(slot, stored, on_gpu, offsets)
+            if earlier is None:
+                earlier = self._take_unreported()  # the save we waited for may have failed
             try:
-                status = self._writer.submit(
-                    path, data, sources, staging=slot.address, staging_capacity=slot.capacity, gate=gate,
-                    keep_last=self.keep_last or 0, prefix=self.prefix, suffix=self.suffix,
-                    copy_threads=1 if optimizers else self._copy_threads, block=True)
+                handle = self._submit(state, step, optimizers, slot)
             except BaseException:
-                for event in cuda_done.values():  # the slot is reused: let the copies land first
-                    event.synchronize()
+                if earlier is not None:  # this save failed before starting: report the earlier one later
+                    earlier._handle._reported = False
+                    self._handles.insert(0, earlier._handle)
                 raise
-            handle = SaveHandle(status, step, path, cuda_done, [s.storage for s in stored])
-            slot.handle = handle
-            self._handles.append(handle)
-            if gate is not None:
-                self._waiter().queue.put((cuda_done, gate, handle))
         if optimizers:
-            def barrier(optimizer, args, kwargs):
-                handle.wait_staged()
-            handle._barrier_hooks = [opt.register_step_pre_hook(barrier) for opt in optimizers]
+            for opt in optimizers:
+                _add_barrier(opt, handle)
             handle.blocked_seconds = time.perf_counter() - start
         else:
             handle.wait_staged()
             handle.blocked_seconds = time.perf_counter() - start
+        if earlier is not None:
+            earlier.next_handle = handle
+            raise earlier
         return handle
+
+    def _submit(self, state, step: int, optimizers: list, slot: "_StagingSlot") -> SaveHandle:
+        """Under the lock: pickle, plan, stage (or queue the GPU copies) and submit one save."""
+        if self._writer is None:
+            self._writer = _C.CheckpointWriter(**self._writer_options)
+        data, stored = _pickle_state(state)
+        path = os.path.join(self.directory, _C.checkpoint_file_name(self.prefix, step, self.suffix))
+        on_gpu = [s.device.type != "cpu" for s in stored]
+        for s, gpu in zip(stored, on_gpu):
+            if gpu and s.device.type != "cuda":
+                raise TypeError(f"qrnn.checkpoint saves CPU and CUDA tensors, got one on {s.device}")
+        sources = [(0 if gpu else s.storage.data_ptr(), s.nbytes) for s, gpu in zip(stored, on_gpu)]
+        offsets, staging_size, _ = self._writer.plan(path, data, sources)
+        # Overlap mode: the background copy faults the pages in, save() must not wait for it.
+        slot.ensure(staging_size, pinned=any(on_gpu), populate_threads=0 if optimizers else self._copy_threads)
+        gate, cuda_done = None, {}
+        if any(on_gpu):
+            gate = _C.CheckpointGate()
+            cuda_done = self._stage_cuda(slot, stored, on_gpu, offsets)
+        try:
+            status = self._writer.submit(
+                path, data, sources, staging=slot.address, staging_capacity=slot.capacity, gate=gate,
+                keep_last=self.keep_last or 0, prefix=self.prefix, suffix=self.suffix,
+                copy_threads=1 if optimizers else self._copy_threads, block=True)
+        except BaseException:
+            for event in cuda_done.values():  # the slot is reused: let the copies land first
+                event.synchronize()
+            raise
+        handle = SaveHandle(status, step, path, cuda_done, [s.storage for s in stored])
+        slot.handle = handle
+        self._handles.append(handle)
+        if gate is not None:
+            self._waiter().queue.put((cuda_done, gate, handle))
+        return handle
+
+    def reserve(self, state: Any, *, wait: bool = False) -> None:
+        """Allocate the staging memory that saves of ``state`` (or of a state with tensors of
+        the same sizes) need, in every free slot, and fault it in on a background thread, so
+        that even the first save() only copies. Call it once the state has its final sizes
+        (e.g. after the first optimizer step creates Adam's state); a save() that comes
+        first is still correct (the copy and the background thread share the memory safely).
+        ``wait=True`` returns once the memory is in place."""
+        with self._lock:
+            self._check_open()
+            if self._writer is None:
+                self._writer = _C.CheckpointWriter(**self._writer_options)
+            data, stored = _pickle_state(state)
+            path = os.path.join(self.directory, _C.checkpoint_file_name(self.prefix, 0, self.suffix))
+            _, staging_size, _ = self._writer.plan(path, data, [(0, s.nbytes) for s in stored])
+            pinned = any(s.device.type != "cpu" for s in stored)
+            buffers = []
+            for slot in self._slots:
+                if slot.free():
+                    slot.ensure(staging_size, pinned=pinned)
+                    if not slot.pinned:
+                        buffers.append(slot.buffer)  # the thread's reference keeps it mapped
+        if not buffers:
+            return
+        thread = threading.Thread(target=lambda: [b.populate(0, staging_size) for b in buffers],
+                                  name="qrnn-checkpoint-reserve", daemon=True)
+        thread.start()
+        if wait:
+            thread.join()
 
     def wait(self) -> None:
         """Block until every save so far is committed; raise the first unreported failure."""
@@ -464,35 +601,30 @@ class AsyncCheckpointer:
                 for handle in list(self._handles):
                     handle._status.wait()
             finally:
-                self._writer.close()
+                if self._writer is not None:
+                    self._writer.close()
                 if self._cuda_waiter is not None:
                     self._cuda_waiter.queue.put(None)
                     self._cuda_waiter.join()
                 self._slots = []
             self._raise_unreported()
 
-    def latest(self) -> Optional[str]:
-        """Path of the newest (highest step) committed checkpoint in the directory, or None.
-        Temporary files of saves in progress are never returned."""
-        best, best_step = None, -1
-        try:
-            names = os.listdir(self.directory)
-        except FileNotFoundError:
-            return None
-        for name in names:
-            match = self._name_re.match(name)
-            if match and int(match.group(1)) > best_step:
-                best, best_step = name, int(match.group(1))
-        return None if best is None else os.path.join(self.directory, best)
+    def latest(self, order: str = "commit") -> Optional[str]:
+        """Path of the most recently committed checkpoint in the directory (``order="step"``:
+        of the highest step), or None. Temporary files of saves in progress are never
+        returned, and nothing is deleted."""
+        found = self._list(order)
+        return os.path.join(self.directory, found[-1][0]) if found else None
 
-    def checkpoints(self) -> list[str]:
-        """Paths of all committed checkpoints in the directory, oldest step first."""
-        found = []
-        for name in os.listdir(self.directory):
-            match = self._name_re.match(name)
-            if match:
-                found.append((int(match.group(1)), os.path.join(self.directory, name)))
-        return [path for _, path in sorted(found)]
+    def checkpoints(self, order: str = "commit") -> list[str]:
+        """Paths of all committed checkpoints in the directory, oldest commit first
+        (``order="step"``: lowest step first). Reads only."""
+        return [os.path.join(self.directory, name) for name, _, _ in self._list(order)]
+
+    def _list(self, order: str) -> list:
+        if order not in ("commit", "step"):
+            raise ValueError(f"order must be 'commit' or 'step', got {order!r}")
+        return _C.checkpoint_list(self.directory, self.prefix, self.suffix, by_step=order == "step")
 
     def __enter__(self) -> "AsyncCheckpointer":
         return self
@@ -540,8 +672,26 @@ class AsyncCheckpointer:
         oldest.handle._status.wait()  # releases the GIL
         return oldest
 
+    def _reset_after_fork(self) -> None:
+        """In a forked child: fresh lock, no inherited saves, a new writer (fresh threads)."""
+        self._lock = threading.RLock()
+        self._handles = []
+        for slot in self._slots:
+            slot.handle = None
+        self._cuda_waiter = None
+        self._streams = {}
+        # The inherited writer has no threads here (its C++ side leaks it); a new one starts at
+        # the first save, so children that never save (data-loader workers) start no threads.
+        self._writer = None
+
     def _raise_unreported(self) -> None:
-        """Forget finished saves; raise the oldest failure nobody has been told about yet."""
+        error = self._take_unreported()
+        if error is not None:
+            raise error
+
+    def _take_unreported(self) -> Optional[CheckpointError]:
+        """Forget finished saves; return the oldest failure nobody has been told about yet
+        (marked as told)."""
         error, remaining = None, []
         for handle in self._handles:
             if not handle._status.done():
@@ -556,14 +706,14 @@ class AsyncCheckpointer:
                 continue
             if error is None:
                 handle._reported, error = True, failure
+                failure._handle = handle  # to un-report it if the save() reporting it fails itself
             else:
                 remaining.append(handle)  # raised by the next call
         self._handles = remaining
         for slot in self._slots:
             if slot.handle is not None and slot.handle._status.done():
                 slot.handle = None  # let its storages go
-        if error is not None:
-            raise error
+        return error
 
     def _waiter(self) -> _CudaWaiter:
         if self._cuda_waiter is None:
@@ -593,28 +743,6 @@ class AsyncCheckpointer:
             done[device] = event
         return done
 
-    def _remove_stale_temporaries(self) -> None:
-        """Delete temporary files left by processes that died while saving here."""
-        temp_re = re.compile(r"\.(.+)\.tmp-(\d+)-\d+\Z")
-        for name in os.listdir(self.directory):
-            match = temp_re.match(name)
-            if not match or not self._name_re.match(match.group(1)):
-                continue
-            pid = int(match.group(2))
-            if pid == os.getpid():
-                continue
-            try:
-                os.kill(pid, 0)
-                continue  # still running: maybe saving right now
-            except ProcessLookupError:
-                pass
-            except PermissionError:
-                continue
-            try:
-                os.unlink(os.path.join(self.directory, name))
-            except FileNotFoundError:
-                pass
-
 
 # ---- Reading ------------------------------------------------------------------------
 
@@ -625,45 +753,135 @@ def load(path: Union[str, os.PathLike], map_location=None, *, weights_only: bool
 
 
 def verify(path: Union[str, os.PathLike]) -> None:
-    """Check every record's CRC-32 (torch.load never does). Raises
-    :class:`CorruptCheckpointError` naming the first damaged record; returns None when intact."""
+    """Check the whole archive: every central-directory field against its local header,
+    data descriptor and the data (names, offsets, sizes, flags, method, CRC-32, which
+    torch.load never checks), the end records, and that the records tile the file. Raises
+    :class:`CorruptCheckpointError` (never another exception for a damaged file) naming the
+    first damaged record; returns None when intact. A file it accepts loads as written."""
     path = os.fspath(path)
     with open(path, "rb") as file:
         size = os.fstat(file.fileno()).st_size
-        try:
-            archive = zipfile.ZipFile(file)
-            infos = archive.infolist()
-        except (zipfile.BadZipFile, OSError, ValueError) as error:
-            raise CorruptCheckpointError(path, None, f"no readable zip directory ({error})") from None
         if size == 0:
             raise CorruptCheckpointError(path, None, "empty file")
         with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as mapped, memoryview(mapped) as view:
-            for info in infos:
-                problem = _check_record(view, info, size)
-                if problem:
-                    raise CorruptCheckpointError(path, info.filename, problem)
+            try:
+                problem = _check_archive(view, size)
+            except (struct.error, IndexError, ValueError, UnicodeDecodeError, OverflowError) as error:
+                problem = (None, f"unreadable zip structure ({type(error).__name__}: {error})")
+    if problem is not None:
+        raise CorruptCheckpointError(path, problem[0], problem[1])
 
 
-def _check_record(view: memoryview, info: zipfile.ZipInfo, size: int) -> Optional[str]:
-    offset = info.header_offset
-    if offset + 30 > size or bytes(view[offset:offset + 4]) != b"PK\x03\x04":
-        return "local header missing or damaged"
-    flags, method = struct.unpack("<HH", view[offset + 6:offset + 10])
-    name_len, extra_len = struct.unpack("<HH", view[offset + 26:offset + 30])
-    if bytes(view[offset + 30:offset + 30 + name_len]) != info.filename.encode():
-        return "name in the local header differs from the directory"
-    start = offset + 30 + name_len + extra_len
-    end = start + info.compress_size
-    if end > size:
-        return "payload runs past the end of the file"
-    if method != 0:
-        return "compressed record (checkpoints store records uncompressed)"
-    with view[start:end] as payload:
-        crc = _C.checkpoint_crc32(payload)
-    if crc != info.CRC:
-        return f"CRC mismatch: directory says {info.CRC:08x}, payload has {crc:08x}"
-    if flags & 0x08 and info.file_size and end + 8 <= size:
-        signature, descriptor_crc = struct.unpack("<II", view[end:end + 8])
-        if signature != 0x08074B50 or descriptor_crc != crc:
-            return "data descriptor after the payload is damaged"
+class _Damaged(Exception):
+    def __init__(self, record: Optional[str], problem: str):
+        super().__init__(problem)
+        self.record, self.problem = record, problem
+
+
+_U32, _U16 = 0xFFFFFFFF, 0xFFFF
+_ALLOWED_FLAGS = 0x0808  # data descriptor, UTF-8 names: anything else (encryption...) is not a checkpoint
+
+
+def _check_archive(view: memoryview, size: int) -> Optional[tuple]:
+    try:
+        _walk_archive(view, size)
+    except _Damaged as damaged:
+        return damaged.record, damaged.problem
     return None
+
+
+def _walk_archive(view: memoryview, size: int) -> None:
+    def need(ok: bool, problem: str, record: Optional[str] = None) -> None:
+        if not ok:
+            raise _Damaged(record, problem)
+
+    def read(fmt: str, offset: int) -> tuple:
+        need(0 <= offset and offset + struct.calcsize(fmt) <= size, "a header runs past the end of the file")
+        return struct.unpack_from(fmt, view, offset)
+
+    # End of central directory: exactly at the end (no comment), ZIP64 records right before.
+    need(size >= 22, "too short for a zip archive")
+    end = size - 22
+    sig, disk, cd_disk, n_here, n_total, cd_size, cd_offset, comment = read("<IHHHHIIH", end)
+    need(sig == 0x06054B50 and comment == 0, "end of central directory record missing or damaged")
+    need(disk == 0 and cd_disk == 0 and n_here == n_total, "end of central directory: multi-disk fields")
+    cd_end = end
+    if size >= 22 + 20 and read("<I", end - 20)[0] == 0x07064B50:
+        _, z_disk, z_offset, z_disks = read("<IIQI", end - 20)
+        need(z_disk == 0 and z_disks == 1 and z_offset + 56 == end - 20, "ZIP64 end locator damaged")
+        sig, rec_size, _, _, disk, cd_disk, n64_here, n64, cd64_size, cd64_offset = read("<IQHHIIQQQQ", z_offset)
+        need(sig == 0x06064B50 and rec_size == 44 and disk == 0 and cd_disk == 0 and n64_here == n64,
+             "ZIP64 end of central directory record damaged")
+        need(n_total in (n64, _U16) and cd_size in (cd64_size, _U32) and cd_offset in (cd64_offset, _U32),
+             "end of central directory disagrees with its ZIP64 record")
+        n_total, cd_size, cd_offset, cd_end = n64, cd64_size, cd64_offset, z_offset
+    need(cd_offset + cd_size == cd_end, "central directory size or offset damaged")
+
+    names: set = set()
+    prefix = None
+    cursor, tile = cd_offset, 0  # central directory position; where the next local record must start
+    for _ in range(n_total):
+        need(cursor + 46 <= cd_end, "central directory shorter than its entry count")
+        (sig, _made_by, version, flags, method, mtime, mdate, crc, csize, usize, name_len, extra_len, comment_len,
+         disk, _internal, external, offset) = read("<IHHHHHHIIIHHHHHII", cursor)
+        need(sig == 0x02014B50, "central directory entry signature damaged")
+        raw_name = bytes(view[cursor + 46:cursor + 46 + name_len])
+        name = raw_name.decode("utf-8", errors="replace")
+        need(cursor + 46 + name_len + extra_len + comment_len <= cd_end, "central directory entry runs past its end",
+             name)
+        need(flags & ~_ALLOWED_FLAGS == 0 and method == 0, "flags or compression method damaged", name)
+        need(disk == 0 and external & 0x10 == 0 and not name.endswith("/"), "attributes damaged", name)
+        need("/" in name and name not in names, "name damaged", name)
+        record_prefix = name.split("/", 1)[0]
+        need(prefix is None or record_prefix == prefix, "name outside the archive's folder", name)
+        prefix = record_prefix
+        names.add(name)
+        # ZIP64 extra: 64-bit values for exactly the 32-bit fields that overflowed.
+        wide = {}
+        extra = cursor + 46 + name_len
+        extra_end = extra + extra_len
+        while extra < extra_end:
+            need(extra + 4 <= extra_end, "extra field damaged", name)
+            kind, length = read("<HH", extra)
+            need(extra + 4 + length <= extra_end, "extra field damaged", name)
+            if kind == 1:
+                fields = [f for f, v in (("usize", usize), ("csize", csize), ("offset", offset)) if v == _U32]
+                need(length == 8 * len(fields), "ZIP64 extra field damaged", name)
+                for k, f in enumerate(fields):
+                    wide[f] = read("<Q", extra + 4 + 8 * k)[0]
+            extra += 4 + length
+        usize, csize, offset = wide.get("usize", usize), wide.get("csize", csize), wide.get("offset", offset)
+        need(_U32 not in (usize, csize, offset) or len(wide) > 0, "ZIP64 extra field missing", name)
+        need(usize == csize, "stored record whose sizes differ", name)
+        cursor = extra_end + comment_len
+
+        # Local header: same name, flags, method; records tile the file in order.
+        need(offset == tile, "local header offset damaged", name)
+        (sig, l_version, l_flags, l_method, l_time, l_date, l_crc, l_csize, l_usize, l_name_len,
+         l_extra_len) = read("<IHHHHHIIIHH", offset)
+        need(sig == 0x04034B50, "local header missing or damaged", name)
+        need(bytes(view[offset + 30:offset + 30 + l_name_len]) == raw_name,
+             "name in the local header differs from the directory", name)
+        need((l_version, l_flags, l_method, l_time, l_date) == (version, flags, method, mtime, mdate),
+             "local header differs from the directory", name)
+        if flags & 0x08:
+            need(l_crc in (0, crc) and l_csize in (0, _U32, csize) and l_usize in (0, _U32, usize),
+                 "local header sizes or CRC damaged", name)
+        else:
+            need(l_crc == crc and l_csize in (_U32, csize) and l_usize in (_U32, usize),
+                 "local header sizes or CRC damaged", name)
+        start = offset + 30 + l_name_len + l_extra_len
+        stop = start + csize
+        need(stop <= cd_offset, "payload runs past the central directory", name)
+        with view[start:stop] as payload:
+            actual = _C.checkpoint_crc32(payload)
+        need(actual == crc, f"CRC mismatch: directory says {crc:08x}, payload has {actual:08x}", name)
+        tile = stop
+        if flags & 0x08:  # data descriptor: optional signature, CRC, sizes (64-bit for ZIP64 records)
+            if read("<I", tile)[0] == 0x08074B50:
+                tile += 4
+            fmt = "<IQQ" if wide else "<III"
+            need(read(fmt, tile) == (crc, csize, usize), "data descriptor damaged", name)
+            tile += struct.calcsize(fmt)
+    need(cursor == cd_end, "central directory size disagrees with its entries")
+    need(tile == cd_offset, "bytes between the last record and the central directory")

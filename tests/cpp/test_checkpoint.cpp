@@ -23,7 +23,9 @@
 #include <vector>
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -340,8 +342,14 @@ void fork_child_destroys_writer() {
     std::fflush(nullptr);
     const pid_t pid = ::fork();
     if (pid == 0) {
+        int code = 0;
+        try {  // no threads here: a submit must refuse at once, not queue forever
+            writer->submit(ckpt::tensor_dict_request(g_folder + "/in-child.pt", p.refs));
+            code = 3;
+        } catch (const std::logic_error&) {
+        }
         writer.reset();
-        std::_Exit(0);
+        std::_Exit(code);
     }
     int status = 0;
     bool exited = false;
@@ -362,6 +370,77 @@ void fork_child_destroys_writer() {
     CHECK(again->wait_for(60) && again->ok());
 }
 
+// Names, temporaries and staging sizes: the rules Python takes from here.
+void folder_rules() {
+    qrnn_test::Context ctx("folder rules");
+    CHECK(ckpt::checkpoint_file_name("ckpt-", 42, ".pt") == "ckpt-000000000042.pt");
+    CHECK(ckpt::checkpoint_file_name("s", 1234567890123456ull, "") == "s1234567890123456");
+    uint64_t step = 0;
+    CHECK(ckpt::parse_checkpoint_name("ckpt-000000000042.pt", "ckpt-", ".pt", &step) && step == 42);
+    CHECK(!ckpt::parse_checkpoint_name("ckpt-.pt", "ckpt-", ".pt", &step));
+    CHECK(!ckpt::parse_checkpoint_name("ckpt-12a.pt", "ckpt-", ".pt", &step));
+    CHECK(ckpt::is_temporary_name(".ckpt-000000000001.pt.tmp-1-0123456789abcdef"));
+    CHECK(!ckpt::is_temporary_name("ckpt-000000000001.pt"));
+    CHECK(!ckpt::is_temporary_name(".ckpt-000000000001.pt.tmp-1-0123"));
+    CHECK(!ckpt::is_temporary_name(".x.tmp--0123456789abcdef"));
+    CHECK(ckpt::staging_capacity(0) == (2u << 20));
+    CHECK(ckpt::staging_capacity(100u << 20) >= (112u << 20) && ckpt::staging_capacity(100u << 20) % (2u << 20) == 0);
+    ckpt::StagingBuffer buffer(4u << 20);
+    CHECK(reinterpret_cast<uintptr_t>(buffer.data()) % ckpt::kStagingAlignment == 0 && buffer.size() == (4u << 20));
+    buffer.data()[buffer.size() - 1] = 1;
+    buffer.data()[12345] = 7;
+    std::thread copier([&] { std::memset(buffer.data() + (1u << 20), 3, 1u << 20); });
+    buffer.populate();  // changes no byte, even beside a writer
+    copier.join();
+    CHECK(buffer.data()[12345] == 7 && buffer.data()[buffer.size() - 1] == 1 && buffer.data()[0] == 0);
+    CHECK(buffer.data()[(1u << 20) + 5] == 3 && buffer.data()[(2u << 20) + 5] == 0);
+}
+
+// A temporary is removed only once nobody holds its lock; other files are never touched.
+void stale_temporaries() {
+    qrnn_test::Context ctx("stale temporaries");
+    const std::string name = ".owned.pt.tmp-999999-0123456789abcdef";
+    const std::string path = g_folder + "/" + name;
+    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    CHECK(fd >= 0);
+#ifdef F_OFD_SETLK
+    struct flock range;
+    std::memset(&range, 0, sizeof range);
+    range.l_type = F_WRLCK;
+    CHECK(::fcntl(fd, F_OFD_SETLK, &range) == 0);
+    CHECK(ckpt::remove_stale_temporaries(g_folder) == 0);  // its writer (this descriptor) is alive
+    CHECK(::access(path.c_str(), F_OK) == 0);
+#endif
+    ::close(fd);
+    const std::string other = g_folder + "/.not-a-temporary.tmp-1-xyz";
+    ::close(::open(other.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
+    CHECK(ckpt::remove_stale_temporaries(g_folder) == 1);
+    CHECK(::access(path.c_str(), F_OK) != 0 && ::access(other.c_str(), F_OK) == 0);
+    ::unlink(other.c_str());
+}
+
+// Retention and listing follow the commit order, not the step.
+void commit_order() {
+    qrnn_test::Context ctx("commit order");
+    const std::string folder = g_folder + "/order";
+    ::mkdir(folder.c_str(), 0755);
+    ckpt::CheckpointWriter writer(test_options(1, 1));
+    Payload p(9, {64});
+    for (const uint64_t step : {9u, 5u, 3u}) {
+        auto status = ckpt::write_tensors(writer, folder + "/" + ckpt::checkpoint_file_name("c-", step, ".pt"), p.refs,
+                                          {2, "c-", ".pt"});
+        CHECK(status->wait_for(60) && status->ok());
+    }
+    auto by_commit = ckpt::list_checkpoints(folder, "c-", ".pt");
+    auto by_step = ckpt::list_checkpoints(folder, "c-", ".pt", ckpt::CheckpointOrder::Step);
+    CHECK(by_commit.size() == 2 && by_commit[0].step == 5 && by_commit[1].step == 3);
+    CHECK(by_commit.size() == 2 && by_commit[0].commit_ns < by_commit[1].commit_ns);
+    CHECK(by_step.size() == 2 && by_step[0].step == 3 && by_step[1].step == 5);
+    CHECK(ckpt::list_checkpoints(folder + "/missing", "c-", ".pt").empty());
+    for (const auto& f : by_commit) ::unlink((folder + "/" + f.name).c_str());
+    ::rmdir(folder.c_str());
+}
+
 }  // namespace
 
 int main() {
@@ -374,6 +453,9 @@ int main() {
     injected_failures();
     invalid_requests();
     fork_child_destroys_writer();
+    folder_rules();
+    stale_temporaries();
+    commit_order();
     remove_folder();
     return qrnn_test::result("test_checkpoint");
 }

@@ -128,8 +128,11 @@ struct Record {
 };
 
 // Delete older checkpoints after a commit: files in the same folder named
-// prefix + <decimal step> + suffix, keeping the `keep_last` highest steps. The file just
-// committed is never deleted. keep_last == 0 keeps everything.
+// checkpoint_file_name(prefix, step, suffix), keeping the `keep_last` most recently
+// committed ones (commit order, not step order: a run rolled back to an earlier step keeps
+// its new saves). The file just committed is never deleted. keep_last == 0 keeps everything.
+// With a prefix or suffix set, the commit also orders the file after every checkpoint of
+// that naming already in the folder (see list_checkpoints).
 struct Retention {
     int keep_last = 0;
     std::string prefix;
@@ -156,6 +159,7 @@ struct FaultInjection {
     uint64_t fail_after_bytes = UINT64_MAX;  // the write crossing this many bytes fails
     int error_number = 0;                    // with this errno (e.g. ENOSPC)...
     bool throw_exception = false;            // ...or by throwing inside the writer thread
+    int times = -1;                          // saves that fail, then the disk heals (-1: all)
 };
 
 struct WriterOptions {
@@ -169,6 +173,9 @@ struct WriterOptions {
     FaultInjection fault;
 };
 
+// A forked child inherits a CheckpointWriter but none of its threads: there submit() and
+// wait_all() throw std::logic_error at once (create a new writer in the child), close() and
+// the destructor return without waiting, and the parent's SaveStatus objects never finish.
 class QRNN_API CheckpointWriter {
 public:
     explicit CheckpointWriter(WriterOptions options = {});
@@ -201,6 +208,70 @@ struct ArchiveLayout {
     uint64_t staging_size = 0;             // file_size rounded up for aligned writes
 };
 QRNN_API ArchiveLayout plan_archive(const SaveRequest& request);
+
+// ---- Files in a checkpoint folder: one definition for the writer and its readers ----
+//
+// Final names: prefix + step (12 digits, zero-padded, more when larger) + suffix.
+// Commit order: a commit sets the file's modification time to max(now, newest checkpoint of
+// the same naming in the folder + 1 us) before its fsync and rename, so the order survives
+// across processes, containers and hosts sharing the folder (times come from the writer's
+// clock, never go back within a folder, and need a file system with sub-second times).
+// Temporaries: "." + final name + ".tmp-" + pid + "-" + 16 hex digits of fresh randomness,
+// unique per save even for a process that always has the same pid (PID 1 in a container).
+// The writer holds an advisory lock (an open-file-description lock where the system has
+// them, which NFSv4 honours) on its temporary until the rename, so a temporary whose lock
+// can be taken belongs to nobody: remove_stale_temporaries deletes exactly those.
+
+QRNN_API std::string checkpoint_file_name(const std::string& prefix, uint64_t step, const std::string& suffix);
+// True and the step when `name` is a final name of this naming.
+QRNN_API bool parse_checkpoint_name(const std::string& name, const std::string& prefix, const std::string& suffix,
+                                    uint64_t* step);
+QRNN_API bool is_temporary_name(const std::string& name);
+
+struct CommittedFile {
+    std::string name;        // file name in the folder
+    uint64_t step = 0;
+    int64_t commit_ns = 0;   // commit order key (modification time, ns since the epoch)
+};
+enum class CheckpointOrder { Commit, Step };
+// Committed checkpoints of this naming in `folder`, oldest first (by commit, ties by step;
+// or by step). A missing folder gives an empty list; other listing errors throw
+// std::system_error. Reads only.
+QRNN_API std::vector<CommittedFile> list_checkpoints(const std::string& folder, const std::string& prefix,
+                                                     const std::string& suffix,
+                                                     CheckpointOrder order = CheckpointOrder::Commit);
+// Deletes the temporaries in `folder` whose writer is gone (their lock is free); returns how
+// many. Never touches a temporary being written, by any process on any host. The writer
+// calls it before its first save into a folder.
+QRNN_API int remove_stale_temporaries(const std::string& folder);
+
+// Staging images: capacity allocated for an archive of `bytes` staging bytes (1/8 headroom,
+// whole 2 MiB units, so a slowly growing state reallocates rarely), and the alignment
+// direct I/O needs of the image's start.
+QRNN_API uint64_t staging_capacity(uint64_t bytes);
+constexpr uint64_t kStagingAlignment = 4096;
+
+// Anonymous memory for a staging image: page-aligned, huge pages advised, not touched
+// here, so its pages are faulted in by the (parallel) staging copy rather than zeroed first
+// by the caller's thread.
+class QRNN_API StagingBuffer {
+public:
+    explicit StagingBuffer(uint64_t bytes);  // throws std::bad_alloc
+    ~StagingBuffer();
+    StagingBuffer(const StagingBuffer&) = delete;
+    StagingBuffer& operator=(const StagingBuffer&) = delete;
+    uint8_t* data() const { return data_; }
+    uint64_t size() const { return size_; }
+    // Faults in the pages of [offset, offset + length) without changing a byte
+    // (MADV_POPULATE_WRITE, or an atomic read-modify-write of each page), on `threads`
+    // threads: safe while a staging copy writes into the buffer, so it can run ahead of the
+    // first save on another thread. Cheaper than faulting the pages in by the copy itself.
+    void populate(uint64_t offset = 0, uint64_t length = UINT64_MAX, int threads = 1) const;
+
+private:
+    uint8_t* data_ = nullptr;
+    uint64_t size_ = 0;
+};
 
 // ---- Tensors -----------------------------------------------------------------------
 

@@ -24,7 +24,15 @@ def main(argv=None) -> int:
     parser.add_argument("--write", metavar="MARKDOWN",
                         help="(re)write this file's sections of the areas that ran, e.g. BENCHMARKS.md")
     parser.add_argument("--plots", metavar="DIR", help="write one PNG per area into DIR (matplotlib)")
+    parser.add_argument("--checkpoint-sizes", metavar="GIB[,GIB...]", default="",
+                        help="checkpoint area: also time the first save() of states this large (GiB), e.g. 2,5")
     args = parser.parse_args(argv)
+    try:
+        sizes = [float(v) for v in args.checkpoint_sizes.split(",") if v.strip()]
+    except ValueError:
+        parser.error(f"--checkpoint-sizes takes GiB numbers separated by commas, got {args.checkpoint_sizes!r}")
+    if any(not 0 < v <= 1024 for v in sizes):
+        parser.error(f"--checkpoint-sizes: each size must be in (0, 1024] GiB, got {args.checkpoint_sizes!r}")
     areas = list(dict.fromkeys(args.areas)) or list(AREAS)
     info = machine_info()
     print("machine: " + ", ".join(f"{k} {v}" for k, v in info.items()), flush=True)
@@ -34,7 +42,8 @@ def main(argv=None) -> int:
         module = importlib.import_module(f".{AREAS[area]}", __package__)
         print(f"running {area}{' (quick)' if args.quick else ''} ...", flush=True)
         start = time.perf_counter()
-        results_by_area[area] = module.run(quick=args.quick)
+        extra = {"first_save_gib": sizes} if area == "checkpoint" and sizes else {}
+        results_by_area[area] = module.run(quick=args.quick, **extra)
         print(f"  {area}: {len(results_by_area[area])} figures in {time.perf_counter() - start:.1f} s", flush=True)
 
     results = [r for rs in results_by_area.values() for r in rs]

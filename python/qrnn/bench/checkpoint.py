@@ -11,7 +11,10 @@ state, about 0.5 GB (``--quick``: a small model, about 30 MB). Figures:
   torch.save plus one fsync;
 * DCP async_save's blocking and total time on the same state, for reference;
 * a short training loop's per-epoch time with a save every epoch (overlap mode) against
-  the same loop without saves, alternating epochs (process CPU time reported alongside).
+  the same loop without saves, alternating epochs (process CPU time reported alongside);
+* with ``--checkpoint-sizes 2,5`` (GiB; not in ``--quick``): the *first* save() of a state
+  of that size by a fresh checkpointer (staging memory not yet allocated) against
+  torch.save + fsync of the same state, and the peak memory it adds, as a share of the state.
 
 Files go to a temporary folder (``QRNN_BENCH_DIR`` to choose where: results depend on the
 file system and disk) and are deleted at the end.
@@ -190,7 +193,85 @@ def _epoch_figures(trainer: _Trainer, folder: str, steps: int, pairs: int) -> di
     return figures
 
 
-def run(quick: bool = False) -> list:
+def _rss_bytes(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _first_save_figures(gib: float, folder: str) -> dict:
+    """A state of `gib` GiB in 256 MiB float32 tensors (a model's parameters): torch.save +
+    fsync twice (before and after, the faster counts), and the first and second save() of a
+    fresh checkpointer (default mode), with the peak resident memory each adds."""
+    piece = 64 << 20  # elements: 256 MiB
+    total = int(gib * (1 << 30)) // 4
+    state = {f"w{i}": torch.full((min(piece, total - i * piece),), float(i)) for i in range(-(-total // piece))}
+    state_bytes = total * 4
+    baseline = []
+
+    def torch_save_fsync():
+        path = os.path.join(folder, "torch.pt")
+        start = time.perf_counter()
+        torch.save(state, path)
+        _fsync(path)
+        baseline.append(time.perf_counter() - start)
+        os.unlink(path)
+
+    torch_save_fsync()
+    can_reset_peak = os.path.exists("/proc/self/clear_refs")
+    out = {}
+
+    def timed_save(ckpt, label, step):
+        resident = _rss_bytes("VmRSS")
+        if can_reset_peak:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")  # resets the peak resident set (VmHWM)
+        handle = ckpt.save(state, step)
+        out[f"{label}_block"] = handle.blocked_seconds
+        handle.result()
+        out[f"{label}_total"] = handle.total_seconds
+        out[f"{label}_peak"] = (_rss_bytes("VmHWM") - resident) if can_reset_peak else float("nan")
+        out[f"{label}_resident"] = resident
+
+    ckpt = AsyncCheckpointer(os.path.join(folder, "first"), keep_last=1)
+    timed_save(ckpt, "first", 0)   # nothing allocated ahead
+    timed_save(ckpt, "second", 1)  # staging reused
+    ckpt.close()
+    torch_save_fsync()
+    ckpt = AsyncCheckpointer(os.path.join(folder, "reserved"), keep_last=1)
+    ckpt.reserve(state, wait=True)  # e.g. during setup, before training starts
+    timed_save(ckpt, "reserved", 0)
+    ckpt.close()
+    out["base"] = min(baseline)
+    out["state_bytes"] = state_bytes
+    return out
+
+
+def _first_save_results(sizes, folder: str) -> list:
+    results = []
+    for gib in sizes:
+        f = _first_save_figures(gib, folder)
+        size = f"{gib:g} GiB state"
+        ratio = f["first_block"] / f["base"]
+        peak = f["first_peak"] / f["state_bytes"]
+        results.append(Result(AREA, f"first save() blocking, fresh checkpointer, vs torch.save + fsync ({size})",
+                              100 * ratio, "%", "<= 50%", ratio <= 0.5,
+                              f"{f['first_block']:.2f} s vs {f['base']:.2f} s (its pages are faulted in by the copy); "
+                              f"second save {f['second_block']:.2f} s"))
+        ratio = f["reserved_block"] / f["base"]
+        results.append(Result(AREA, f"first save() blocking after reserve(state) vs torch.save + fsync ({size})",
+                              100 * ratio, "%", "<= 50%", ratio <= 0.5,
+                              f"{f['reserved_block']:.2f} s vs {f['base']:.2f} s"))
+        results.append(Result(AREA, f"peak memory added by the first save, share of the state ({size})",
+                              100 * peak, "%", None, None,
+                              f"{f['first_peak'] / 2**30:.2f} GiB over {f['first_resident'] / 2**30:.2f} GiB resident "
+                              f"(second save adds {f['second_peak'] / 2**30:.2f} GiB)"))
+    return results
+
+
+def run(quick: bool = False, first_save_gib=()) -> list:
     trainer = _Trainer(quick)
     state_bytes = _state_bytes(trainer.state())
     size = f"{state_bytes / 1e6:.0f} MB state"
@@ -203,6 +284,8 @@ def run(quick: bool = False) -> list:
         # An epoch long enough that one save is a small part of it, like a real epoch.
         steps = max(3, int((2.0 if quick else 12.0) / step_time))
         e = _epoch_figures(trainer, folder, steps=steps, pairs=3 if quick else 5)
+        del trainer
+        first = _first_save_results(first_save_gib, folder)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -233,4 +316,4 @@ def run(quick: bool = False) -> list:
                           100 * overhead, "%", "<= +1%", overhead <= 0.01,
                           f"median {e['save']:.2f} s ({spread('save')}) vs {e['plain']:.2f} s ({spread('plain')}) "
                           f"per epoch of {steps} steps; process CPU {e['save_cpu']:.2f} vs {e['plain_cpu']:.2f} s"))
-    return results
+    return results + first
