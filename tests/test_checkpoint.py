@@ -2,7 +2,6 @@
 round trips in every dtype, snapshot semantics, rotation, verify(), the C++ tensor writer."""
 
 import collections
-import io
 import json
 import os
 import subprocess
@@ -12,7 +11,6 @@ import zipfile
 import pytest
 import torch
 
-import qrnn
 from qrnn import _C
 from qrnn.checkpoint import AsyncCheckpointer, CorruptCheckpointError, load, verify
 
@@ -379,6 +377,7 @@ def test_zip64_record_beyond_4_gib(tmp_path):
     """A >4 GiB payload (ZIP64 sizes) followed by a record whose header lies beyond 4 GiB
     (ZIP64 offset): torch.load, mmap with computed offsets, zipfile and verify() agree."""
     import mmap
+
     from qrnn.checkpoint import _pickle_state, _StorageRef
 
     big, small = (1 << 32) + 4096 + 7, 100

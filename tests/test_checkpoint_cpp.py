@@ -7,7 +7,6 @@ import subprocess
 import sys
 import zipfile
 
-
 READER = r"""
 import json, sys, torch
 out = {}

@@ -107,8 +107,8 @@ def test_saver_in_another_pid_namespace_loses_nothing(tmp_path):
     if os.path.exists(f"/proc/{start + 1}"):
         pytest.skip("that PID is taken here")
     launch = f'echo {start} > /proc/sys/kernel/ns_last_pid && "$@"'
-    saver = subprocess.Popen([*prefix, "sh", "-c", launch, "sh", sys.executable, "-c", SAVER, str(tmp_path), str(saves)],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    saver = subprocess.Popen([*prefix, "sh", "-c", launch, "sh", sys.executable, "-c", SAVER, str(tmp_path),
+                              str(saves)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         rounds = 0
         while saver.poll() is None:
@@ -194,7 +194,7 @@ def test_temporary_names_are_unique_per_save(tmp_path):
     never reuses a name, so a predecessor with the same PID cannot collide."""
     seen = set()
     with AsyncCheckpointer(tmp_path, _fault={"after_bytes": 0, "errno": errno.EIO}) as ckpt:
-        for step in range(20):
+        for _ in range(20):
             handle = ckpt.save({"x": torch.ones(4)}, 3)
             with pytest.raises(CheckpointError) as caught:
                 handle.result()

@@ -91,7 +91,7 @@ class CheckpointError(OSError):
         self.step = step
         self.operation = operation
         self.next_handle: Optional["SaveHandle"] = None  # set when a later save() reports it: that save's handle
-        self._handle = None
+        self._handle: Optional["SaveHandle"] = None
 
 
 class CorruptCheckpointError(ValueError):
@@ -109,7 +109,7 @@ class CorruptCheckpointError(ValueError):
 
 # Storage classes torch.save names for each dtype (legacy typed storages); other dtypes are
 # saved as torch.save does for them: an UntypedStorage and _rebuild_tensor_v3.
-_LEGACY_STORAGE = {
+_LEGACY_STORAGE_NAMES = {
     torch.float32: "FloatStorage", torch.float64: "DoubleStorage", torch.float16: "HalfStorage",
     torch.bfloat16: "BFloat16Storage", torch.complex64: "ComplexFloatStorage",
     torch.complex128: "ComplexDoubleStorage", torch.int8: "CharStorage", torch.int16: "ShortStorage",
@@ -119,7 +119,7 @@ _LEGACY_STORAGE = {
     torch.qint8: "QInt8Storage", torch.quint8: "QUInt8Storage", torch.qint32: "QInt32Storage",
     torch.quint4x2: "QUInt4x2Storage", torch.quint2x4: "QUInt2x4Storage",
 }
-_LEGACY_STORAGE = {dt: getattr(torch, name) for dt, name in _LEGACY_STORAGE.items()}
+_LEGACY_STORAGE = {dt: getattr(torch, name) for dt, name in _LEGACY_STORAGE_NAMES.items()}
 
 
 class _StorageRef:
@@ -161,6 +161,7 @@ class _StatePickler(pickle.Pickler):
             return ref
         nbytes = storage.nbytes()
         legacy = _LEGACY_STORAGE.get(dtype)
+        pid: tuple
         if legacy is not None:
             pid = ("storage", legacy, str(len(self.stored)), torch.serialization.location_tag(storage),
                    nbytes // dtype.itemsize)
@@ -179,8 +180,8 @@ class _StatePickler(pickle.Pickler):
                 or obj.is_neg() or obj.device.type == "meta" or obj.__dict__):
             return NotImplemented  # rare kinds: torch's own reduction, storages still come to us
         ref = self._ref(obj.untyped_storage(), obj.dtype)
-        args = (ref, obj.storage_offset(), tuple(obj.size()), obj.stride(), obj.requires_grad,
-                collections.OrderedDict())
+        args: tuple = (ref, obj.storage_offset(), tuple(obj.size()), obj.stride(), obj.requires_grad,
+                       collections.OrderedDict())
         if obj.dtype in _LEGACY_STORAGE:
             return torch._utils._rebuild_tensor_v2, args
         return torch._utils._rebuild_tensor_v3, args + (obj.dtype,)
@@ -214,7 +215,7 @@ class _StagingSlot:
     """One reusable staging image: allocated once, grown rarely, freed on this thread."""
 
     def __init__(self):
-        self.buffer = None                          # CheckpointStaging, or a pinned tensor (CUDA saves)
+        self.buffer: Any = None                     # CheckpointStaging, or a pinned tensor (CUDA saves)
         self.image: Optional[torch.Tensor] = None  # pinned only: page-aligned view the GPU copies into
         self.address = 0
         self.capacity = 0
@@ -298,7 +299,7 @@ class SaveHandle:
         self.step = step
         self.path = path
         self._cuda_done = cuda_done      # device -> event after the side-stream copy
-        self._sources = sources          # storages kept alive until staged
+        self._sources: Optional[list] = sources  # storages kept alive until staged
         self._stream_waited = False
         self._reported = False
         self._warned = False
@@ -504,7 +505,7 @@ class AsyncCheckpointer:
             try:
                 handle = self._submit(state, step, optimizers, slot)
             except BaseException:
-                if earlier is not None:  # this save failed before starting: report the earlier one later
+                if earlier is not None and earlier._handle is not None:  # failed before starting: report it later
                     earlier._handle._reported = False
                     self._handles.insert(0, earlier._handle)
                 raise
@@ -668,8 +669,9 @@ class AsyncCheckpointer:
                 return slot
         if not block:
             return None
-        oldest = min(self._slots, key=lambda s: s.handle._sequence)
-        oldest.handle._status.wait()  # releases the GIL
+        oldest = min(self._slots, key=lambda s: s.handle._sequence if s.handle is not None else -1)
+        if oldest.handle is not None:
+            oldest.handle._status.wait()  # releases the GIL
         return oldest
 
     def _reset_after_fork(self) -> None:
@@ -735,9 +737,11 @@ class AsyncCheckpointer:
                 stream = self._streams[device] = torch.cuda.Stream(device=device)
             stream.wait_stream(torch.cuda.current_stream(device))
             with torch.cuda.stream(stream):
+                image = slot.image
+                assert image is not None  # pinned slots always have their image
                 for s, offset in items:
                     source = torch.empty(0, dtype=torch.uint8, device=device).set_(s.storage)
-                    slot.image[offset:offset + s.nbytes].copy_(source, non_blocking=True)
+                    image[offset:offset + s.nbytes].copy_(source, non_blocking=True)
                 event = torch.cuda.Event()
                 event.record(stream)
             done[device] = event

@@ -35,6 +35,7 @@ from torch import nn
 
 import qrnn
 from qrnn.checkpoint import AsyncCheckpointer
+
 from .common import Result
 
 AREA = "checkpoint"
@@ -120,7 +121,7 @@ def _save_figures(trainer: _Trainer, folder: str, rounds: int) -> dict:
     """Interleaved rounds of every contender; medians of each figure (seconds)."""
     import torch.distributed.checkpoint as dcp
 
-    samples = {k: [] for k in ("torch_save", "torch_fsync", "dcp_block", "dcp_total", "default_block",
+    samples: dict = {k: [] for k in ("torch_save", "torch_fsync", "dcp_block", "dcp_total", "default_block",
                                "default_total", "overlap_block", "overlap_total")}
     ckpt = AsyncCheckpointer(os.path.join(folder, "qrnn"), keep_last=1)
     for r in range(rounds + 1):  # round 0 warms every path up (allocation, planning caches)
@@ -151,12 +152,14 @@ def _save_figures(trainer: _Trainer, folder: str, rounds: int) -> dict:
             samples["dcp_total"].append(finished - start)
 
         handle = ckpt.save(state, 2 * r)
+        assert handle is not None  # a blocking save always returns its handle
         handle.result()
         if record:
             samples["default_block"].append(handle.blocked_seconds)
             samples["default_total"].append(handle.total_seconds)
 
         handle = ckpt.save(trainer.state(r), 2 * r + 1, overlap_with=trainer.opt)
+        assert handle is not None
         trainer.forward_backward()  # runs while the snapshot is taken
         trainer.opt.step()          # waits for the snapshot if it is not complete yet
         handle.result()
@@ -174,8 +177,8 @@ def _epoch_figures(trainer: _Trainer, folder: str, steps: int, pairs: int) -> di
     while its steps run; its time also includes waiting for that file at the end (usually
     zero), so no part of a save falls outside the timed epochs."""
     ckpt = AsyncCheckpointer(os.path.join(folder, "epochs"), keep_last=2)
-    times = {"plain": [], "save": []}
-    cpu = {"plain": [], "save": []}
+    times: dict = {"plain": [], "save": []}
+    cpu: dict = {"plain": [], "save": []}
     for epoch in range(2 * pairs):
         mode = "save" if epoch % 2 else "plain"
         start, start_cpu = time.perf_counter(), time.process_time()
