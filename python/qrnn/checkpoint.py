@@ -211,6 +211,20 @@ def _pickle_state(state) -> tuple[bytes, list[_Stored]]:
 
 # ---- Staging buffers ----------------------------------------------------------------
 
+class _CudaRuntime:
+    """The CUDA calls a save of GPU tensors makes: torch's. Tests substitute a stand-in so
+    the GPU staging path runs on a machine without a GPU (tests/test_checkpoint_cuda_path.py)."""
+
+    Stream = staticmethod(lambda device: torch.cuda.Stream(device=device))
+    Event = staticmethod(lambda: torch.cuda.Event())
+    current_stream = staticmethod(lambda device: torch.cuda.current_stream(device))
+    stream = staticmethod(lambda stream: torch.cuda.stream(stream))
+    pinned_empty = staticmethod(lambda nbytes: torch.empty(nbytes, dtype=torch.uint8, pin_memory=True))
+
+
+_cuda = _CudaRuntime()
+
+
 class _StagingSlot:
     """One reusable staging image: allocated once, grown rarely, freed on this thread."""
 
@@ -234,7 +248,7 @@ class _StagingSlot:
         self.address = self.capacity = 0
         capacity = _C.checkpoint_staging_capacity(nbytes)
         if pinned:
-            buffer = torch.empty(capacity + _IO_ALIGNMENT, dtype=torch.uint8, pin_memory=True)
+            buffer = _cuda.pinned_empty(capacity + _IO_ALIGNMENT)
             skip = -buffer.data_ptr() % _IO_ALIGNMENT
             self.image = buffer[skip:skip + capacity]
             self.address = self.image.data_ptr()
@@ -322,7 +336,7 @@ class SaveHandle:
         self._status.wait_staged()
         if self._cuda_done and not self._stream_waited:
             for device, event in self._cuda_done.items():
-                torch.cuda.current_stream(device).wait_event(event)
+                _cuda.current_stream(device).wait_event(event)
             self._stream_waited = True
         if not self._cuda_done:
             self._sources = None
@@ -734,15 +748,15 @@ class AsyncCheckpointer:
         for device, items in by_device.items():
             stream = self._streams.get(device)
             if stream is None:
-                stream = self._streams[device] = torch.cuda.Stream(device=device)
-            stream.wait_stream(torch.cuda.current_stream(device))
-            with torch.cuda.stream(stream):
+                stream = self._streams[device] = _cuda.Stream(device)
+            stream.wait_stream(_cuda.current_stream(device))
+            with _cuda.stream(stream):
                 image = slot.image
                 assert image is not None  # pinned slots always have their image
                 for s, offset in items:
-                    source = torch.empty(0, dtype=torch.uint8, device=device).set_(s.storage)
+                    source = torch.empty(0, dtype=torch.uint8, device=s.storage.device).set_(s.storage)
                     image[offset:offset + s.nbytes].copy_(source, non_blocking=True)
-                event = torch.cuda.Event()
+                event = _cuda.Event()
                 event.record(stream)
             done[device] = event
         return done
