@@ -311,6 +311,9 @@ def train_main(argv=None) -> int:
                  "data": {"name": corpus.name, "fingerprint": fingerprint}}
         trainer = Trainer(model, optimizer, loss_fn, scheduler=scheduler, precision=settings["precision"], dist=dist,
                           clip_norm=settings["clip"], stateful=True, checkpoint_dir=run_dir,
+                          # Every carried tensor is time-major, batch at dim 1 (cell state
+                          # (1, batch, hidden), window tail (window - 1, batch, features)).
+                          carry_batch_dim=1,
                           keep_last=args.keep_last, checkpoint_extra=extra, progress=not args.no_progress)
         if checkpoint is not None:
             try:
