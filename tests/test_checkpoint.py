@@ -98,8 +98,13 @@ def test_plain_torch_load_without_qrnn(tmp_path):
         path = ckpt.save(state, step=3).result()
     script = r"""
 import json, os, sys, torch
-from torch.utils.serialization import config
-config.load.calculate_storage_offsets = True  # offsets from torch's own layout rules
+try:
+    from torch.utils.serialization import config
+    config.load.calculate_storage_offsets = True  # offsets from torch's own layout rules
+except ImportError:  # torch < 2.6: no such option
+    pass
+if hasattr(torch, "uint16"):  # torch 2.4's weights_only load does not allow these by default
+    torch.serialization.add_safe_globals([torch.uint16, torch.uint32, torch.uint64])
 results = {}
 for name, kwargs in {"plain": {}, "mmap": {"mmap": True}}.items():
     s = torch.load(sys.argv[1], weights_only=True, **kwargs)
