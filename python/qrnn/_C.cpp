@@ -38,6 +38,13 @@ bool parse_ints(const char* fn, PyObject* const* args, Py_ssize_t nargs, int64_t
         return false;
     }
     for (size_t i = 0; i < N; ++i) {
+        // Python < 3.10 converts a float through __int__ (with a DeprecationWarning) where
+        // later versions raise: accept only integers (objects with __index__) on all.
+        if (!PyIndex_Check(args[i])) {
+            PyErr_Format(PyExc_TypeError, "%s: argument %zd must be an integer, got %s", fn, Py_ssize_t(i),
+                         Py_TYPE(args[i])->tp_name);
+            return false;
+        }
         out[i] = PyLong_AsLongLong(args[i]);
         if (out[i] == -1 && PyErr_Occurred()) return false;
     }
