@@ -43,7 +43,9 @@ fi
 
 if [ "$torch_spec" = newest ]; then
   requirement=torch
-  export PIP_CONSTRAINT=""   # lift a site-wide cap on torch: we want what the index resolves
+  # Lift a site-wide constraint file (pip config `constraint`) that may cap torch: the
+  # environment variable replaces the configured file (an empty value would not).
+  export PIP_CONSTRAINT=/dev/null
   label=newest
 else
   requirement=$torch_spec
