@@ -11,9 +11,11 @@ run as if it had never stopped.
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
+import uuid
 
 import pytest
 import torch
@@ -52,6 +54,36 @@ LAUNCHER = textwrap.dedent("""
 """)
 
 
+def run_launch(command, env, folder, timeout):
+    """(exit code or None on timeout, stdout, stderr) of a torchrun launch. Its output goes
+    to files, so that a rank left behind cannot hold the test on an open pipe; on timeout
+    every process of the launch (marked by an environment variable: torchrun starts its
+    workers in sessions of their own) is killed."""
+    folder.mkdir()
+    marker = uuid.uuid4().hex
+    env = dict(env, QRNN_TEST_LAUNCH=marker)
+    with open(folder / "stdout", "w") as out, open(folder / "stderr", "w") as err:
+        process = subprocess.Popen(command, stdout=out, stderr=err, env=env)
+        try:
+            code = process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            code = None
+            _kill_marked(f"QRNN_TEST_LAUNCH={marker}".encode())
+            process.kill()
+            process.wait()
+    return code, (folder / "stdout").read_text(), (folder / "stderr").read_text()
+
+
+def _kill_marked(entry: bytes) -> None:
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as fh:
+                if entry in fh.read().split(b"\0"):
+                    os.kill(int(pid), signal.SIGKILL)
+        except OSError:
+            pass
+
+
 def _checkpoints(run_dir):
     """{step: path} of the run's step checkpoints."""
     found = {}
@@ -84,10 +116,10 @@ def runs(tmp_path_factory):
         env = dict(os.environ, OMP_NUM_THREADS="1", WRITE_LOG=str(logs[name]))
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                    str(launcher)] + argv
-        result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
-        assert result.returncode == 0, (result.stdout[-2000:], result.stderr[-3000:])
-        assert "ranks in sync: 2 processes" in result.stdout
-        outputs[name] = result.stdout
+        code, stdout, stderr = run_launch(command, env, root / f"output-{name}", timeout=300)
+        assert code == 0, (code, stdout[-2000:], stderr[-3000:])
+        assert "ranks in sync: 2 processes" in stdout
+        outputs[name] = stdout
 
     # One process, two epochs: the reference.
     assert train_main(base + ["--epochs", "2", "--checkpoint-dir", dirs["one"]]) == 0

@@ -348,6 +348,12 @@ def train_main(argv=None) -> int:
         if dist.is_main and args.sample_length > 0:
             say("sample:\n" + _sample(trainer.module, corpus.vocab, "", args.sample_length, 0.8, settings["seed"]))
         say(f"saved in {run_dir}: checkpoints, best.pt, metrics.jsonl, loss.png")
+        if dist.enabled:
+            # Let gloo's worker threads finish with the last collectives (this wait releases
+            # the GIL) before the process group is torn down: torch 2.4 joins those threads
+            # in its destructor with the GIL held, and a worker still freeing a tensor from
+            # Python (all_gather_object's) needs the GIL: a deadlock at exit under load.
+            torch.distributed.barrier()
         return 0
     except (TrainError, DataError) as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
