@@ -618,20 +618,9 @@ class AsyncCheckpointer:
 
 # ---- Reading ------------------------------------------------------------------------
 
-def _allow_unsigned_dtypes() -> None:
-    # torch 2.4's weights_only unpickler rejects the uint16/32/64 dtypes (later versions
-    # allow them by default): allow them too, where this torch has the allowlist.
-    add = getattr(torch.serialization, "add_safe_globals", None)
-    kinds = [getattr(torch, name) for name in ("uint16", "uint32", "uint64") if hasattr(torch, name)]
-    if add is not None and kinds:
-        add(kinds)
-
-
 def load(path: Union[str, os.PathLike], map_location=None, *, weights_only: bool = True, mmap: bool = False):
     """Load a checkpoint (any torch.save file). Plain ``torch.load`` reads these files too;
     this only sets the safe defaults (``weights_only=True``)."""
-    if weights_only:
-        _allow_unsigned_dtypes()
     return torch.load(os.fspath(path), map_location=map_location, weights_only=weights_only, mmap=mmap)
 
 

@@ -5,6 +5,7 @@ and sampling from a saved model."""
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import os
@@ -267,6 +268,17 @@ def _check_in_sync(module, dist) -> str:
 
 
 def train_main(argv=None) -> int:
+    """``qrnn-train``: returns the exit code (0, 1 for I/O errors, 2 for usage errors)."""
+    try:
+        return _train_main(argv)
+    finally:
+        # DistributedDataParallel sits in reference cycles: collect it (and the process group
+        # it holds) now, while Python is whole, not during interpreter shutdown, where
+        # torch 2.4's gloo teardown can abort ("terminate called without an active exception").
+        gc.collect()
+
+
+def _train_main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     prog = "qrnn-train"
     dist = None
