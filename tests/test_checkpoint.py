@@ -4,6 +4,7 @@ round trips in every dtype, snapshot semantics, rotation, verify(), the C++ tens
 import collections
 import json
 import os
+import pickle
 import subprocess
 import sys
 import zipfile
@@ -19,6 +20,22 @@ ALL_DTYPES = [
     torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool,
     torch.uint16, torch.uint32, torch.uint64, torch.float8_e4m3fn, torch.float8_e5m2,
 ]
+
+
+def _weights_only_reads(dtype) -> bool:
+    buffer = io.BytesIO()
+    try:
+        torch.save(torch.zeros(1, dtype=dtype), buffer)
+        buffer.seek(0)
+        torch.load(buffer, weights_only=True)
+        return True
+    except (pickle.UnpicklingError, KeyError):
+        return False
+
+
+# torch 2.4 neither saves uint16/32/64 nor reads them back with weights_only=True (later
+# versions do both). Test the dtypes this torch can read back.
+ALL_DTYPES = [dt for dt in ALL_DTYPES if _weights_only_reads(dt)]
 
 
 def random_tensor(shape, dtype):
@@ -96,8 +113,11 @@ def test_plain_torch_load_without_qrnn(tmp_path):
         path = ckpt.save(state, step=3).result()
     script = r"""
 import json, os, sys, torch
-from torch.utils.serialization import config
-config.load.calculate_storage_offsets = True  # offsets from torch's own layout rules
+try:
+    from torch.utils.serialization import config
+    config.load.calculate_storage_offsets = True  # offsets from torch's own layout rules
+except ImportError:  # older torch: no such option
+    pass
 results = {}
 for name, kwargs in {"plain": {}, "mmap": {"mmap": True}}.items():
     s = torch.load(sys.argv[1], weights_only=True, **kwargs)
@@ -138,9 +158,12 @@ def test_same_bytes_as_torch_save(tmp_path):
     assert status.ok(), status.error()
     writer.close()
     a, b = theirs.read_bytes(), ours.read_bytes()
-    assert len(a) == len(b)
     infos_a = {i.filename: i for i in zipfile.ZipFile(theirs).infolist()}
     infos_b = {i.filename: i for i in zipfile.ZipFile(ours).infolist()}
+    if set(infos_a) < set(infos_b):  # e.g. torch 2.4 writes no .format_version/.storage_alignment
+        pytest.skip(f"this torch {torch.__version__} writes an older layout: "
+                    f"no {sorted(set(infos_b) - set(infos_a))}")
+    assert len(a) == len(b)
     assert list(infos_a) == list(infos_b)
     sid = infos_a["ckpt/.data/serialization_id"]
     for name, info in infos_a.items():

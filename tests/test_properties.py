@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 import qrnn
 from conftest import CPU_DTYPES, assert_close_to_reference, reference_grads
 from qrnn.reference import forget_mult_reference
+from test_checkpoint import _weights_only_reads
 
 SETTINGS = settings(max_examples=100, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -138,6 +139,7 @@ CHECKPOINT_DTYPES = [
     torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.complex64, torch.int8, torch.int16,
     torch.int32, torch.int64, torch.uint8, torch.bool, torch.uint16, torch.float8_e4m3fn,
 ]
+CHECKPOINT_DTYPES = [dt for dt in CHECKPOINT_DTYPES if _weights_only_reads(dt)]  # torch 2.4: no uint16
 
 
 def random_tensor(shape, dtype, gen):
@@ -178,7 +180,10 @@ def checkpoint_states(draw):
             return random_tensor((), dtype, gen)
         return random_tensor((0,) + shape[1:], dtype, gen)
 
-    leaves = st.one_of(st.integers(-2**62, 2**62), st.floats(allow_nan=False), st.text(max_size=8),
+    # No subnormals: hypothesis refuses to draw them once anything in the process has set
+    # flush-to-zero (torch 2.4's inductor loads kernels built with -ffast-math).
+    leaves = st.one_of(st.integers(-2**62, 2**62), st.floats(allow_nan=False, allow_subnormal=False),
+                       st.text(max_size=8),
                        st.none(), st.booleans())
     state = {}
     for i in range(draw(st.integers(1, 6))):
@@ -216,7 +221,7 @@ def scribble(state):
     """Change every saved tensor in place, as training would right after save()."""
     if isinstance(state, torch.Tensor):
         if state.numel():
-            state.copy_(torch.ones_like(state))
+            state.copy_(torch.ones(state.shape))  # converted on copy: torch 2.4 fills no float8
     elif isinstance(state, dict):
         for v in state.values():
             scribble(v)

@@ -7,8 +7,8 @@ is needed, :func:`forget_mult` skips the dispatcher and calls the kernel directl
 the op machinery costs tens of microseconds per call, which dominates small shapes.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: torch 2.4's custom_op reads the annotations
+# of the op functions as objects and rejects strings ("unsupported type Tensor").
 from typing import Optional
 
 import torch

@@ -143,6 +143,44 @@ def _tree_map(fn, tree):
     return tree
 
 
+def regroup_carry(carries: list, world: int, batch_dim: int) -> list:
+    """The carried states of one training step written by ``len(carries)`` processes, one per
+    rank (rank r holding the r-th contiguous slice of the global batch), re-cut for `world`
+    processes: joined along `batch_dim` in rank order, then split into `world` equal slices.
+    Every tensor of a carried state must have the batch at `batch_dim`; None stays None."""
+    if all(c is None for c in carries):
+        return [None] * world
+    if any(c is None for c in carries):
+        raise TrainError("the checkpoint's carried states are missing for some processes")
+
+    def join(trees):
+        first = trees[0]
+        if isinstance(first, Tensor):
+            return torch.cat(trees, batch_dim)
+        if isinstance(first, (list, tuple)):
+            joined = [join([t[i] for t in trees]) for i in range(len(first))]
+            return type(first)(*joined) if hasattr(first, "_fields") else type(first)(joined)
+        if isinstance(first, dict):
+            return {k: join([t[k] for t in trees]) for k in first}
+        return first
+
+    def split(tree, rank):
+        if isinstance(tree, Tensor):
+            size = tree.shape[batch_dim]
+            if size % world:
+                raise TrainError(f"a carried state of batch {size} does not split over {world} processes")
+            return tree.narrow(batch_dim, rank * (size // world), size // world).clone()
+        if isinstance(tree, (list, tuple)):
+            parts = [split(t, rank) for t in tree]
+            return type(tree)(*parts) if hasattr(tree, "_fields") else type(tree)(parts)
+        if isinstance(tree, dict):
+            return {k: split(v, rank) for k, v in tree.items()}
+        return tree
+
+    whole = join(list(carries))
+    return [split(whole, rank) for rank in range(world)]
+
+
 def rng_state(device: torch.device) -> dict:
     """Every RNG a training step may draw from, as tensors and numbers a checkpoint holds."""
     _, keys, pos, has_gauss, gauss = np.random.get_state()
@@ -272,7 +310,13 @@ class Trainer:
       unless the forward pass changes saved tensors in place (BatchNorm running statistics,
       an EMA updated in forward); pass False for such models.
     * Under torchrun the model is wrapped in DistributedDataParallel; each rank must get its
-      own shard of every batch.
+      own shard of every batch: rank r the r-th contiguous slice of the global batch, the same
+      number of rows on every rank (the loss a mean over the shard), so that DDP's averaged
+      gradient is the gradient of the global batch's mean loss and N processes take the same
+      steps as one process given the whole batch.
+    * carry_batch_dim: the batch dimension of every tensor of the carried state (stateful
+      models). With it, a checkpoint written mid-epoch resumes on a different number of
+      processes (the carried states are re-cut); without it, only at an epoch boundary.
     """
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Callable, *,
@@ -280,7 +324,7 @@ class Trainer:
                  clip_norm: Optional[float] = None, grad_scaler: Optional[torch.amp.GradScaler] = None,
                  stateful: bool = False, checkpoint_dir: Optional[str] = None, keep_last: int = 3,
                  checkpoint_extra: Optional[dict] = None, checkpoint_overlap: bool = True,
-                 progress: bool = True,
+                 carry_batch_dim: Optional[int] = None, progress: bool = True,
                  log: Callable[[str], None] = print):
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -307,6 +351,7 @@ class Trainer:
         self.scaler = grad_scaler
         self.clip_norm = clip_norm
         self.stateful = stateful
+        self.carry_batch_dim = carry_batch_dim
         self.progress = progress and self.dist.is_main
         self.log = log if self.dist.is_main else (lambda message: None)
         self.checkpoint_extra = checkpoint_extra or {}
@@ -522,17 +567,22 @@ class Trainer:
         self.history = list(state.get("history") or [])
         trace = state.get("loss_trace")
         self.loss_trace = [] if trace is None else [[int(step), loss] for step, loss in trace.tolist()]
-        same_world = progress.get("world", 1) == self.dist.world
-        if self.position and not same_world:
-            raise TrainError(f"the checkpoint was written mid-epoch by {progress['world']} processes; "
-                             f"resume it with {progress['world']} processes")
+        saved_world = progress.get("world", 1)
+        same_world = saved_world == self.dist.world
+        carries = state["carry"]
+        if not same_world:
+            if self.position and self.stateful and self.carry_batch_dim is None:
+                raise TrainError(f"the checkpoint was written mid-epoch by {saved_world} processes; "
+                                 f"resume it with {saved_world} processes")
+            # The global batch is unchanged: re-cut the carried states for this many processes.
+            carries = (regroup_carry(carries, self.dist.world, self.carry_batch_dim)
+                       if self.position and self.stateful else [None] * self.dist.world)
+        carry = carries[self.dist.rank]
+        self.carry = None if carry is None else _tree_map(lambda t: t.to(self.device), carry)
         if same_world:
             set_rng_state(state["rng"][self.dist.rank], self.device)
-            carry = state["carry"][self.dist.rank]
-            self.carry = None if carry is None else _tree_map(lambda t: t.to(self.device), carry)
         else:  # a new number of processes: fresh per-rank streams, continuing deterministically
             seed_everything(1_000_003 * (self.epoch + 1) + self.dist.rank)
-            self.carry = None
 
     def save_checkpoint(self, best: bool = False):
         """Checkpoint the full training state (plus `checkpoint_extra`) as step `self.step`;

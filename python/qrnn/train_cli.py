@@ -5,6 +5,7 @@ and sampling from a saved model."""
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import os
@@ -267,6 +268,17 @@ def _check_in_sync(module, dist) -> str:
 
 
 def train_main(argv=None) -> int:
+    """``qrnn-train``: returns the exit code (0, 1 for I/O errors, 2 for usage errors)."""
+    try:
+        return _train_main(argv)
+    finally:
+        # DistributedDataParallel sits in reference cycles: collect it (and the process group
+        # it holds) now, while Python is whole, not during interpreter shutdown, where
+        # torch 2.4's gloo teardown can abort ("terminate called without an active exception").
+        gc.collect()
+
+
+def _train_main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     prog = "qrnn-train"
     dist = None
@@ -311,6 +323,9 @@ def train_main(argv=None) -> int:
                  "data": {"name": corpus.name, "fingerprint": fingerprint}}
         trainer = Trainer(model, optimizer, loss_fn, scheduler=scheduler, precision=settings["precision"], dist=dist,
                           clip_norm=settings["clip"], stateful=True, checkpoint_dir=run_dir,
+                          # Every carried tensor is time-major, batch at dim 1 (cell state
+                          # (1, batch, hidden), window tail (window - 1, batch, features)).
+                          carry_batch_dim=1,
                           keep_last=args.keep_last, checkpoint_extra=extra, progress=not args.no_progress)
         if checkpoint is not None:
             try:
@@ -345,6 +360,12 @@ def train_main(argv=None) -> int:
         if dist.is_main and args.sample_length > 0:
             say("sample:\n" + _sample(trainer.module, corpus.vocab, "", args.sample_length, 0.8, settings["seed"]))
         say(f"saved in {run_dir}: checkpoints, best.pt, metrics.jsonl, loss.png")
+        if dist.enabled:
+            # Let gloo's worker threads finish with the last collectives (this wait releases
+            # the GIL) before the process group is torn down: torch 2.4 joins those threads
+            # in its destructor with the GIL held, and a worker still freeing a tensor from
+            # Python (all_gather_object's) needs the GIL: a deadlock at exit under load.
+            torch.distributed.barrier()
         return 0
     except (TrainError, DataError) as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
