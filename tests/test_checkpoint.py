@@ -2,6 +2,7 @@
 round trips in every dtype, snapshot semantics, rotation, verify(), the C++ tensor writer."""
 
 import collections
+import io
 import json
 import os
 import pickle

@@ -17,11 +17,14 @@ import os
 import random
 import time
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 import numpy as np
 import torch
 from torch import Tensor, nn
+
+if TYPE_CHECKING:
+    from .checkpoint import SaveHandle
 
 __all__ = ["Trainer", "fit", "choose_precision", "Distributed", "init_distributed", "TrainError",
            "main", "generate_main"]
@@ -187,7 +190,7 @@ def rng_state(device: torch.device) -> dict:
     version, py_state, py_gauss = random.getstate()
     state = {
         "torch": torch.get_rng_state(),
-        "numpy": {"keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+        "numpy": {"keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)), "pos": int(pos),
                   "has_gauss": int(has_gauss), "gauss": float(gauss)},
         "python": {"version": version, "state": torch.tensor(py_state, dtype=torch.int64), "gauss": py_gauss},
     }
@@ -227,9 +230,9 @@ class CheckpointWriter:
         self.directory = str(directory)
         self.checkpointer = AsyncCheckpointer(self.directory, keep_last=keep_last, max_pending=1)
         self.overlap_with = optimizer  # None: default mode, save() returns once staged
-        self._counted = []             # [handle, seconds of its stall already counted]
+        self._counted: list = []       # [handle, seconds of its stall already counted]
         self._preparing = 0.0          # seconds spent gathering states for save(), not yet reported
-        self._best_handle = None
+        self._best_handle: Optional[SaveHandle] = None
 
     def take_stall_seconds(self) -> float:
         """Stall time not yet reported: save() calls and optimizer.step() waits since the last call."""
@@ -358,15 +361,15 @@ class Trainer:
         self.checkpoint_dir = checkpoint_dir
         self.keep_last = keep_last
         self.checkpoint_overlap = checkpoint_overlap
-        self.writer = None  # rank 0's CheckpointWriter, opened by the first save, closed by close()
+        self.writer: Optional[CheckpointWriter] = None  # rank 0's, opened by the first save, closed by close()
         # Progress, all saved in checkpoints.
         self.epoch = 0              # epoch in progress (0-based)
         self.position = 0           # next batch index within it
         self.step = 0               # optimizer steps attempted
         self.skipped_steps = 0      # of which skipped by the GradScaler (inf/NaN gradients)
-        self.best_valid_loss = None
-        self.history = []           # one record per (possibly partial) epoch
-        self.loss_trace = []        # [step, training loss] every `trace_every` steps (this rank's shard)
+        self.best_valid_loss: Optional[float] = None
+        self.history: list = []     # one record per (possibly partial) epoch
+        self.loss_trace: list = []  # [step, training loss] every `trace_every` steps (this rank's shard)
         self.trace_every = 10
         self.carry = None
 
@@ -571,12 +574,14 @@ class Trainer:
         same_world = saved_world == self.dist.world
         carries = state["carry"]
         if not same_world:
-            if self.position and self.stateful and self.carry_batch_dim is None:
-                raise TrainError(f"the checkpoint was written mid-epoch by {saved_world} processes; "
-                                 f"resume it with {saved_world} processes")
-            # The global batch is unchanged: re-cut the carried states for this many processes.
-            carries = (regroup_carry(carries, self.dist.world, self.carry_batch_dim)
-                       if self.position and self.stateful else [None] * self.dist.world)
+            if self.position and self.stateful:
+                if self.carry_batch_dim is None:
+                    raise TrainError(f"the checkpoint was written mid-epoch by {saved_world} processes; "
+                                     f"resume it with {saved_world} processes")
+                # The global batch is unchanged: re-cut the carried states for this many processes.
+                carries = regroup_carry(carries, self.dist.world, self.carry_batch_dim)
+            else:
+                carries = [None] * self.dist.world
         carry = carries[self.dist.rank]
         self.carry = None if carry is None else _tree_map(lambda t: t.to(self.device), carry)
         if same_world:

@@ -18,8 +18,7 @@ import torch.nn.functional as F
 
 from .data import BPTTBatches, DataError, Vocabulary, load_corpus
 from .lm import QRNNLanguageModel, generate
-from .train import (PRECISIONS, Trainer, TrainError, init_distributed,
-                    load_checkpoint, seed_everything)
+from .train import PRECISIONS, Trainer, TrainError, init_distributed, load_checkpoint, seed_everything
 
 CHECKPOINT_FORMAT = "qrnn-lm/1"
 
@@ -93,19 +92,24 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--layers", type=pos_int, metavar="N", help=f"QRNN layers (default: {d['layers']})")
     model.add_argument("--hidden", type=pos_int, metavar="N", help=f"QRNN hidden size (default: {d['hidden']})")
     model.add_argument("--emsize", type=pos_int, metavar="N", help=f"embedding size (default: {d['emsize']})")
-    model.add_argument("--dropout", type=_fraction, metavar="P", help=f"embedding and inter-layer dropout (default: {d['dropout']})")
+    model.add_argument("--dropout", type=_fraction, metavar="P",
+                       help=f"embedding and inter-layer dropout (default: {d['dropout']})")
     train = p.add_argument_group("training")
-    train.add_argument("--epochs", type=pos_int, metavar="N", help=f"total epochs, counting resumed ones (default: {d['epochs']})")
+    train.add_argument("--epochs", type=pos_int, metavar="N",
+                       help=f"total epochs, counting resumed ones (default: {d['epochs']})")
     train.add_argument("--max-steps", type=pos_int, metavar="N", help="stop after this many optimizer steps in all")
     train.add_argument("--time-budget", type=pos_float, metavar="SECONDS", help="stop after this many seconds")
-    train.add_argument("--batch-size", type=pos_int, metavar="N", help=f"global batch size (default: {d['batch_size']})")
+    train.add_argument("--batch-size", type=pos_int, metavar="N",
+                       help=f"global batch size (default: {d['batch_size']})")
     train.add_argument("--bptt", type=pos_int, metavar="N", help=f"truncated-BPTT chunk length (default: {d['bptt']})")
     train.add_argument("--lr", type=pos_float, metavar="LR", help=f"learning rate (default: {d['lr']})")
     train.add_argument("--optimizer", choices=("adam", "sgd"), help=f"(default: {d['optimizer']})")
-    train.add_argument("--warmup", type=pos_int, metavar="N", help=f"linear warm-up steps (default: {d['warmup']})")
+    train.add_argument("--warmup", type=pos_int, metavar="N",
+                       help=f"linear warm-up steps (default: {d['warmup']})")
     train.add_argument("--clip", type=pos_float, metavar="NORM", help=f"gradient-norm clip (default: {d['clip']})")
     train.add_argument("--precision", choices=PRECISIONS,
-                       help="autocast precision; auto (default): fp16 on CUDA, bf16 on a CPU with native bf16, else fp32")
+                       help="autocast precision; auto (default): fp16 on CUDA, bf16 on a CPU with native bf16, "
+                            "else fp32")
     train.add_argument("--seed", type=_seed, metavar="N", help=f"random seed (default: {d['seed']})")
     train.add_argument("--device", help="cpu, cuda, cuda:N (default: cuda when available)")
     ckpt = p.add_argument_group("checkpoints and output")
