@@ -297,3 +297,15 @@ def test_kernel_argument_lists_are_defined_once():
         kernel_args._generate("forget_mult_forward", "f", "", {**sources, "hidden_size": "4"}, [])
     with pytest.raises(kernel_args.KernelArgsError, match="field h0 .* expected 3"):
         kernel_args._generate("forget_mult_forward", "f", "", {**sources, "h0": "(0, 0)"}, [(f,)])
+
+
+def test_python_m_qrnn_self_check_and_folders(capsys):
+    """`python -m qrnn`: build information and the kernels checked against float64 on this
+    machine; --cmake-dir / --include-dir print the folders a C++ project needs."""
+    from qrnn.__main__ import main
+
+    assert main([]) == 0
+    out = capsys.readouterr().out
+    assert "self-check passed" in out and out.count(" ok") >= 3
+    assert main(["--cmake-dir"]) == 0 and capsys.readouterr().out.strip() == qrnn.cmake_dir()
+    assert main(["--include-dir"]) == 0 and capsys.readouterr().out.strip() == qrnn.include_dir()

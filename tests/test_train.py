@@ -199,6 +199,9 @@ def test_resume_is_bit_identical(tiny_data, tmp_path):
     (["--batch-size", "many"], "--batch-size: expected a positive int"),
     (["--dropout", "1.5"], "--dropout: expected a number in [0, 1)"),
     (["--bogus"], "unrecognized arguments: --bogus"),
+    (["--dropout", "half"], "--dropout: expected a number in [0, 1), got 'half'"),
+    (["--sample-length", "-3"], "--sample-length: expected an int >= 0, got '-3'"),
+    (["--seed", str(2**64)], "--seed: expected an int in [-2**63, 2**63 - 2**16)"),
 ])
 def test_bad_flags_give_one_line(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
@@ -239,6 +242,23 @@ def test_bad_data_and_checkpoints_give_one_line(tiny_data, tmp_path, capsys):
         assert message in err and err.count("\n") == 1 and "Traceback" not in err, (argv, err)
     assert generate_main(["--checkpoint", tiny_data]) == 2
     assert "cannot read checkpoint" in capsys.readouterr().err
+    (tmp_path / "no-checkpoints").mkdir()
+    assert generate_main(["--checkpoint", str(tmp_path / "no-checkpoints")]) == 2
+    assert "folder holds no checkpoint" in capsys.readouterr().err
+    torch.save({"weights": torch.ones(2)}, tmp_path / "foreign.pt")
+    assert generate_main(["--checkpoint", str(tmp_path / "foreign.pt")]) == 2
+    assert "is not a qrnn-train checkpoint" in capsys.readouterr().err
+
+
+def test_resume_without_a_folder_takes_the_newest_run(tiny_data, tmp_path, monkeypatch, capsys):
+    """--resume with no --checkpoint-dir continues the newest run under ./runs."""
+    monkeypatch.chdir(tmp_path)
+    assert train_main(["--data", tiny_data, "--resume", "--no-progress"] + TINY) == 2
+    assert "no run with a checkpoint under runs/" in capsys.readouterr().err
+    assert train_main(["--data", tiny_data, "--max-steps", "2", "--no-progress"] + TINY) == 0
+    capsys.readouterr()
+    assert train_main(["--data", tiny_data, "--max-steps", "4", "--resume", "--no-progress"] + TINY) == 0
+    assert "resum" in capsys.readouterr().out.lower()
 
 
 def test_command_line_error_has_no_traceback(tmp_path):
