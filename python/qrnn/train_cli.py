@@ -261,13 +261,25 @@ def plot_losses(run_dir: str, history: list, loss_trace: list, level: str) -> No
     fig.savefig(os.path.join(run_dir, "loss.png"))
 
 
+# Tensors of the last collectives, kept for the life of the process (see _check_in_sync).
+_KEPT_TENSORS = []
+
+
 def _check_in_sync(module, dist) -> str:
-    """Every rank must hold the same parameters after DDP training: compare checksums."""
+    """Every rank must hold the same parameters after DDP training: compare checksums.
+
+    The last collective of a run. Its tensors stay referenced until the process ends, so
+    that gloo's worker threads never free a tensor Python owns after this: torch 2.4 tears
+    the process group down with the GIL held and joins those threads, and a worker freeing
+    such a tensor needs the GIL (a deadlock at exit, seen with all_gather_object's)."""
     checksum = sum(p.detach().double().sum().item() for p in module.parameters())
-    sums = [None] * dist.world
-    torch.distributed.all_gather_object(sums, checksum)
-    if len(set(sums)) != 1:
-        raise TrainError(f"ranks diverged: parameter checksums {sums}")
+    low = torch.tensor([checksum], dtype=torch.float64, device=dist.device)
+    high = low.clone()
+    _KEPT_TENSORS.extend((low, high))
+    torch.distributed.all_reduce(low, op=torch.distributed.ReduceOp.MIN)
+    torch.distributed.all_reduce(high, op=torch.distributed.ReduceOp.MAX)
+    if low.item() != high.item():
+        raise TrainError(f"ranks diverged: parameter checksums from {low.item()!r} to {high.item()!r}")
     return f"ranks in sync: {dist.world} processes, parameter checksum {checksum!r}"
 
 
@@ -364,12 +376,6 @@ def _train_main(argv=None) -> int:
         if dist.is_main and args.sample_length > 0:
             say("sample:\n" + _sample(trainer.module, corpus.vocab, "", args.sample_length, 0.8, settings["seed"]))
         say(f"saved in {run_dir}: checkpoints, best.pt, metrics.jsonl, loss.png")
-        if dist.enabled:
-            # Let gloo's worker threads finish with the last collectives (this wait releases
-            # the GIL) before the process group is torn down: torch 2.4 joins those threads
-            # in its destructor with the GIL held, and a worker still freeing a tensor from
-            # Python (all_gather_object's) needs the GIL: a deadlock at exit under load.
-            torch.distributed.barrier()
         return 0
     except (TrainError, DataError) as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
