@@ -262,7 +262,7 @@ def plot_losses(run_dir: str, history: list, loss_trace: list, level: str) -> No
 
 
 # Tensors of the last collectives, kept for the life of the process (see _check_in_sync).
-_KEPT_TENSORS = []
+_KEPT_TENSORS: list = []
 
 
 def _check_in_sync(module, dist) -> str:
