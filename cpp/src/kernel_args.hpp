@@ -99,6 +99,7 @@ private:
 };
 
 #define QRNN_ARGS_FIELD(kind, name) Field{#kind, #name},
+#define QRNN_ARGS_SLOTS(kind, name) (is_real(#kind) ? 0 : width(#kind)),
 #define QRNN_ARGS_INTS(kind, name) +(is_real(#kind) ? 0 : width(#kind))
 #define QRNN_ARGS_REALS(kind, name) +(is_real(#kind) ? 1 : 0)
 #define QRNN_ARGS_READ(kind, name) r.kind(p.name);
@@ -109,6 +110,8 @@ private:
         using params = Params;                                                                        \
         static constexpr const char* name = #kernel;                                                   \
         static constexpr Field fields[] = {FIELDS(QRNN_ARGS_FIELD)};                                  \
+        /* integers each field takes, 0 for the float of a `real`: what a parser walks */            \
+        static constexpr int slots[] = {FIELDS(QRNN_ARGS_SLOTS)};                                     \
         static constexpr int ints = 0 FIELDS(QRNN_ARGS_INTS);                                         \
         static constexpr int reals = 0 FIELDS(QRNN_ARGS_REALS);                                       \
         static Params read(const int64_t* int_args, const double* real_args) {                        \
@@ -123,6 +126,7 @@ QRNN_KERNEL_ARG_LISTS(QRNN_ARGS_LIST)
 #undef QRNN_ARGS_READ
 #undef QRNN_ARGS_REALS
 #undef QRNN_ARGS_INTS
+#undef QRNN_ARGS_SLOTS
 #undef QRNN_ARGS_FIELD
 
 }  // namespace qrnn::args

@@ -57,13 +57,13 @@ struct FastCall {
         int64_t* next_int = ints;
         double* next_real = reals;
         Py_ssize_t i = 0;
-        for (const args::Field& field : List::fields) {
-            if (args::is_real(field.kind)) {
+        for (const int slots : List::slots) {
+            if (slots == 0) {  // a `real` field: one float
                 *next_real = PyFloat_AsDouble(argv[i++]);
                 if (*next_real++ == -1.0 && PyErr_Occurred()) return false;
                 continue;
             }
-            for (int k = 0; k < args::width(field.kind); ++k)
+            for (int k = 0; k < slots; ++k)
                 if (!read_int(argv[i++], *next_int++)) return false;
         }
         for (int k = 0; k < Extra; ++k)
