@@ -285,6 +285,12 @@ def assert_all_close(actual, expected, dtype, what="") -> None:
                                    msg=lambda m, i=i: f"{what}[{i}] ({dtype}): {m}")
 
 
+# dtype x h0 present x layout: the cases two ForgetMult paths are compared on.
+FORGET_MULT_CASES = [pytest.param(dtype, h0, batch_first, id=f"{str(dtype)[6:]}-{'h0' if h0 else 'no_h0'}-"
+                                  f"{'batch_first' if batch_first else 'time_major'}")
+                     for dtype in CPU_DTYPES for h0 in (False, True) for batch_first in (False, True)]
+
+
 def random_forget_mult_inputs(T, B, H, dtype, h0, batch_first):
     """f in (0, 1), x and (when h0) a state in the kernels' state dtype, never zeros."""
     shape = (B, T, H) if batch_first else (T, B, H)

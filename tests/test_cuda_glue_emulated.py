@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import qrnn
-from conftest import EmulatedRuntime, assert_all_close, outputs_and_grads, random_forget_mult_inputs
+from conftest import FORGET_MULT_CASES, EmulatedRuntime, assert_all_close, outputs_and_grads, random_forget_mult_inputs
 from qrnn import ops, ops_cuda
 from test_qrnn_gates import OPTION_IDS, OPTION_SETS, make_inputs
 
@@ -23,9 +23,7 @@ pytestmark = pytest.mark.skipif(not ops_cuda.AVAILABLE, reason="qrnn was built w
 DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d)[6:])
-@pytest.mark.parametrize("h0", [False, True], ids=["no_h0", "h0"])
-@pytest.mark.parametrize("batch_first", [False, True], ids=["time_major", "batch_first"])
+@pytest.mark.parametrize("dtype,h0,batch_first", FORGET_MULT_CASES)
 def test_forget_mult_through_cuda_glue(emulated_cuda, dtype, h0, batch_first):
     f, x, c0 = random_forget_mult_inputs(17, 3, 40, dtype, h0, batch_first)
     expected = outputs_and_grads(qrnn.forget_mult, (f, x, c0), batch_first=batch_first)

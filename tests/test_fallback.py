@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import qrnn
-from conftest import assert_all_close, outputs_and_grads, random_forget_mult_inputs
+from conftest import FORGET_MULT_CASES, assert_all_close, outputs_and_grads, random_forget_mult_inputs
 from qrnn import ops
 from test_qrnn_gates import OPTION_IDS, OPTION_SETS, make_inputs
 
@@ -25,9 +25,7 @@ def no_native_kernels(monkeypatch):
     assert not ops.has_native_kernels("cpu") and not ops.has_fused_qrnn_gates("cpu")
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d)[6:])
-@pytest.mark.parametrize("h0", [False, True], ids=["no_h0", "h0"])
-@pytest.mark.parametrize("batch_first", [False, True], ids=["time_major", "batch_first"])
+@pytest.mark.parametrize("dtype,h0,batch_first", FORGET_MULT_CASES)
 def test_forget_mult_fallback_matches_kernels(request, dtype, h0, batch_first):
     f, x, c0 = random_forget_mult_inputs(11, 3, 10, dtype, h0, batch_first)
     native = outputs_and_grads(qrnn.forget_mult, (f, x, c0), batch_first=batch_first)

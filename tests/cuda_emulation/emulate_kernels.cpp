@@ -107,25 +107,24 @@ inline void check_aligned(const void* ptr, size_t bytes, const char* what) {
     misaligned = text;
 }
 
-}  // namespace qrnn_emu
-
+// A load as the GPU makes it: faults (here: recorded) unless aligned to its own size.
 template <typename R>
-inline R __ldg(const R* p) {
-    ::qrnn_emu::check_aligned(p, sizeof(R), "load (__ldg)");
+inline R checked_load(const R* p, const char* what) {
+    check_aligned(p, sizeof(R), what);
     R r;
     std::memcpy(&r, p, sizeof(R));
     return r;
 }
+
+}  // namespace qrnn_emu
+
+template <typename R>
+inline R __ldg(const R* p) { return ::qrnn_emu::checked_load(p, "load (__ldg)"); }
 
 #define QRNN_EMULATOR 1
 namespace qrnn::cuda::kernels {
 template <typename R>
-inline R load_vector(const R* p) {
-    ::qrnn_emu::check_aligned(p, sizeof(R), "vector load");
-    R r;
-    std::memcpy(&r, p, sizeof(R));
-    return r;
-}
+inline R load_vector(const R* p) { return ::qrnn_emu::checked_load(p, "vector load"); }
 template <typename R>
 inline void store_vector(R* p, const R& r) {
     ::qrnn_emu::check_aligned(p, sizeof(R), "vector store");
