@@ -14,13 +14,12 @@ import pytest
 import torch
 
 import qrnn
-from conftest import FORGET_MULT_CASES, EmulatedRuntime, assert_all_close, outputs_and_grads, random_forget_mult_inputs
+from conftest import CPU_DTYPES, FORGET_MULT_CASES, EmulatedRuntime, assert_all_close, outputs_and_grads, random_forget_mult_inputs
 from qrnn import ops, ops_cuda
 from test_qrnn_gates import OPTION_IDS, OPTION_SETS, make_inputs
 
 pytestmark = pytest.mark.skipif(not ops_cuda.AVAILABLE, reason="qrnn was built without its CUDA kernels")
 
-DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
 
 
 @pytest.mark.parametrize("dtype,h0,batch_first", FORGET_MULT_CASES)
@@ -37,7 +36,7 @@ def test_forget_mult_through_cuda_glue(emulated_cuda, dtype, h0, batch_first):
     assert_all_close(actual + [eager_emulated], expected + [eager], dtype, "forget_mult")
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d)[6:])
+@pytest.mark.parametrize("dtype", CPU_DTYPES, ids=lambda d: str(d)[6:])
 @pytest.mark.parametrize("options", OPTION_SETS, ids=OPTION_IDS)
 def test_qrnn_gates_through_cuda_glue(emulated_cuda, dtype, options):
     output_gate, lengths, reverse, batch_first, mask, c0 = options

@@ -12,9 +12,6 @@ from conftest import FORGET_MULT_CASES, assert_all_close, outputs_and_grads, ran
 from qrnn import ops
 from test_qrnn_gates import OPTION_IDS, OPTION_SETS, make_inputs
 
-DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
-
-
 @pytest.fixture
 def no_native_kernels(monkeypatch):
     """CPU tensors see a device qrnn has no kernels for."""
