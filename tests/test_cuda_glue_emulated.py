@@ -14,7 +14,14 @@ import pytest
 import torch
 
 import qrnn
-from conftest import CPU_DTYPES, FORGET_MULT_CASES, EmulatedRuntime, assert_all_close, outputs_and_grads, random_forget_mult_inputs
+from conftest import (
+    CPU_DTYPES,
+    FORGET_MULT_CASES,
+    EmulatedRuntime,
+    assert_all_close,
+    outputs_and_grads,
+    random_forget_mult_inputs,
+)
 from qrnn import ops, ops_cuda
 from test_qrnn_gates import OPTION_IDS, OPTION_SETS, make_inputs
 

@@ -12,6 +12,7 @@ from conftest import FORGET_MULT_CASES, assert_all_close, outputs_and_grads, ran
 from qrnn import ops
 from test_qrnn_gates import OPTION_IDS, OPTION_SETS, make_inputs
 
+
 @pytest.fixture
 def no_native_kernels(monkeypatch):
     """CPU tensors see a device qrnn has no kernels for."""
