@@ -467,6 +467,9 @@ def _roundtrip(model, allowlist):
     buffer = io.BytesIO()
     torch.save(model, buffer)
     buffer.seek(0)
+    if not hasattr(torch.serialization, "safe_globals"):  # torch < 2.5: the process-wide list only
+        torch.serialization.add_safe_globals(allowlist)
+        return torch.load(buffer, weights_only=True)
     with torch.serialization.safe_globals(allowlist):
         return torch.load(buffer, weights_only=True)
 

@@ -252,7 +252,9 @@ def _gemm_dtype(linear) -> Optional[torch.dtype]:
     return None
 
 
-_is_exporting = getattr(torch.compiler, "is_exporting", lambda: False)
+# torch < 2.5 has no is_exporting: there, any trace (export or compile) keeps no inputs
+# (export forbids the module mutation; a compiled model is then as if save_prev_x were off).
+_is_exporting = getattr(torch.compiler, "is_exporting", torch.compiler.is_compiling)
 
 _UNSET = object()
 # Positional order of today's QRNNLayer after (input_size, hidden_size), and of pytorch-qrnn's
@@ -716,7 +718,9 @@ def _register_safe_globals() -> None:
     they hold (torch >= 2.4 has add_safe_globals; older versions load with weights_only=False)."""
     add_safe_globals = getattr(torch.serialization, "add_safe_globals", None)
     if add_safe_globals is not None:
-        add_safe_globals([QRNN, QRNNLayer, QRNNState, nn.ModuleList, nn.Linear])
+        # set: every nn.Module pickles one (_non_persistent_buffers_set); torch < 2.5 does
+        # not allow it by default.
+        add_safe_globals([QRNN, QRNNLayer, QRNNState, nn.ModuleList, nn.Linear, set])
 
 
 _register_safe_globals()
