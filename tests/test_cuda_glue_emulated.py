@@ -152,3 +152,12 @@ def test_into_entry_points_check_their_outputs():
     with pytest.raises(ValueError, match="schedule: expected one of"):
         with ops_cuda.schedule("fastest"):
             pass
+
+
+def test_real_runtime_lookups_exist():
+    """The lookups the emulation replaces are the real ones on a GPU: their names resolve
+    here too (a missing attribute would only fail on a GPU)."""
+    assert ops_cuda.runtime.index(torch.device("cuda", 3)) == 3
+    assert callable(ops_cuda.runtime.stream)
+    for name in ("Stream", "Event", "current_stream", "stream"):
+        assert callable(getattr(torch.cuda, name))
