@@ -28,6 +28,9 @@ class KernelArgsError(ImportError):
 DTYPE_CODES = {getattr(torch, name): code for name, code in _C.dtype_codes().items()}
 HALF_DTYPES = (torch.bfloat16, torch.float16)
 
+# Every kernel's (kind, field) list, read once.
+_FIELDS = _C.kernel_fields()
+
 # Numbers per field kind (cpp/src/kernel_args.hpp).
 _WIDTHS = {"dtype": 1, "integer": 1, "flag": 1, "real": 1, "lengths": 1,
            "cview3": 4, "view3": 4, "cview2": 3, "view2": 3}
@@ -64,7 +67,7 @@ def _generate(kernel: str, signature: str, prologue: str, sources: dict, probes)
     ``sources`` maps each field to a Python expression; for a view kind a bare name is a
     required tensor (its address, then its strides), anything else must evaluate to the
     kind's numbers and is splatted. ``probes`` are argument tuples the result is checked on."""
-    fields = _C.kernel_fields()[kernel]
+    fields = _FIELDS[kernel]
     names = [name for _, name in fields]
     missing, unknown = [n for n in names if n not in sources], [n for n in sources if n not in names]
     if missing or unknown:
