@@ -1,8 +1,8 @@
-// The CPU thread pool (cpp/src/parallel.cpp, compiled into this test directly because
+// The CPU thread pool (cpp/src/common/parallel.cpp, compiled into this test directly because
 // it is internal to the library): every item runs exactly once, exceptions reach the
 // caller, the pool survives them, and concurrent or nested callers neither deadlock nor
 // race (ThreadSanitizer runs this too).
-#include "parallel.hpp"
+#include "common/parallel.hpp"
 
 #include <atomic>
 #include <chrono>

@@ -1,4 +1,4 @@
-// Runs the CUDA kernels of cuda/forget_mult_kernels.cuh and cuda/qrnn_gates_kernels.cuh on
+// Runs the CUDA kernels of cuda/forget_mult/kernels.cuh and cuda/qrnn_gates/kernels.cuh on
 // the CPU, compiled by the host C++ compiler against the CUDA headers (whose half/bfloat16
 // conversions have host versions), so the kernels' indexing, vector and tail paths (every
 // vector access checked for alignment), the chunked schedule's carry logic and the gate
@@ -143,9 +143,9 @@ inline void store_vector(R* p, const R& r) {
 #define QRNN_WITH_CUDA 1
 #endif
 
-#include "forget_mult_kernels.cuh"
-#include "qrnn_gates_kernels.cuh"
-#include "kernel_args.hpp"
+#include "forget_mult/kernels.cuh"
+#include "qrnn_gates/kernels.cuh"
+#include "common/kernel_args.hpp"
 
 namespace qrnn::cuda::kernels {
 alignas(16) unsigned char smem_bytes[1 << 16];  // the dynamic shared memory of the running block
@@ -226,7 +226,7 @@ void by_dtype(int dtype, Fn&& fn) {
     throw std::runtime_error("bad dtype");
 }
 
-// The grid qrnn_gates_launch.cuh launches: blocks of kGatesThreads threads, one per
+// The grid qrnn_gates/launch.cuh launches: blocks of kGatesThreads threads, one per
 // (batch row, vector of hidden units).
 template <typename Params>
 detail::LaunchShape gates_shape(const Params& p, int width) {

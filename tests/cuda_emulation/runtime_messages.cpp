@@ -1,4 +1,4 @@
-// Prints the texts of the CUDA launchers' first-use checks (cuda/runtime_checks.hpp) for
+// Prints the texts of the CUDA launchers' first-use checks (cuda/common/runtime_checks.hpp) for
 // the versions given on the command line, so tests check them without a GPU:
 //   runtime_messages driver DRIVER_VERSION RUNTIME_VERSION   -> supported (0/1), message
 //   runtime_messages capture DEVICE DRIVER_VERSION           -> message
@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "runtime_checks.hpp"
+#include "common/runtime_checks.hpp"
 
 int main(int argc, char** argv) {
     using namespace qrnn::cuda::detail;

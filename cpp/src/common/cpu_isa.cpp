@@ -1,0 +1,32 @@
+#include "common/cpu_isa.hpp"
+
+#include <cstdlib>
+#include <string>
+
+namespace qrnn::cpu {
+namespace {
+
+Isa detect() {
+    const char* forced = std::getenv("QRNN_SIMD");
+    const std::string want = forced ? forced : "";
+#if defined(QRNN_HAVE_X86_KERNELS)
+    __builtin_cpu_init();
+    const bool has_avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+    const bool has_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                          __builtin_cpu_supports("f16c");
+    if (has_avx512 && (want.empty() || want == "avx512")) return Isa::avx512;
+    if (has_avx2 && (want.empty() || want == "avx512" || want == "avx2")) return Isa::avx2;
+#endif
+    (void)want;
+    return Isa::generic;
+}
+
+}  // namespace
+
+Isa selected_isa() {
+    static const Isa isa = detect();
+    return isa;
+}
+
+}  // namespace qrnn::cpu

@@ -1,0 +1,94 @@
+// CPU ForgetMult entry points: validate, pick the instruction set once, split the
+// (batch row, hidden block) items over threads.
+#include <string>
+
+#include "common/check.hpp"
+#include "forget_mult/check.hpp"
+#include "common/cpu_isa.hpp"
+#include "forget_mult/table.hpp"
+#include "common/parallel.hpp"
+#include "qrnn/forget_mult.hpp"
+
+namespace qrnn::cpu {
+namespace {
+
+using detail::fail;
+
+const KernelTable& selected() {
+#if defined(QRNN_HAVE_X86_KERNELS)
+    static const KernelTable& table = select_table(generic::table, &avx2::table, &avx512::table);
+#else
+    static const KernelTable& table = generic::table;
+#endif
+    return table;
+}
+
+// The fixed entry points' time stride batch * hidden, computed only once the sizes are
+// known to be valid (a product that overflows int64 is undefined behaviour).
+int64_t contiguous_time_stride(int64_t seq_len, int64_t batch, int64_t hidden, const char* what) {
+    detail::check_size("seq_len", seq_len);
+    detail::check_size("batch", batch);
+    detail::check_size("hidden", hidden);
+    return detail::checked_numel(1, batch, hidden, what);
+}
+
+}  // namespace
+
+const char* simd_level() { return isa_name(selected_isa()); }
+
+void forget_mult_forward(const ForgetMultForwardParams& p, int num_threads) {
+    const int64_t numel = detail::validate_forget_mult(p);
+    if (numel == 0) return;
+    const auto kernel = selected().forward[int(p.dtype)];
+    detail::parallel_for(row_items(p.batch, p.hidden), detail::threads_for_work(numel, num_threads),
+                         [&](int64_t begin, int64_t end) { kernel(p, begin, end); });
+}
+
+void forget_mult_backward(const ForgetMultBackwardParams& p, int num_threads) {
+    const int64_t numel = detail::validate_forget_mult(p);
+    // An empty sequence still writes grad_h0 (zeros), if asked for: batch * hidden items of
+    // nothing else. Without grad_h0 there is nothing to do (and batch * hidden may not even
+    // fit in int64 when seq_len is 0).
+    if (numel == 0 && !p.grad_h0.data) return;
+    if (detail::checked_numel(1, p.batch, p.hidden, "forget_mult_backward: grad_h0") == 0) return;
+    const auto kernel = selected().backward[int(p.dtype)];
+    detail::parallel_for(row_items(p.batch, p.hidden), detail::threads_for_work(numel, num_threads),
+                         [&](int64_t begin, int64_t end) { kernel(p, begin, end); });
+}
+
+void forget_mult(const float* f, const float* x, const float* h0, float* h,
+                 int64_t seq_len, int64_t batch, int64_t hidden) {
+    const int64_t st = contiguous_time_stride(seq_len, batch, hidden, "forget_mult");
+    ForgetMultForwardParams p;
+    p.seq_len = seq_len;
+    p.batch = batch;
+    p.hidden = hidden;
+    p.dtype = DType::float32;
+    p.f = {f, st, hidden, 1};
+    p.x = {x, st, hidden, 1};
+    p.h0 = {h0, hidden, 1};
+    p.h = {h, st, hidden, 1};
+    forget_mult_forward(p, 0);
+}
+
+void forget_mult_backward(const float* f, const float* x, const float* h0, const float* h,
+                          const float* grad_h, float* grad_f, float* grad_x, float* grad_h0,
+                          int64_t seq_len, int64_t batch, int64_t hidden) {
+    const int64_t st = contiguous_time_stride(seq_len, batch, hidden, "forget_mult_backward");
+    ForgetMultBackwardParams p;
+    p.seq_len = seq_len;
+    p.batch = batch;
+    p.hidden = hidden;
+    p.dtype = DType::float32;
+    p.f = {f, st, hidden, 1};
+    p.x = {x, st, hidden, 1};
+    p.h = {h, st, hidden, 1};
+    p.h0 = {h0, hidden, 1};
+    p.grad_h = {grad_h, st, hidden, 1};
+    p.grad_f = {grad_f, st, hidden, 1};
+    p.grad_x = {grad_x, st, hidden, 1};
+    p.grad_h0 = {grad_h0, hidden, 1};
+    forget_mult_backward(p, 0);
+}
+
+}  // namespace qrnn::cpu

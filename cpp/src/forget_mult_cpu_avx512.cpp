@@ -1,3 +1,0 @@
-// ForgetMult kernels compiled for one instruction set (avx512); flags come from CMake.
-#define QRNN_ISA avx512
-#include "forget_mult_isa.hpp"

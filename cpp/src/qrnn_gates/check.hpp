@@ -1,0 +1,133 @@
+// Validation of the fused QRNN gate parameters, shared by the CPU and CUDA entry points:
+// sizes, dtypes, pointers, strides and lengths. Throws std::invalid_argument naming the
+// field. Both return false when the call has nothing to write.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/check.hpp"
+#include "qrnn/qrnn_gates.hpp"
+
+namespace qrnn::detail {
+
+// Where `lengths` lives decides whether its values can be checked here: host memory is
+// read (every value in 0..seq_len); device memory is not (that would synchronise), and
+// the CUDA kernels clamp each length to 0..seq_len instead, so no access leaves the arrays.
+enum class LengthsMemory { host, device };
+
+namespace gates_check {
+
+inline bool sixteen_bit(DType d) { return d == DType::bfloat16 || d == DType::float16; }
+
+inline void dtype(DType d) {
+    if (int(d) < 0 || int(d) > 3) fail("dtype: unknown value " + std::to_string(int(d)));
+}
+
+// A carried state is stored in the sequence dtype, or in float32 next to 16-bit data.
+inline void state_dtype(const char* name, DType state, DType dtype) {
+    if (int(state) < 0 || int(state) > 3) fail(std::string(name) + ": unknown dtype value " + std::to_string(int(state)));
+    if (state != dtype && !(sixteen_bit(dtype) && state == DType::float32))
+        fail(std::string(name) + ": expected " + dtype_name(dtype) + (sixteen_bit(dtype) ? " or float32" : "") +
+             ", got " + dtype_name(state));
+}
+
+struct Shape {
+    int64_t T, B, H;
+};
+
+inline Shape shape(int64_t T, int64_t B, int64_t H) {
+    check_size("seq_len", T);
+    check_size("batch", B);
+    check_size("hidden", H);
+    checked_numel(T, B, H, "qrnn_gates");
+    return {T, B, H};
+}
+
+// G's view covers n_gates blocks of H units, gate_stride apart.
+template <typename V>
+void gates(const char* name, const V& v, const Shape& s, int64_t gate_stride, bool output_gate) {
+    const int64_t n_gates = output_gate ? 3 : 2;
+    const int64_t sizes[4] = {s.T, s.B, n_gates, s.H}, strides[4] = {v.stride_t, v.stride_b, gate_stride, v.stride_h};
+    checked_numel(s.T * s.B, n_gates, s.H, name);
+    check_pointer(name, v.data, s.T * s.B * n_gates * s.H);
+    check_extent(name, sizes, strides, 4);
+}
+
+template <typename V>
+void view3(const char* name, const V& v, const Shape& s) {
+    check_view3(name, v.data, s.T, s.B, s.H, v.stride_t, v.stride_b, v.stride_h);
+}
+
+template <typename V>
+void view2(const char* name, const V& v, const Shape& s) {
+    check_view2(name, v.data, s.B, s.H, v.stride_b, v.stride_h);
+}
+
+inline void lengths(const int64_t* lengths, int64_t stride, const Shape& s, LengthsMemory memory) {
+    if (!lengths) return;
+    check_pointer("lengths", lengths, s.B);
+    const int64_t sizes[1] = {s.B}, strides[1] = {stride};
+    check_extent("lengths", sizes, strides, 1);
+    if (memory == LengthsMemory::device) return;
+    for (int64_t b = 0; b < s.B; ++b) {
+        const int64_t len = lengths[b * stride];
+        if (len < 0 || len > s.T)
+            fail("lengths[" + std::to_string(b) + "] = " + std::to_string(len) + " is outside 0..seq_len (" +
+                 std::to_string(s.T) + ")");
+    }
+}
+
+inline void scale(double scale) {
+    if (!(scale == scale) || scale < 0.0 || scale > 1.0)
+        fail("forget_scale must be in [0, 1], got " + std::to_string(scale));
+}
+
+// Shared by both directions: sizes, dtype, G, mask, scale, c0 and lengths.
+template <typename Params>
+Shape common(const Params& p, bool has_c0_dtype, LengthsMemory memory) {
+    const Shape s = shape(p.seq_len, p.batch, p.hidden);
+    dtype(p.dtype);
+    gates("gates", p.gates, s, p.gate_stride, p.output_gate);
+    if (p.forget_mask.data) view3("forget_mask", p.forget_mask, s);
+    scale(p.forget_scale);
+    if (has_c0_dtype) state_dtype("c0_dtype", p.c0_dtype, p.dtype);
+    if (p.c0.data) view2("c0", p.c0, s);
+    lengths(p.lengths, p.lengths_stride, s, memory);
+    return s;
+}
+
+}  // namespace gates_check
+
+inline bool validate_qrnn_gates(const QrnnGatesForwardParams& p, LengthsMemory memory) {
+    using namespace gates_check;
+    const Shape s = common(p, p.c0.data != nullptr, memory);
+    view3("output", p.output, s);
+    if (p.states.data) view3("states", p.states, s);
+    if (p.c_n.data) {
+        state_dtype("c_n_dtype", p.c_n_dtype, p.dtype);
+        view2("c_n", p.c_n, s);
+    }
+    // An empty sequence only writes c_n (= c0): without it there is nothing to do, and
+    // batch * hidden need not even fit in int64 (walking its items would take hours).
+    if (s.T == 0 && !p.c_n.data) return false;
+    return checked_numel(1, s.B, s.H, "qrnn_gates") != 0;
+}
+
+inline bool validate_qrnn_gates(const QrnnGatesBackwardParams& p, LengthsMemory memory) {
+    using namespace gates_check;
+    const Shape s = common(p, p.c0.data != nullptr || p.grad_c0.data != nullptr, memory);
+    view3("states", p.states, s);
+    if (p.grad_output.data) view3("grad_output", p.grad_output, s);
+    if (p.grad_c_n.data) {
+        state_dtype("c_n_dtype", p.c_n_dtype, p.dtype);
+        view2("grad_c_n", p.grad_c_n, s);
+    }
+    gates("grad_gates", p.grad_gates, s, p.grad_gate_stride, p.output_gate);
+    if (p.grad_c0.data) view2("grad_c0", p.grad_c0, s);
+    // An empty sequence only writes grad_c0 (= grad_c_n), as in the forward pass.
+    if (s.T == 0 && !p.grad_c0.data) return false;
+    return checked_numel(1, s.B, s.H, "qrnn_gates_backward") != 0;
+}
+
+}  // namespace qrnn::detail

@@ -1,0 +1,38 @@
+// CPU entry points of the fused QRNN gate kernels: validate every field, then split the
+// (batch row, hidden block) items over threads on the selected instruction set.
+#include "common/cpu_isa.hpp"
+#include "common/parallel.hpp"
+#include "qrnn/qrnn_gates.hpp"
+#include "qrnn_gates/check.hpp"
+#include "qrnn_gates/table.hpp"
+
+namespace qrnn::cpu {
+namespace {
+
+const GatesKernelTable& selected() {
+#if defined(QRNN_HAVE_X86_KERNELS)
+    static const GatesKernelTable& table = select_table(generic::gates_table, &avx2::gates_table, &avx512::gates_table);
+#else
+    static const GatesKernelTable& table = generic::gates_table;
+#endif
+    return table;
+}
+
+// Splits the (batch row, hidden block) items over threads.
+template <typename Params, typename Kernel>
+void run_items(const Params& p, Kernel kernel, int num_threads) {
+    detail::parallel_for(row_items(p.batch, p.hidden), detail::threads_for_work(p.seq_len * p.batch * p.hidden, num_threads),
+                         [&](int64_t begin, int64_t end) { kernel(p, begin, end); });
+}
+
+}  // namespace
+
+void qrnn_gates_forward(const QrnnGatesForwardParams& p, int num_threads) {
+    if (detail::validate_qrnn_gates(p, detail::LengthsMemory::host)) run_items(p, selected().forward[int(p.dtype)], num_threads);
+}
+
+void qrnn_gates_backward(const QrnnGatesBackwardParams& p, int num_threads) {
+    if (detail::validate_qrnn_gates(p, detail::LengthsMemory::host)) run_items(p, selected().backward[int(p.dtype)], num_threads);
+}
+
+}  // namespace qrnn::cpu

@@ -1,0 +1,341 @@
+// Fused QRNN gate kernels (activations + ForgetMult + output gate), templated over the
+// storage type and compiled once per instruction set inside namespace QRNN_ISA.
+//
+// Work is split into items = (batch row, block of hidden units) walked in chunks, like
+// ForgetMult (common/cpu_work_items.hpp). Each item walks its sequence's valid steps serially
+// (forwards, or backwards for `reverse`), keeping its state in float.
+//
+// The math of a step runs over rows of the math type M (float, or double for double
+// storage): float32/float64 rows are used in place, bfloat16 gates and gate outputs are
+// converted inside the math loop, and other 16-bit rows (float16, masks, saved states,
+// output gradients) are first widened into small float buffers (and results narrowed back). Each loop then stays
+// simple enough to vectorise well (one float per lane, no spills). Absent optional
+// inputs (zoneout mask, output gradient) read from a row of ones / zeros.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include "common/cpu_kernel_common.hpp"
+#include "common/cpu_math.hpp"
+#include "qrnn_gates/table.hpp"
+
+#ifndef QRNN_ISA
+#error "define QRNN_ISA before including qrnn_gates/kernels.hpp"
+#endif
+
+namespace qrnn::cpu::QRNN_ISA {
+
+// ---- Rows ----------------------------------------------------------------------------
+
+template <typename T, typename M>
+inline void widen(const T* __restrict__ src, int64_t stride, int64_t n, M* __restrict__ dst) {
+    if constexpr (is_16bit<T>) {
+        if (stride == 1) return row_to_float(src, dst, n);  // F16C for half where built with it
+    }
+    for (int64_t j = 0; j < n; ++j) dst[j] = load<T, M>(src, j, stride);
+}
+
+template <typename T, typename M>
+inline void narrow(const M* __restrict__ src, int64_t n, T* __restrict__ dst, int64_t stride) {
+    for (int64_t j = 0; j < n; ++j) store<T, M>(dst, j, stride, src[j]);
+}
+
+template <>
+inline void narrow<float16, float>(const float* __restrict__ src, int64_t n, float16* __restrict__ dst,
+                                   int64_t stride) {
+#if defined(__F16C__)
+    if (stride == 1) return row_from_float(src, dst, n);
+#endif
+    for (int64_t j = 0; j < n; ++j) dst[j * stride] = to_half(src[j]);
+}
+
+template <typename T>
+inline void zero_row(T* __restrict__ dst, int64_t n, int64_t stride) {
+    const T zero = from_float<T>(0.f);
+    for (int64_t j = 0; j < n; ++j) dst[j * stride] = zero;
+}
+
+// A row of n values of type M: in place (with its stride) when the storage is M,
+// else widened into `buffer` (stride 1).
+template <typename M>
+struct Row {
+    const M* data;
+    int64_t stride;
+};
+
+template <typename T, typename M>
+inline Row<M> read_row(const T* src, int64_t stride, int64_t n, M* buffer) {
+    if constexpr (std::is_same_v<T, M>) {
+        return {src, stride};
+    } else {
+        widen(src, stride, n, buffer);
+        return {buffer, 1};
+    }
+}
+
+// ---- The math of one step -----------------------------------------------------------
+
+// bfloat16 converts inside the math loops (its widening is a shift); float16 goes through
+// float rows, where F16C converts eight at a time.
+template <typename T>
+constexpr bool converts_inline = std::is_same_v<T, bfloat16>;
+
+// c = f z + (1 - f) c; h = o c (or c). Strides are 1 except for strided float storage.
+// The gates (TG) and the output (TH) are read and written in their storage type: float
+// rows, or bfloat16 converted inside this loop (a shift in, a rounding select out, both
+// vectorised); other 16-bit data arrives widened into float rows.
+template <typename TG, typename TH, typename M, bool OutputGate>
+inline void forward_math(const TG* __restrict__ gz, const TG* __restrict__ gf, const TG* __restrict__ go,
+                         int64_t sg, const M* __restrict__ keep, int64_t sk, M scale, M* __restrict__ c,
+                         TH* __restrict__ h, int64_t sh, int64_t n) {
+    for (int64_t j = 0; j < n; ++j) {
+        M z, s, o = M(1);
+        if constexpr (OutputGate)
+            tanh_sigmoid_sigmoid(load<TG, M>(gz, j, sg), load<TG, M>(gf, j, sg), load<TG, M>(go, j, sg), z, s, o);
+        else
+            tanh_sigmoid(load<TG, M>(gz, j, sg), load<TG, M>(gf, j, sg), z, s);
+        const M f = s * keep[j * sk] * scale;
+        const M cj = f * z + (M(1) - f) * c[j];
+        c[j] = cj;
+        store<TH, M>(h, j, sh, OutputGate ? o * cj : cj);
+    }
+}
+
+// g (the gradient reaching c[t]) gains the output's gradient, gives the gate
+// gradients, and leaves as the gradient reaching c[t-1]. c[t] is recomputed from
+// c[t-1] rather than read. Gates (TG) and gate gradients (TO) in their storage type,
+// as in forward_math.
+template <typename TG, typename TO, typename M, bool OutputGate>
+inline void backward_math(const TG* __restrict__ gz, const TG* __restrict__ gf, const TG* __restrict__ go,
+                          int64_t sg, const M* __restrict__ keep, int64_t sk, M scale,
+                          const M* __restrict__ cprev, int64_t sc, const M* __restrict__ dh, int64_t sd,
+                          M* __restrict__ grad, TO* __restrict__ dz, TO* __restrict__ df, TO* __restrict__ dout,
+                          int64_t sdg, int64_t n) {
+    for (int64_t j = 0; j < n; ++j) {
+        M z, s, o = M(1);
+        if constexpr (OutputGate)
+            tanh_sigmoid_sigmoid(load<TG, M>(gz, j, sg), load<TG, M>(gf, j, sg), load<TG, M>(go, j, sg), z, s, o);
+        else
+            tanh_sigmoid(load<TG, M>(gz, j, sg), load<TG, M>(gf, j, sg), z, s);
+        const M kf = keep[j * sk] * scale;
+        const M f = s * kf;
+        const M cp = cprev[j * sc];
+        const M dhv = dh[j * sd];
+        M g;
+        if constexpr (OutputGate) {
+            const M cj = f * z + (M(1) - f) * cp;
+            g = grad[j] + dhv * o;
+            store<TO, M>(dout, j, sdg, dhv * cj * o * (M(1) - o));
+        } else {
+            g = grad[j] + dhv;
+        }
+        store<TO, M>(dz, j, sdg, f * g * (M(1) - z * z));
+        store<TO, M>(df, j, sdg, (z - cp) * g * kf * s * (M(1) - s));
+        grad[j] = g - f * g;
+    }
+}
+
+// ---- Work items ---------------------------------------------------------------------
+
+// A work item (common/cpu_kernel_common.hpp) and its sequence's valid steps.
+struct Item : RowItem {
+    int64_t valid;
+};
+
+// Fills items[0, count) for items first, first + 1, ...; returns their longest walk.
+template <typename Params>
+inline int64_t describe_items(const Params& p, int64_t block, int64_t first, int64_t count, Item* items) {
+    int64_t max_valid = 0;
+    for (int64_t i = 0; i < count; ++i) {
+        Item& it = items[i];
+        describe_rows(p.hidden, block, first + i, 1, &it);
+        it.valid = p.lengths ? p.lengths[it.b * p.lengths_stride] : p.seq_len;
+        max_valid = std::max(max_valid, it.valid);
+    }
+    return max_valid;
+}
+
+// Time index of step k of a sequence with `valid` steps, walked forwards or in reverse.
+inline int64_t step_time(int64_t k, int64_t valid, bool reverse) { return reverse ? valid - 1 - k : k; }
+
+// The chunk's items and states, and rows for widened 16-bit data, in per-thread scratch.
+template <typename M>
+struct Scratch {
+    Item* items;
+    M *state, *state2;  // forward: c; backward: running gradient and c0
+    M* rows;            // 11 rows of one block: gates, mask, c[t-1], dh, results
+    M *ones, *zeros;
+    int64_t block;
+    Scratch(int64_t block_, int64_t n_items)
+        : items(scratch<Item, 0>(size_t(n_items))), state(scratch<M, 1>(size_t(n_items * block_))),
+          state2(scratch<M, 2>(size_t(n_items * block_))), rows(scratch<M, 3>(size_t(11 * block_))),
+          ones(scratch<M, 4>(size_t(block_))), zeros(scratch<M, 5>(size_t(block_))), block(block_) {
+        std::fill(ones, ones + block, M(1));
+        std::fill(zeros, zeros + block, M(0));
+    }
+    M* row(int k) { return rows + k * block; }
+};
+
+// ---- Forward ------------------------------------------------------------------------
+
+template <typename T, bool Contig, bool OutputGate>
+void gates_forward_items(const QrnnGatesForwardParams& p, int64_t begin, int64_t end) {
+    using M = typename math_type<T>::type;
+    constexpr bool in_place = std::is_same_v<T, M>;
+    const int64_t block = row_block(p.hidden);
+    const int64_t per_chunk = std::max<int64_t>(1, kChunkUnits / block);
+    const int64_t gs = p.gate_stride;
+    const M scale = M(p.forget_scale);
+    const bool has_mask = p.forget_mask.data != nullptr;
+    const int64_t sg = Contig ? 1 : p.gates.stride_h;
+    const int64_t sk = Contig ? 1 : p.forget_mask.stride_h;
+    const int64_t so = Contig ? 1 : p.output.stride_h;
+    const int64_t ss = Contig ? 1 : p.states.stride_h;
+    Scratch<M> s(block, std::min(per_chunk, end - begin));
+    for (int64_t first = begin; first < end; first += per_chunk) {
+        const int64_t count = std::min(per_chunk, end - first);
+        const int64_t max_valid = describe_items(p, block, first, count, s.items);
+        for (int64_t i = 0; i < count; ++i) {
+            const Item& it = s.items[i];
+            load_state(p.c0, p.c0_dtype, it.b, it.j0, it.n, &s.state[i * block]);
+        }
+        for (int64_t k = 0; k < max_valid; ++k) {
+            for (int64_t i = 0; i < count; ++i) {
+                const Item& it = s.items[i];
+                if (k >= it.valid) continue;
+                const int64_t t = step_time(k, it.valid, p.reverse), n = it.n;
+                const T* g = at<T>(p.gates.data, row_offset(p.gates, t, it));
+                const Row<M> keep = has_mask ? read_row<T, M>(at<T>(p.forget_mask.data, row_offset(p.forget_mask, t, it)),
+                                                              sk, n, s.row(3))
+                                             : Row<M>{s.ones, 1};
+                M* c = &s.state[i * block];
+                T* out = at<T>(p.output.data, row_offset(p.output, t, it));
+                if constexpr (in_place || converts_inline<T>) {
+                    forward_math<T, T, M, OutputGate>(g, g + gs, g + 2 * gs, sg, keep.data, keep.stride, scale, c,
+                                                      out, so, n);
+                } else {
+                    const Row<M> z = read_row<T, M>(g, sg, n, s.row(0));
+                    const Row<M> f = read_row<T, M>(g + gs, sg, n, s.row(1));
+                    const Row<M> o = OutputGate ? read_row<T, M>(g + 2 * gs, sg, n, s.row(2)) : z;
+                    forward_math<M, M, M, OutputGate>(z.data, f.data, o.data, 1, keep.data, 1, scale, c, s.row(4), 1,
+                                                      n);
+                    narrow(s.row(4), n, out, so);
+                }
+                if (p.states.data) narrow(c, n, at<T>(p.states.data, row_offset(p.states, t, it)), ss);
+            }
+        }
+        for (int64_t i = 0; i < count; ++i) {
+            const Item& it = s.items[i];
+            if (p.c_n.data) store_state(p.c_n, p.c_n_dtype, it.b, it.j0, it.n, &s.state[i * block]);
+            // Padding steps (at or after the sequence's end, either direction): zeros.
+            for (int64_t t = it.valid; t < p.seq_len; ++t) {
+                zero_row(at<T>(p.output.data, row_offset(p.output, t, it)), it.n, so);
+                if (p.states.data) zero_row(at<T>(p.states.data, row_offset(p.states, t, it)), it.n, ss);
+            }
+        }
+    }
+}
+
+// ---- Backward -----------------------------------------------------------------------
+
+template <typename T, bool Contig, bool OutputGate>
+void gates_backward_items(const QrnnGatesBackwardParams& p, int64_t begin, int64_t end) {
+    using M = typename math_type<T>::type;
+    constexpr bool in_place = std::is_same_v<T, M>;
+    const int64_t block = row_block(p.hidden);
+    const int64_t per_chunk = std::max<int64_t>(1, kChunkUnits / block);
+    const int64_t gs = p.gate_stride, dgs = p.grad_gate_stride;
+    const int n_gates = OutputGate ? 3 : 2;
+    const M scale = M(p.forget_scale);
+    const bool has_mask = p.forget_mask.data != nullptr, has_dh = p.grad_output.data != nullptr;
+    const int64_t sg = Contig ? 1 : p.gates.stride_h;
+    const int64_t sk = Contig ? 1 : p.forget_mask.stride_h;
+    const int64_t sc = Contig ? 1 : p.states.stride_h;
+    const int64_t sd = Contig ? 1 : p.grad_output.stride_h;
+    const int64_t sdg = Contig ? 1 : p.grad_gates.stride_h;
+    Scratch<M> s(block, std::min(per_chunk, end - begin));
+    for (int64_t first = begin; first < end; first += per_chunk) {
+        const int64_t count = std::min(per_chunk, end - first);
+        const int64_t max_valid = describe_items(p, block, first, count, s.items);
+        for (int64_t i = 0; i < count; ++i) {
+            const Item& it = s.items[i];
+            load_state(p.grad_c_n, p.c_n_dtype, it.b, it.j0, it.n, &s.state[i * block]);
+            load_state(p.c0, p.c0_dtype, it.b, it.j0, it.n, &s.state2[i * block]);
+            for (int64_t t = it.valid; t < p.seq_len; ++t) {
+                T* row = at<T>(p.grad_gates.data, row_offset(p.grad_gates, t, it));
+                for (int k = 0; k < n_gates; ++k) zero_row(row + k * dgs, it.n, sdg);
+            }
+        }
+        // The forward's steps in reverse order: each item joins once k reaches its last step.
+        for (int64_t k = max_valid - 1; k >= 0; --k) {
+            for (int64_t i = 0; i < count; ++i) {
+                const Item& it = s.items[i];
+                if (k >= it.valid) continue;
+                const int64_t t = step_time(k, it.valid, p.reverse), n = it.n;
+                const T* g = at<T>(p.gates.data, row_offset(p.gates, t, it));
+                const Row<M> keep = has_mask ? read_row<T, M>(at<T>(p.forget_mask.data, row_offset(p.forget_mask, t, it)),
+                                                              sk, n, s.row(3))
+                                             : Row<M>{s.ones, 1};
+                // c[t-1]: the saved state of the previous step, or c0 before the first.
+                const Row<M> cprev =
+                    k > 0 ? read_row<T, M>(at<T>(p.states.data, row_offset(p.states, step_time(k - 1, it.valid, p.reverse), it)),
+                                           sc, n, s.row(4))
+                          : Row<M>{&s.state2[i * block], 1};
+                const Row<M> dh = has_dh ? read_row<T, M>(at<T>(p.grad_output.data, row_offset(p.grad_output, t, it)),
+                                                          sd, n, s.row(5))
+                                         : Row<M>{s.zeros, 1};
+                M* grad = &s.state[i * block];
+                T* dg = at<T>(p.grad_gates.data, row_offset(p.grad_gates, t, it));
+                if constexpr (in_place || converts_inline<T>) {
+                    backward_math<T, T, M, OutputGate>(g, g + gs, g + 2 * gs, sg, keep.data, keep.stride, scale,
+                                                       cprev.data, cprev.stride, dh.data, dh.stride, grad, dg,
+                                                       dg + dgs, dg + 2 * dgs, sdg, n);
+                } else {
+                    const Row<M> z = read_row<T, M>(g, sg, n, s.row(0));
+                    const Row<M> f = read_row<T, M>(g + gs, sg, n, s.row(1));
+                    const Row<M> o = OutputGate ? read_row<T, M>(g + 2 * gs, sg, n, s.row(2)) : z;
+                    backward_math<M, M, M, OutputGate>(z.data, f.data, o.data, 1, keep.data, 1, scale, cprev.data,
+                                                       1, dh.data, 1, grad, s.row(6), s.row(7), s.row(8), 1, n);
+                    // One call per gate, not a loop: GCC would try the gate loop as the
+                    // vectorised one and leave the conversions scalar.
+                    narrow(s.row(6), n, dg, sdg);
+                    narrow(s.row(7), n, dg + dgs, sdg);
+                    if constexpr (OutputGate) narrow(s.row(8), n, dg + 2 * dgs, sdg);
+                }
+            }
+        }
+        if (p.grad_c0.data)
+            for (int64_t i = 0; i < count; ++i) {
+                const Item& it = s.items[i];
+                store_state(p.grad_c0, p.c0_dtype, it.b, it.j0, it.n, &s.state[i * block]);
+            }
+    }
+}
+
+// ---- Entry points of the table --------------------------------------------------------
+
+template <typename T>
+void gates_forward(const QrnnGatesForwardParams& p, int64_t begin, int64_t end) {
+    const bool contig = p.gates.stride_h == 1 && p.output.stride_h == 1 &&
+                        (!p.forget_mask.data || p.forget_mask.stride_h == 1) &&
+                        (!p.states.data || p.states.stride_h == 1);
+    if (p.output_gate)
+        contig ? gates_forward_items<T, true, true>(p, begin, end) : gates_forward_items<T, false, true>(p, begin, end);
+    else
+        contig ? gates_forward_items<T, true, false>(p, begin, end) : gates_forward_items<T, false, false>(p, begin, end);
+}
+
+template <typename T>
+void gates_backward(const QrnnGatesBackwardParams& p, int64_t begin, int64_t end) {
+    const bool contig = p.gates.stride_h == 1 && p.states.stride_h == 1 && p.grad_gates.stride_h == 1 &&
+                        (!p.forget_mask.data || p.forget_mask.stride_h == 1) &&
+                        (!p.grad_output.data || p.grad_output.stride_h == 1);
+    if (p.output_gate)
+        contig ? gates_backward_items<T, true, true>(p, begin, end) : gates_backward_items<T, false, true>(p, begin, end);
+    else
+        contig ? gates_backward_items<T, true, false>(p, begin, end) : gates_backward_items<T, false, false>(p, begin, end);
+}
+
+}  // namespace qrnn::cpu::QRNN_ISA

@@ -1,3 +1,0 @@
-// Fused QRNN gate kernels compiled for one instruction set (avx2); flags come from CMake.
-#define QRNN_ISA avx2
-#include "qrnn_gates_isa.hpp"

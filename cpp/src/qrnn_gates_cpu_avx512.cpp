@@ -1,3 +1,0 @@
-// Fused QRNN gate kernels compiled for one instruction set (avx512); flags come from CMake.
-#define QRNN_ISA avx512
-#include "qrnn_gates_isa.hpp"

@@ -1,0 +1,135 @@
+// Internal: what the CUDA entry points (forget_mult/entry.cu, qrnn_gates/entry.cu) and the
+// per-dtype translation units (forget_mult/<dtype>.cu, qrnn_gates/<dtype>.cu) share.
+// Plain C++, no CUDA types, so the plan logic is ordinary host code.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+
+#include "qrnn/dtype.hpp"
+#include "qrnn/forget_mult.hpp"
+#include "qrnn/forget_mult_cuda.hpp"
+#include "qrnn/qrnn_gates.hpp"
+
+namespace qrnn::cuda::detail {
+
+// Time steps of loads each thread keeps in flight (serial schedule), which is also the
+// chunk length of the chunked schedule. Every step of a thread loads one pack of
+// vector_width elements from each input array (2 forward, 4 backward); the numbers
+// keep the packs of all in-flight steps in registers without spilling (the resource
+// report in CI checks that).
+constexpr int forward_steps(int pack_bytes) { return pack_bytes <= 4 ? 16 : 8; }
+constexpr int backward_steps(int pack_bytes) { return pack_bytes >= 16 ? 4 : 8; }
+
+constexpr int kSerialThreads = 128;  // threads per block of the serial kernels
+// The chunked kernels hold a whole chunk in registers, so they move at most 4 bytes
+// per array and step (a half2 / bfloat162 pair or one float); their blocks are
+// kChunkLanes columns wide (a 128-byte row per warp), or kNarrowChunkLanes (one
+// 32-byte sector) when that leaves fewer than kMinChunkedBlocks blocks.
+constexpr int kChunkLanes = 32;
+constexpr int kNarrowChunkLanes = 8;
+constexpr int64_t kMinChunkedBlocks = 128;
+constexpr int kMaxChunks = 16;  // so a chunked block has at most 512 threads
+constexpr int chunked_max_width(int elem_size) { return elem_size >= 4 ? 1 : 4 / elem_size; }
+// Bytes of loads that must be outstanding across the GPU to keep HBM busy (Little's
+// law: ~4.8 TB/s x ~0.8 us on an H200). Below it, time is split into chunks.
+constexpr int64_t kBytesInFlight = int64_t(4) << 20;
+
+// The grid of a plan: `blocks` blocks of lanes x chunks threads (chunks == 1: the serial
+// kernel) and the chunked kernels' dynamic shared memory (per chunk and thread the
+// summary a, b; per column the incoming state, double-buffered).
+struct LaunchShape {
+    int64_t vectors_per_row = 0;
+    int64_t blocks = 0;
+    int lanes = 0;
+    int chunks = 1;
+    int64_t shared_bytes = 0;
+};
+
+inline LaunchShape launch_shape(int64_t batch, int64_t hidden, int vector_width, int chunks, int64_t math_size) {
+    LaunchShape s;
+    s.vectors_per_row = (hidden + vector_width - 1) / vector_width;
+    const int64_t columns = batch * s.vectors_per_row;
+    if (chunks <= 1) {
+        s.lanes = kSerialThreads;
+    } else {
+        const int64_t wide_blocks = (columns + kChunkLanes - 1) / kChunkLanes;
+        s.lanes = wide_blocks < kMinChunkedBlocks ? kNarrowChunkLanes : kChunkLanes;
+        s.chunks = chunks;
+        s.shared_bytes = int64_t(2 * chunks + 2) * vector_width * s.lanes * math_size;
+    }
+    s.blocks = (columns + s.lanes - 1) / s.lanes;
+    return s;
+}
+
+// A strided (time, batch, hidden) array as a launch plan sees it.
+struct Strided {
+    const void* data;
+    int64_t stride_t, stride_b, stride_h;
+};
+
+// Can the arrays be read and written `width` elements at a time? Each array with unit
+// hidden stride moves whole packs, so wherever a thread's pack starts its address must be
+// aligned to the pack size; the others (broadcast along hidden, stride 0, or strided) are
+// moved element by element by the kernels and set no condition, so they never force the
+// rest to scalar accesses. Needs at least one unit-stride array (otherwise packs buy
+// nothing). Absent optional arrays (null data) are skipped.
+inline bool vectorisable(int width, int64_t elem_size, int64_t T, int64_t B, int64_t H,
+                         std::initializer_list<Strided> arrays) {
+    if (width > H) return false;
+    const int64_t bytes = width * elem_size;
+    bool any_unit_stride = false;
+    for (const Strided& a : arrays) {
+        if (a.data == nullptr || a.stride_h != 1) continue;
+        any_unit_stride = true;
+        if (reinterpret_cast<uintptr_t>(a.data) % uintptr_t(bytes) != 0) return false;
+        if (T > 1 && (a.stride_t * elem_size) % bytes != 0) return false;
+        if (B > 1 && (a.stride_b * elem_size) % bytes != 0) return false;
+    }
+    return any_unit_stride;
+}
+
+// One launcher per storage dtype, each in its own translation unit; they launch the
+// plan's kernel on `stream` and throw std::runtime_error if the launch fails.
+template <DType D> void launch_forward(const ForgetMultForwardParams& p, const LaunchPlan& plan, void* stream);
+template <DType D> void launch_backward(const ForgetMultBackwardParams& p, const LaunchPlan& plan, void* stream);
+
+// The fused gate launchers (qrnn_gates/<dtype>.cu): `width` hidden units per thread.
+template <DType D> void launch_gates_forward(const QrnnGatesForwardParams& p, int width, void* stream);
+template <DType D> void launch_gates_backward(const QrnnGatesBackwardParams& p, int width, void* stream);
+
+// Throws std::runtime_error naming `what` if the last launch failed (defined in
+// forget_mult/entry.cu, which owns the CUDA runtime error handling).
+void check_launch(const char* what);
+// Throws std::runtime_error naming `what` unless `error` (a cudaError_t) is cudaSuccess;
+// driver-version errors name the driver found and the one needed.
+void check_cuda(int error, const char* what);
+
+// Loads every kernel of one dtype (cudaFuncGetAttributes on each: with lazy loading, the
+// CUDA >= 12.2 default, a kernel is otherwise loaded at its first launch, which drivers
+// older than 12.3 cannot do during a CUDA graph capture). Per-dtype translation units.
+template <DType D> void load_kernels();
+template <DType D> void load_gates_kernels();
+
+// Which kernels a launch needs loaded: ForgetMult's or the gates' of one dtype, or none.
+enum class KernelFamily : int { none = -1, forget_mult = 0, gates = 1 };
+
+// What every launching entry point (`what`) does first (forget_mult/entry.cu): once per
+// process, check that the driver can run this build's CUDA runtime; make `device` current
+// (-1: the device `data` lives on, or the current one for host memory) until the guard
+// goes; and once per device, load the family's kernels of `dtype` (all their widths and
+// schedules, a few milliseconds; only those, so a GPU that runs PTX JIT-compiles no more
+// than it uses), or if `stream` is being captured by a driver that cannot load kernels
+// then, throw saying so.
+class LaunchGuard {
+  public:
+    LaunchGuard(const char* what, void* stream, int device, const void* data, KernelFamily family, DType dtype);
+    ~LaunchGuard();
+    LaunchGuard(const LaunchGuard&) = delete;
+    LaunchGuard& operator=(const LaunchGuard&) = delete;
+
+  private:
+    int previous_ = -1;  // the device to restore, or -1
+};
+
+}  // namespace qrnn::cuda::detail

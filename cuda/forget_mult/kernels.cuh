@@ -1,0 +1,616 @@
+// ForgetMult CUDA kernels, templated over the storage type T (float, double, __half,
+// __nv_bfloat16), the hidden units per thread V (one load of V * sizeof(T) bytes, up to
+// 16) and the time steps U a thread keeps in flight. Math and the carried state are
+// float32 (float64 for double); 16-bit values are widened on load, rounded on store.
+//
+//   forward:  h[t] = f[t] x[t] + (1 - f[t]) h[t-1],   h[-1] = h0 (or 0)
+//   backward: walking t down with the gradient `carry` reaching h[t] from later steps,
+//             g = carry + dh[t]; dx[t] = f[t] g; df[t] = (x[t] - h[t-1]) g;
+//             carry = g - f[t] g;  and finally dh0 = carry.
+//
+// Both are first-order linear recurrences s' = a s + b (forward a = 1 - f, b = f x;
+// backward a = 1 - f, b = (1 - f) dh), which is what the chunked kernels use to
+// summarise a chunk and compose summaries.
+//
+// Every array is addressed by 64-bit element strides (time, batch, hidden). A thread
+// owns one batch row and V consecutive hidden units (a "column"); the vector path
+// needs unit hidden strides and aligned pointers/strides (the host checks), and a
+// thread at the end of a row owning fewer than V units takes the scalar tail path.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "common/launch.hpp"
+#include "qrnn/forget_mult.hpp"
+
+namespace qrnn::cuda::kernels {
+
+template <typename T> struct MathOf { using type = float; };
+template <> struct MathOf<double> { using type = double; };
+template <typename T> using Math = typename MathOf<T>::type;
+
+// ---- Packs of V elements, moved as one memory access ----------------------------
+
+template <typename T, int V>
+struct alignas(sizeof(T) * V) Pack { T v[V]; };
+
+template <int Bytes> struct RawOf;
+template <> struct RawOf<2> { using type = unsigned short; };
+template <> struct RawOf<4> { using type = unsigned int; };
+template <> struct RawOf<8> { using type = uint2; };
+template <> struct RawOf<16> { using type = uint4; };
+template <typename T, int V> using Raw = typename RawOf<int(sizeof(T)) * V>::type;
+
+template <typename T>
+__device__ __forceinline__ T load_element(const T* p) {
+    const Raw<T, 1> r = __ldg(reinterpret_cast<const Raw<T, 1>*>(p));
+    T v;
+    memcpy(&v, &r, sizeof(T));
+    return v;
+}
+
+// Every vector access must be aligned to its size: a misaligned one faults on a GPU. The
+// host emulator (tests/cuda_emulation, which defines QRNN_EMULATOR) supplies its own
+// load_vector / store_vector that check it, since its CPU would not say where.
+#if !defined(QRNN_EMULATOR)
+template <typename R>
+__device__ __forceinline__ R load_vector(const R* p) { return __ldg(p); }
+template <typename R>
+__device__ __forceinline__ void store_vector(R* p, const R& r) { *p = r; }
+#endif
+
+// A thread's V units of one array, at `p` with hidden stride `stride_h`. Each array gets
+// its own access: one vector access when it has unit hidden stride (the host then checked
+// the alignment for V) and the thread owns a whole pack; one load of the one element when
+// it is broadcast along hidden (stride 0, e.g. an expanded gradient); otherwise element
+// by element. So a broadcast or strided array never forces the others to scalar accesses.
+// n < V: the units a thread at the end of a row owns; n == 0 for an idle thread of a
+// chunked block.
+template <typename T, int V>
+__device__ __forceinline__ Pack<T, V> load_pack(const T* p, int n, int64_t stride_h) {
+    Pack<T, V> pack;
+    if (V > 1 && n == V && stride_h == 1) {
+        const Raw<T, V> r = load_vector(reinterpret_cast<const Raw<T, V>*>(p));
+        memcpy(&pack, &r, sizeof(pack));
+    } else if (stride_h == 0) {  // an idle thread's column start is still inside the array
+        const T v = load_element(p);
+#pragma unroll
+        for (int k = 0; k < V; ++k) pack.v[k] = v;
+    } else {
+#pragma unroll
+        for (int k = 0; k < V; ++k) pack.v[k] = k < n ? load_element(p + k * stride_h) : T{};
+    }
+    return pack;
+}
+
+template <typename T, int V>
+__device__ __forceinline__ void store_pack(T* p, const Pack<T, V>& pack, int n, int64_t stride_h) {
+    if (V > 1 && n == V && stride_h == 1) {
+        Raw<T, V> r;
+        memcpy(&r, &pack, sizeof(r));
+        store_vector(reinterpret_cast<Raw<T, V>*>(p), r);
+    } else {
+#pragma unroll
+        for (int k = 0; k < V; ++k)
+            if (k < n) p[k * stride_h] = pack.v[k];
+    }
+}
+
+// ---- Widening to the math type and rounding back (pairs use the 2-wide intrinsics) --
+
+__device__ __forceinline__ float widen(float v) { return v; }
+__device__ __forceinline__ double widen(double v) { return v; }
+__device__ __forceinline__ float widen(__half v) { return __half2float(v); }
+__device__ __forceinline__ float widen(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T> __device__ __forceinline__ T narrow(Math<T> v);
+template <> __device__ __forceinline__ float narrow<float>(float v) { return v; }
+template <> __device__ __forceinline__ double narrow<double>(double v) { return v; }
+template <> __device__ __forceinline__ __half narrow<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 narrow<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+template <typename T, int V>
+__device__ __forceinline__ void unpack(const Pack<T, V>& pack, Math<T> (&out)[V]) {
+    if constexpr (V % 2 == 0 && std::is_same_v<T, __half>) {
+#pragma unroll
+        for (int k = 0; k < V; k += 2) {
+            __half2 pair;
+            memcpy(&pair, &pack.v[k], sizeof(pair));
+            const float2 w = __half22float2(pair);
+            out[k] = w.x;
+            out[k + 1] = w.y;
+        }
+    } else if constexpr (V % 2 == 0 && std::is_same_v<T, __nv_bfloat16>) {
+#pragma unroll
+        for (int k = 0; k < V; k += 2) {
+            __nv_bfloat162 pair;
+            memcpy(&pair, &pack.v[k], sizeof(pair));
+            const float2 w = __bfloat1622float2(pair);
+            out[k] = w.x;
+            out[k + 1] = w.y;
+        }
+    } else {
+#pragma unroll
+        for (int k = 0; k < V; ++k) out[k] = widen(pack.v[k]);
+    }
+}
+
+template <typename T, int V>
+__device__ __forceinline__ Pack<T, V> pack_of(const Math<T> (&in)[V]) {
+    Pack<T, V> pack;
+    if constexpr (V % 2 == 0 && std::is_same_v<T, __half>) {
+#pragma unroll
+        for (int k = 0; k < V; k += 2) {
+            const __half2 pair = __floats2half2_rn(in[k], in[k + 1]);
+            memcpy(&pack.v[k], &pair, sizeof(pair));
+        }
+    } else if constexpr (V % 2 == 0 && std::is_same_v<T, __nv_bfloat16>) {
+#pragma unroll
+        for (int k = 0; k < V; k += 2) {
+            const __nv_bfloat162 pair = __floats2bfloat162_rn(in[k], in[k + 1]);
+            memcpy(&pack.v[k], &pair, sizeof(pair));
+        }
+    } else {
+#pragma unroll
+        for (int k = 0; k < V; ++k) pack.v[k] = narrow<T>(in[k]);
+    }
+    return pack;
+}
+
+// ---- h0 / grad_h0: (batch, hidden), read once per column, dtype known at run time ----
+
+template <typename M, int V>
+__device__ __forceinline__ void load_state(const ConstView2& v, DType dtype, int64_t b, int64_t j0, int n,
+                                           M (&out)[V]) {
+#pragma unroll
+    for (int k = 0; k < V; ++k) out[k] = M(0);
+    if (v.data == nullptr) return;
+    const int64_t base = b * v.stride_b + j0 * v.stride_h;
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+        if (k >= n) break;
+        const int64_t o = base + k * v.stride_h;
+        switch (dtype) {
+            case DType::float32: out[k] = M(load_element(static_cast<const float*>(v.data) + o)); break;
+            case DType::float64: out[k] = M(load_element(static_cast<const double*>(v.data) + o)); break;
+            case DType::bfloat16: out[k] = M(widen(load_element(static_cast<const __nv_bfloat16*>(v.data) + o))); break;
+            case DType::float16: out[k] = M(widen(load_element(static_cast<const __half*>(v.data) + o))); break;
+        }
+    }
+}
+
+template <typename M, int V>
+__device__ __forceinline__ void store_state(const View2& v, DType dtype, int64_t b, int64_t j0, int n,
+                                            const M (&in)[V]) {
+    const int64_t base = b * v.stride_b + j0 * v.stride_h;
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+        if (k >= n) break;
+        const int64_t o = base + k * v.stride_h;
+        switch (dtype) {
+            case DType::float32: static_cast<float*>(v.data)[o] = float(in[k]); break;
+            case DType::float64: static_cast<double*>(v.data)[o] = double(in[k]); break;
+            case DType::bfloat16: static_cast<__nv_bfloat16*>(v.data)[o] = __float2bfloat16_rn(float(in[k])); break;
+            case DType::float16: static_cast<__half*>(v.data)[o] = __float2half_rn(float(in[k])); break;
+        }
+    }
+}
+
+// ---- Where a thread works ----------------------------------------------------------
+
+// Column `col` of batch * vectors_per_row: batch row b, hidden units [j0, j0 + n).
+// n == 0 marks a thread past the end (only the chunked kernels keep those: they must
+// reach every barrier).
+struct Column {
+    int64_t b = 0, j0 = 0;
+    int n = 0;
+};
+
+template <int V>
+__device__ __forceinline__ Column column_of(int64_t col, int64_t batch, int64_t hidden, int64_t vectors_per_row) {
+    Column c;
+    if (col >= batch * vectors_per_row) return c;
+    c.b = col / vectors_per_row;
+    c.j0 = (col - c.b * vectors_per_row) * V;
+    c.n = int(hidden - c.j0 < V ? hidden - c.j0 : V);
+    return c;
+}
+
+template <typename T, typename ViewT>
+__device__ __forceinline__ auto column_ptr(const ViewT& v, const Column& c) {
+    using P = std::conditional_t<std::is_const_v<std::remove_pointer_t<decltype(v.data)>>, const T*, T*>;
+    return static_cast<P>(v.data) + c.b * v.stride_b + c.j0 * v.stride_h;
+}
+
+// Shared-memory slot of (chunk, unit k, column lane): lanes are contiguous, so a warp
+// reading one (chunk, k) touches 32 consecutive words (no bank conflicts).
+__device__ __forceinline__ int slot(int chunk, int k, int V, int lane, int lanes) {
+    return (chunk * V + k) * lanes + lane;
+}
+
+// ---- Forward, serial in time -------------------------------------------------------
+//
+// A rolling buffer of U steps: consuming step t issues the loads of step t + U, so U
+// steps of f and x are always in flight while the state stays in registers. Pointers
+// advance by the time stride (one 64-bit add per step and array). The serial kernels
+// declare one block per SM as their minimum so that ptxas never squeezes them into
+// spilling (it did, at 72 registers, for the float16 backward with pairs on sm_75-89).
+template <typename T, int V, int U>
+__global__ void __launch_bounds__(detail::kSerialThreads, 1)
+forward_serial(const ForgetMultForwardParams p, const int64_t vectors_per_row) {
+    using M = Math<T>;
+    const Column c = column_of<V>(int64_t(blockIdx.x) * blockDim.x + threadIdx.x, p.batch, p.hidden,
+                                  vectors_per_row);
+    if (c.n == 0) return;
+    const T* f_next = column_ptr<T>(p.f, c);  // the next step to load
+    const T* x_next = column_ptr<T>(p.x, c);
+    T* h_out = column_ptr<T>(p.h, c);
+    const int64_t steps = p.seq_len;
+
+    M state[V];
+    load_state(p.h0, p.h0_dtype, c.b, c.j0, c.n, state);
+
+    Pack<T, V> fbuf[U], xbuf[U];
+#pragma unroll
+    for (int i = 0; i < U; ++i) {
+        if (i < steps) {
+            fbuf[i] = load_pack<T, V>(f_next, c.n, p.f.stride_h);
+            xbuf[i] = load_pack<T, V>(x_next, c.n, p.x.stride_h);
+            f_next += p.f.stride_t;
+            x_next += p.x.stride_t;
+        }
+    }
+    for (int64_t t0 = 0; t0 < steps; t0 += U) {
+#pragma unroll
+        for (int i = 0; i < U; ++i) {
+            const int64_t t = t0 + i;
+            if (t < steps) {
+                M fv[V], xv[V];
+                unpack(fbuf[i], fv);
+                unpack(xbuf[i], xv);
+                if (t + U < steps) {
+                    fbuf[i] = load_pack<T, V>(f_next, c.n, p.f.stride_h);
+                    xbuf[i] = load_pack<T, V>(x_next, c.n, p.x.stride_h);
+                    f_next += p.f.stride_t;
+                    x_next += p.x.stride_t;
+                }
+#pragma unroll
+                for (int k = 0; k < V; ++k) state[k] = fv[k] * xv[k] + (M(1) - fv[k]) * state[k];
+                store_pack(h_out, pack_of<T, V>(state), c.n, p.h.stride_h);
+                h_out += p.h.stride_t;
+            }
+        }
+    }
+}
+
+// ---- Forward, chunked in time --------------------------------------------------------
+//
+// Block = kChunkLanes (or kNarrowChunkLanes) columns (threadIdx.x) x C chunks of U steps (threadIdx.y). The
+// block walks the sequence in spans of C * U steps; per span every thread
+//   1. loads its chunk (U steps of f, x) into registers,
+//   2. summarises it as s' = a s + b from a zero state, into shared memory,
+//   3. composes the summaries of the earlier chunks onto the span's incoming state,
+//   4. replays its chunk from registers with that start state, storing h;
+// the last chunk's final state is the next span's incoming state. f and x are read
+// from memory once, h written once. Shared memory: a and b per thread, plus the
+// incoming state double-buffered by span parity (so one barrier pair per span).
+template <typename T, int V, int U>
+__global__ void __launch_bounds__(detail::kChunkLanes * detail::kMaxChunks, 1)
+forward_chunked(const ForgetMultForwardParams p, const int64_t vectors_per_row) {
+    using M = Math<T>;
+    extern __shared__ __align__(16) unsigned char smem_bytes[];
+    const int lane = threadIdx.x, lanes = blockDim.x, chunk = threadIdx.y, chunks = blockDim.y;
+    M* sum_a = reinterpret_cast<M*>(smem_bytes);
+    M* sum_b = sum_a + chunks * V * lanes;
+    M* carry = sum_b + chunks * V * lanes;  // [2][V][lanes]
+
+    const Column c = column_of<V>(int64_t(blockIdx.x) * lanes + lane, p.batch, p.hidden, vectors_per_row);
+    const T* f = column_ptr<T>(p.f, c);
+    const T* x = column_ptr<T>(p.x, c);
+    T* h = column_ptr<T>(p.h, c);
+    const int64_t seq_len = p.seq_len;
+
+    if (chunk == 0) {
+        M h0[V];
+        load_state(p.h0, p.h0_dtype, c.b, c.j0, c.n, h0);
+#pragma unroll
+        for (int k = 0; k < V; ++k) carry[slot(0, k, V, lane, lanes)] = h0[k];
+    }
+    const int64_t span = int64_t(chunks) * U;
+    int parity = 0;
+    for (int64_t t_span = 0; t_span < seq_len; t_span += span, parity ^= 1) {
+        const int64_t t_begin = t_span + int64_t(chunk) * U;
+        const int64_t left = seq_len - t_begin;
+        const int steps = left <= 0 ? 0 : (left < U ? int(left) : U);
+
+        Pack<T, V> fbuf[U], xbuf[U];
+        {
+            const T* f_next = f + t_begin * p.f.stride_t;
+            const T* x_next = x + t_begin * p.x.stride_t;
+#pragma unroll
+            for (int i = 0; i < U; ++i) {
+                if (i < steps) {
+                    fbuf[i] = load_pack<T, V>(f_next, c.n, p.f.stride_h);
+                    xbuf[i] = load_pack<T, V>(x_next, c.n, p.x.stride_h);
+                    f_next += p.f.stride_t;
+                    x_next += p.x.stride_t;
+                }
+            }
+        }
+        M a[V], b[V];
+#pragma unroll
+        for (int k = 0; k < V; ++k) a[k] = M(1), b[k] = M(0);
+#pragma unroll
+        for (int i = 0; i < U; ++i) {
+            if (i < steps) {
+                M fv[V], xv[V];
+                unpack(fbuf[i], fv);
+                unpack(xbuf[i], xv);
+#pragma unroll
+                for (int k = 0; k < V; ++k) {
+                    b[k] = fv[k] * xv[k] + (M(1) - fv[k]) * b[k];
+                    a[k] = a[k] - fv[k] * a[k];
+                }
+            }
+        }
+        if (t_span > 0) __syncthreads();  // everyone is done reading the previous span's summaries
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+            sum_a[slot(chunk, k, V, lane, lanes)] = a[k];
+            sum_b[slot(chunk, k, V, lane, lanes)] = b[k];
+        }
+        __syncthreads();  // summaries (and the incoming state) are visible
+
+        M state[V];
+#pragma unroll
+        for (int k = 0; k < V; ++k) state[k] = carry[slot(parity, k, V, lane, lanes)];
+        for (int q = 0; q < chunk; ++q) {
+#pragma unroll
+            for (int k = 0; k < V; ++k)
+                state[k] = sum_a[slot(q, k, V, lane, lanes)] * state[k] + sum_b[slot(q, k, V, lane, lanes)];
+        }
+        T* h_out = h + t_begin * p.h.stride_t;
+#pragma unroll
+        for (int i = 0; i < U; ++i) {
+            if (i < steps) {
+                M fv[V], xv[V];
+                unpack(fbuf[i], fv);
+                unpack(xbuf[i], xv);
+#pragma unroll
+                for (int k = 0; k < V; ++k) state[k] = fv[k] * xv[k] + (M(1) - fv[k]) * state[k];
+                store_pack(h_out, pack_of<T, V>(state), c.n, p.h.stride_h);
+                h_out += p.h.stride_t;
+            }
+        }
+        if (chunk == chunks - 1) {  // a full span when another one follows
+#pragma unroll
+            for (int k = 0; k < V; ++k) carry[slot(parity ^ 1, k, V, lane, lanes)] = state[k];
+        }
+    }
+}
+
+// ---- Backward, serial in time ------------------------------------------------------
+//
+// The same rolling buffer walking time down: slot i holds step t's f, x, grad_h and
+// h[t - 1] (h0 at t = 0, kept in registers from the start).
+template <typename T, int V, int U>
+__global__ void __launch_bounds__(detail::kSerialThreads, 1)
+backward_serial(const ForgetMultBackwardParams p, const int64_t vectors_per_row) {
+    using M = Math<T>;
+    const Column c = column_of<V>(int64_t(blockIdx.x) * blockDim.x + threadIdx.x, p.batch, p.hidden,
+                                  vectors_per_row);
+    if (c.n == 0) return;
+    const int64_t last = p.seq_len - 1;
+    const T* f_next = column_ptr<T>(p.f, c) + last * p.f.stride_t;  // the next step to load
+    const T* x_next = column_ptr<T>(p.x, c) + last * p.x.stride_t;
+    const T* g_next = column_ptr<T>(p.grad_h, c) + last * p.grad_h.stride_t;
+    const T* h_next = column_ptr<T>(p.h, c) + (last - 1) * p.h.stride_t;  // h[t - 1]
+    T* dx_out = column_ptr<T>(p.grad_x, c) + last * p.grad_x.stride_t;
+    T* df_out = column_ptr<T>(p.grad_f, c) + last * p.grad_f.stride_t;
+
+    M h0[V], carry[V];
+    load_state(p.h0, p.h0_dtype, c.b, c.j0, c.n, h0);
+#pragma unroll
+    for (int k = 0; k < V; ++k) carry[k] = M(0);
+
+    Pack<T, V> fbuf[U], xbuf[U], gbuf[U], hbuf[U];
+#pragma unroll
+    for (int i = 0; i < U; ++i) {
+        const int64_t t = last - i;
+        if (t >= 0) {
+            fbuf[i] = load_pack<T, V>(f_next, c.n, p.f.stride_h);
+            xbuf[i] = load_pack<T, V>(x_next, c.n, p.x.stride_h);
+            gbuf[i] = load_pack<T, V>(g_next, c.n, p.grad_h.stride_h);
+            f_next -= p.f.stride_t;
+            x_next -= p.x.stride_t;
+            g_next -= p.grad_h.stride_t;
+            if (t >= 1) {
+                hbuf[i] = load_pack<T, V>(h_next, c.n, p.h.stride_h);
+                h_next -= p.h.stride_t;
+            }
+        }
+    }
+    for (int64_t t0 = last; t0 >= 0; t0 -= U) {
+#pragma unroll
+        for (int i = 0; i < U; ++i) {
+            const int64_t t = t0 - i;
+            if (t >= 0) {
+                M fv[V], xv[V], gv[V], hv[V];
+                unpack(fbuf[i], fv);
+                unpack(xbuf[i], xv);
+                unpack(gbuf[i], gv);
+                if (t >= 1) {
+                    unpack(hbuf[i], hv);
+                } else {
+#pragma unroll
+                    for (int k = 0; k < V; ++k) hv[k] = h0[k];
+                }
+                const int64_t ahead = t - U;
+                if (ahead >= 0) {
+                    fbuf[i] = load_pack<T, V>(f_next, c.n, p.f.stride_h);
+                    xbuf[i] = load_pack<T, V>(x_next, c.n, p.x.stride_h);
+                    gbuf[i] = load_pack<T, V>(g_next, c.n, p.grad_h.stride_h);
+                    f_next -= p.f.stride_t;
+                    x_next -= p.x.stride_t;
+                    g_next -= p.grad_h.stride_t;
+                    if (ahead >= 1) {
+                        hbuf[i] = load_pack<T, V>(h_next, c.n, p.h.stride_h);
+                        h_next -= p.h.stride_t;
+                    }
+                }
+                M dxv[V], dfv[V];
+#pragma unroll
+                for (int k = 0; k < V; ++k) {
+                    const M g = carry[k] + gv[k];
+                    dxv[k] = fv[k] * g;
+                    dfv[k] = (xv[k] - hv[k]) * g;
+                    carry[k] = g - fv[k] * g;
+                }
+                store_pack(dx_out, pack_of<T, V>(dxv), c.n, p.grad_x.stride_h);
+                store_pack(df_out, pack_of<T, V>(dfv), c.n, p.grad_f.stride_h);
+                dx_out -= p.grad_x.stride_t;
+                df_out -= p.grad_f.stride_t;
+            }
+        }
+    }
+    if (p.grad_h0.data != nullptr) store_state(p.grad_h0, p.h0_dtype, c.b, c.j0, c.n, carry);
+}
+
+// ---- Backward, chunked in time -------------------------------------------------------
+//
+// As forward_chunked, walking spans from the end of the sequence: chunk 0 of a span is
+// its latest, and the carried gradient flows from chunk q to chunk q + 1.
+template <typename T, int V, int U>
+__global__ void __launch_bounds__(detail::kChunkLanes * detail::kMaxChunks, 1)
+backward_chunked(const ForgetMultBackwardParams p, const int64_t vectors_per_row) {
+    using M = Math<T>;
+    extern __shared__ __align__(16) unsigned char smem_bytes[];
+    const int lane = threadIdx.x, lanes = blockDim.x, chunk = threadIdx.y, chunks = blockDim.y;
+    M* sum_a = reinterpret_cast<M*>(smem_bytes);
+    M* sum_b = sum_a + chunks * V * lanes;
+    M* carry_in = sum_b + chunks * V * lanes;  // [2][V][lanes]
+
+    const Column c = column_of<V>(int64_t(blockIdx.x) * lanes + lane, p.batch, p.hidden, vectors_per_row);
+    const T* f = column_ptr<T>(p.f, c);
+    const T* x = column_ptr<T>(p.x, c);
+    const T* h = column_ptr<T>(p.h, c);
+    const T* dh = column_ptr<T>(p.grad_h, c);
+    T* df = column_ptr<T>(p.grad_f, c);
+    T* dx = column_ptr<T>(p.grad_x, c);
+
+    if (chunk == 0) {
+#pragma unroll
+        for (int k = 0; k < V; ++k) carry_in[slot(0, k, V, lane, lanes)] = M(0);
+    }
+    const int64_t span = int64_t(chunks) * U;
+    int parity = 0;
+    for (int64_t t_end = p.seq_len; t_end > 0; t_end -= span, parity ^= 1) {
+        const int64_t top = t_end - 1 - int64_t(chunk) * U;  // this chunk's latest step
+        const int steps = top < 0 ? 0 : (top + 1 < U ? int(top + 1) : U);
+        const bool has_first_step = steps > 0 && top - steps + 1 == 0;
+
+        Pack<T, V> fbuf[U], xbuf[U], gbuf[U], hbuf[U];
+        {
+            const T* f_next = f + top * p.f.stride_t;
+            const T* x_next = x + top * p.x.stride_t;
+            const T* g_next = dh + top * p.grad_h.stride_t;
+            const T* h_next = h + (top - 1) * p.h.stride_t;
+#pragma unroll
+            for (int i = 0; i < U; ++i) {
+                if (i < steps) {
+                    fbuf[i] = load_pack<T, V>(f_next, c.n, p.f.stride_h);
+                    gbuf[i] = load_pack<T, V>(g_next, c.n, p.grad_h.stride_h);
+                    xbuf[i] = load_pack<T, V>(x_next, c.n, p.x.stride_h);
+                    if (top - i >= 1) hbuf[i] = load_pack<T, V>(h_next, c.n, p.h.stride_h);
+                    f_next -= p.f.stride_t;
+                    g_next -= p.grad_h.stride_t;
+                    x_next -= p.x.stride_t;
+                    h_next -= p.h.stride_t;
+                }
+            }
+        }
+        M a[V], b[V];
+#pragma unroll
+        for (int k = 0; k < V; ++k) a[k] = M(1), b[k] = M(0);
+#pragma unroll
+        for (int i = 0; i < U; ++i) {
+            if (i < steps) {
+                M fv[V], gv[V];
+                unpack(fbuf[i], fv);
+                unpack(gbuf[i], gv);
+#pragma unroll
+                for (int k = 0; k < V; ++k) {
+                    const M g = b[k] + gv[k];
+                    b[k] = g - fv[k] * g;
+                    a[k] = a[k] - fv[k] * a[k];
+                }
+            }
+        }
+        if (t_end < p.seq_len) __syncthreads();  // everyone is done reading the previous span's summaries
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+            sum_a[slot(chunk, k, V, lane, lanes)] = a[k];
+            sum_b[slot(chunk, k, V, lane, lanes)] = b[k];
+        }
+        __syncthreads();
+
+        M carry[V];
+#pragma unroll
+        for (int k = 0; k < V; ++k) carry[k] = carry_in[slot(parity, k, V, lane, lanes)];
+        for (int q = 0; q < chunk; ++q) {
+#pragma unroll
+            for (int k = 0; k < V; ++k)
+                carry[k] = sum_a[slot(q, k, V, lane, lanes)] * carry[k] + sum_b[slot(q, k, V, lane, lanes)];
+        }
+        M h0[V];
+        if (has_first_step) {
+            load_state(p.h0, p.h0_dtype, c.b, c.j0, c.n, h0);
+        } else {
+#pragma unroll
+            for (int k = 0; k < V; ++k) h0[k] = M(0);
+        }
+        T* dx_out = dx + top * p.grad_x.stride_t;
+        T* df_out = df + top * p.grad_f.stride_t;
+#pragma unroll
+        for (int i = 0; i < U; ++i) {
+            if (i < steps) {
+                M fv[V], xv[V], gv[V], hv[V];
+                unpack(fbuf[i], fv);
+                unpack(xbuf[i], xv);
+                unpack(gbuf[i], gv);
+                if (top - i >= 1) {
+                    unpack(hbuf[i], hv);
+                } else {
+#pragma unroll
+                    for (int k = 0; k < V; ++k) hv[k] = h0[k];
+                }
+                M dxv[V], dfv[V];
+#pragma unroll
+                for (int k = 0; k < V; ++k) {
+                    const M g = carry[k] + gv[k];
+                    dxv[k] = fv[k] * g;
+                    dfv[k] = (xv[k] - hv[k]) * g;
+                    carry[k] = g - fv[k] * g;
+                }
+                store_pack(dx_out, pack_of<T, V>(dxv), c.n, p.grad_x.stride_h);
+                store_pack(df_out, pack_of<T, V>(dfv), c.n, p.grad_f.stride_h);
+                dx_out -= p.grad_x.stride_t;
+                df_out -= p.grad_f.stride_t;
+            }
+        }
+        if (chunk == chunks - 1) {
+#pragma unroll
+            for (int k = 0; k < V; ++k) carry_in[slot(parity ^ 1, k, V, lane, lanes)] = carry[k];
+        }
+        if (has_first_step && p.grad_h0.data != nullptr)
+            store_state(p.grad_h0, p.h0_dtype, c.b, c.j0, c.n, carry);
+    }
+}
+
+}  // namespace qrnn::cuda::kernels

@@ -1,0 +1,96 @@
+// CUDA entry points of the fused QRNN gates: validate like the CPU path (all but the
+// values of the device-resident lengths), pick the vector width from the alignment of
+// every array, then hand over to the launcher of the dtype's translation unit.
+#include <cstdint>
+#include <initializer_list>
+
+#include "common/launch.hpp"
+#include "qrnn/qrnn_gates_cuda.hpp"
+#include "qrnn_gates/check.hpp"
+
+namespace qrnn::cuda {
+namespace {
+
+using detail::Strided;
+
+Strided strided(const ConstView3& v) { return {v.data, v.stride_t, v.stride_b, v.stride_h}; }
+Strided strided(const View3& v) { return {v.data, v.stride_t, v.stride_b, v.stride_h}; }
+
+// The gate blocks as separate arrays (Z, F and O start gate_stride elements apart).
+struct GateBlocks {
+    Strided z, f, o;
+};
+GateBlocks blocks_of(const void* data, int64_t st, int64_t sb, int64_t sh, int64_t gate_stride, int64_t elem,
+                     bool output_gate) {
+    const char* base = static_cast<const char*>(data);
+    return {{base, st, sb, sh},
+            {base + gate_stride * elem, st, sb, sh},
+            {output_gate ? base + 2 * gate_stride * elem : nullptr, st, sb, sh}};
+}
+
+// The widest pack (8 or 4 bytes, else 1 element) that every array allows.
+int width_for(DType dtype, int64_t T, int64_t B, int64_t H, std::initializer_list<Strided> arrays) {
+    const int64_t elem = dtype_size(dtype);
+    for (int width = int(8 / elem); width > 1; width /= 2)
+        if (detail::vectorisable(width, elem, T, B, H, arrays)) return width;
+    return 1;
+}
+
+int width_of(const QrnnGatesForwardParams& p) {
+    const int64_t elem = dtype_size(p.dtype);
+    const GateBlocks g = blocks_of(p.gates.data, p.gates.stride_t, p.gates.stride_b, p.gates.stride_h,
+                                   p.gate_stride, elem, p.output_gate);
+    return width_for(p.dtype, p.seq_len, p.batch, p.hidden,
+                     {g.z, g.f, g.o, strided(p.forget_mask), strided(p.output), strided(p.states)});
+}
+
+int width_of(const QrnnGatesBackwardParams& p) {
+    const int64_t elem = dtype_size(p.dtype);
+    const GateBlocks g = blocks_of(p.gates.data, p.gates.stride_t, p.gates.stride_b, p.gates.stride_h,
+                                   p.gate_stride, elem, p.output_gate);
+    const GateBlocks d = blocks_of(p.grad_gates.data, p.grad_gates.stride_t, p.grad_gates.stride_b,
+                                   p.grad_gates.stride_h, p.grad_gate_stride, elem, p.output_gate);
+    return width_for(p.dtype, p.seq_len, p.batch, p.hidden,
+                     {g.z, g.f, g.o, strided(p.forget_mask), strided(p.states), strided(p.grad_output), d.z, d.f,
+                      d.o});
+}
+
+}  // namespace
+
+void qrnn_gates_forward(const QrnnGatesForwardParams& p, void* stream, int device) {
+    if (!qrnn::detail::validate_qrnn_gates(p, qrnn::detail::LengthsMemory::device)) return;
+    const int width = width_of(p);
+    const detail::LaunchGuard guard("qrnn::cuda::qrnn_gates_forward", stream, device, p.gates.data,
+                                    detail::KernelFamily::gates, p.dtype);
+    switch (p.dtype) {
+        case DType::float32: return detail::launch_gates_forward<DType::float32>(p, width, stream);
+        case DType::float64: return detail::launch_gates_forward<DType::float64>(p, width, stream);
+        case DType::bfloat16: return detail::launch_gates_forward<DType::bfloat16>(p, width, stream);
+        case DType::float16: return detail::launch_gates_forward<DType::float16>(p, width, stream);
+    }
+}
+
+void qrnn_gates_backward(const QrnnGatesBackwardParams& p, void* stream, int device) {
+    if (!qrnn::detail::validate_qrnn_gates(p, qrnn::detail::LengthsMemory::device)) return;
+    const int width = width_of(p);
+    const detail::LaunchGuard guard("qrnn::cuda::qrnn_gates_backward", stream, device, p.gates.data,
+                                    detail::KernelFamily::gates, p.dtype);
+    switch (p.dtype) {
+        case DType::float32: return detail::launch_gates_backward<DType::float32>(p, width, stream);
+        case DType::float64: return detail::launch_gates_backward<DType::float64>(p, width, stream);
+        case DType::bfloat16: return detail::launch_gates_backward<DType::bfloat16>(p, width, stream);
+        case DType::float16: return detail::launch_gates_backward<DType::float16>(p, width, stream);
+    }
+}
+
+int qrnn_gates_forward_vector_width(const QrnnGatesForwardParams& p) {
+    qrnn::detail::validate_qrnn_gates(p, qrnn::detail::LengthsMemory::device);
+    return width_of(p);
+}
+
+int qrnn_gates_backward_vector_width(const QrnnGatesBackwardParams& p) {
+    qrnn::detail::validate_qrnn_gates(p, qrnn::detail::LengthsMemory::device);
+    return width_of(p);
+}
+
+}  // namespace qrnn::cuda

@@ -1,0 +1,5 @@
+// Fused QRNN gate launchers for float32 storage: one translation unit per dtype, so the
+// kernels of different dtypes compile in parallel.
+#include "qrnn_gates/launch.cuh"
+
+QRNN_DEFINE_CUDA_GATES_LAUNCHERS(qrnn::DType::float32, float)

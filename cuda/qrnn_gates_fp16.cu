@@ -1,5 +1,0 @@
-// Fused QRNN gate launchers for float16 storage: one translation unit per dtype, so the
-// kernels of different dtypes compile in parallel.
-#include "qrnn_gates_launch.cuh"
-
-QRNN_DEFINE_CUDA_GATES_LAUNCHERS(qrnn::DType::float16, __half)

@@ -1,0 +1,194 @@
+// qrnn._C's checkpoint writer (qrnn.checkpoint): thin wrappers over <qrnn/checkpoint.hpp>.
+// Buffers cross as (address, bytes) integers; every call that can wait or copy releases
+// the GIL, and the writer's threads never touch Python objects.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+#include <tuple>
+#include <vector>
+
+#include "bindings.hpp"
+#include "qrnn/checkpoint.hpp"
+
+namespace qrnn::bindings {
+namespace {
+
+namespace ckpt = qrnn::checkpoint;
+using Source = std::tuple<uintptr_t, uint64_t>;  // address (0: filled by the caller), bytes
+
+ckpt::SaveRequest checkpoint_request(const std::string& path, const py::bytes& pickle,
+                                     const std::vector<Source>& sources) {
+    ckpt::SaveRequest r;
+    r.path = path;
+    r.pickle = pickle;
+    r.records.reserve(sources.size());
+    for (size_t i = 0; i < sources.size(); ++i)
+        r.records.push_back({"data/" + std::to_string(i), reinterpret_cast<const void*>(std::get<0>(sources[i])),
+                             std::get<1>(sources[i])});
+    return r;
+}
+
+py::object checkpoint_error(const ckpt::SaveStatus& s) {
+    if (!s.done() || s.ok()) return py::none();
+    const ckpt::SaveError e = s.error();
+    return py::make_tuple(e.error_number, e.operation, e.path, e.message);
+}
+
+}  // namespace
+
+void bind_checkpoint(py::module_& m) {
+    m.def("checkpoint_crc32",
+          [](py::buffer data, uint32_t crc) {
+              py::buffer_info info = data.request();
+              const auto n = static_cast<size_t>(info.size * info.itemsize);
+              py::gil_scoped_release release;
+              return ckpt::crc32(info.ptr, n, crc);
+          },
+          py::arg("data"), py::arg("crc") = 0, "CRC-32 (zip) of a buffer, continuing from crc.");
+
+    // Folder rules (names, commit order, temporaries, staging sizes) live in C++ only.
+    m.def("checkpoint_file_name", &ckpt::checkpoint_file_name, py::arg("prefix"), py::arg("step"), py::arg("suffix"));
+    m.def("checkpoint_parse_name",
+          [](const std::string& name, const std::string& prefix, const std::string& suffix) -> py::object {
+              uint64_t step;
+              if (!ckpt::parse_checkpoint_name(name, prefix, suffix, &step)) return py::none();
+              return py::int_(step);
+          },
+          py::arg("name"), py::arg("prefix"), py::arg("suffix"), "The step of a final name, or None.");
+    m.def("checkpoint_is_temporary", &ckpt::is_temporary_name, py::arg("name"));
+    m.def("checkpoint_list",
+          [](const std::string& folder, const std::string& prefix, const std::string& suffix, bool by_step) {
+              std::vector<ckpt::CommittedFile> files;
+              {
+                  py::gil_scoped_release release;
+                  try {
+                      files = ckpt::list_checkpoints(folder, prefix, suffix,
+                                                     by_step ? ckpt::CheckpointOrder::Step : ckpt::CheckpointOrder::Commit);
+                  } catch (const std::system_error& e) {
+                      py::gil_scoped_acquire acquire;
+                      errno = e.code().value();
+                      PyErr_SetFromErrnoWithFilename(PyExc_OSError, folder.c_str());
+                      throw py::error_already_set();
+                  }
+              }
+              py::list out;
+              for (const auto& f : files) out.append(py::make_tuple(f.name, f.step, f.commit_ns));
+              return out;
+          },
+          py::arg("folder"), py::arg("prefix"), py::arg("suffix"), py::arg("by_step") = false,
+          "[(name, step, commit_ns)] of committed checkpoints, oldest commit (or step) first.");
+    m.def("checkpoint_remove_stale_temporaries", &ckpt::remove_stale_temporaries, py::arg("folder"),
+          py::call_guard<py::gil_scoped_release>());
+    m.def("checkpoint_staging_capacity", &ckpt::staging_capacity, py::arg("bytes"));
+    m.attr("checkpoint_staging_alignment") = ckpt::kStagingAlignment;
+
+    py::class_<ckpt::StagingBuffer>(m, "CheckpointStaging")
+        .def(py::init([](uint64_t bytes) {
+                 py::gil_scoped_release release;
+                 return std::make_unique<ckpt::StagingBuffer>(bytes);
+             }),
+             py::arg("bytes"))
+        .def_property_readonly("address", [](const ckpt::StagingBuffer& b) { return reinterpret_cast<uintptr_t>(b.data()); })
+        .def_property_readonly("capacity", &ckpt::StagingBuffer::size)
+        .def("populate", &ckpt::StagingBuffer::populate, py::arg("offset") = 0, py::arg("length") = UINT64_MAX,
+             py::arg("threads") = 1, py::call_guard<py::gil_scoped_release>(),
+             "Fault [offset, offset + length) in without changing it (safe during a staging copy).");
+
+    py::class_<ckpt::SaveStatus, std::shared_ptr<ckpt::SaveStatus>>(m, "CheckpointStatus")
+        .def("done", &ckpt::SaveStatus::done)
+        .def("staged", &ckpt::SaveStatus::staged)
+        .def("wait",
+             [](const ckpt::SaveStatus& s, std::optional<double> timeout) {
+                 py::gil_scoped_release release;
+                 if (!timeout) {
+                     s.wait();
+                     return true;
+                 }
+                 return s.wait_for(*timeout);
+             },
+             py::arg("timeout") = py::none())
+        .def("wait_staged", &ckpt::SaveStatus::wait_staged, py::call_guard<py::gil_scoped_release>())
+        .def("ok", &ckpt::SaveStatus::ok)
+        .def("error", &checkpoint_error, "None, or (errno, operation, path, message) of a failed save")
+        .def("warnings", &ckpt::SaveStatus::warnings)
+        .def_property_readonly("path", &ckpt::SaveStatus::path)
+        .def_property_readonly("staged_seconds", &ckpt::SaveStatus::staged_seconds)
+        .def_property_readonly("done_seconds", &ckpt::SaveStatus::done_seconds);
+
+    py::class_<ckpt::Gate, std::shared_ptr<ckpt::Gate>>(m, "CheckpointGate")
+        .def(py::init<>())
+        .def("open", &ckpt::Gate::open)
+        .def("fail", &ckpt::Gate::fail, py::arg("reason"))
+        .def("is_open", &ckpt::Gate::is_open);
+
+    py::class_<ckpt::CheckpointWriter>(m, "CheckpointWriter")
+        .def(py::init([](int max_pending, int copy_threads, bool direct_io, bool sync, uint64_t fail_after_bytes,
+                         int fail_errno, bool fail_throw, int writer_nice, int fail_times) {
+                 ckpt::WriterOptions o;
+                 o.fault.times = fail_times;
+                 o.writer_nice = writer_nice;
+                 o.max_pending = max_pending;
+                 o.copy_threads = copy_threads;
+                 o.direct_io = direct_io;
+                 o.sync = sync;
+                 o.fault.fail_after_bytes = fail_after_bytes;
+                 o.fault.error_number = fail_errno;
+                 o.fault.throw_exception = fail_throw;
+                 return std::make_unique<ckpt::CheckpointWriter>(o);
+             }),
+             py::arg("max_pending") = 1, py::arg("copy_threads") = 2, py::arg("direct_io") = true,
+             py::arg("sync") = true, py::arg("fail_after_bytes") = UINT64_MAX, py::arg("fail_errno") = 0,
+             py::arg("fail_throw") = false, py::arg("writer_nice") = 10, py::arg("fail_times") = -1)
+        .def("plan",
+             [](ckpt::CheckpointWriter&, const std::string& path, const py::bytes& pickle,
+                const std::vector<Source>& sources) {
+                 const ckpt::ArchiveLayout l = ckpt::plan_archive(checkpoint_request(path, pickle, sources));
+                 return py::make_tuple(l.record_offsets, l.staging_size, l.file_size);
+             },
+             py::arg("path"), py::arg("pickle"), py::arg("sources"),
+             "(payload offset of each source, staging bytes needed, file bytes)")
+        .def("submit",
+             [](ckpt::CheckpointWriter& w, const std::string& path, const py::bytes& pickle,
+                const std::vector<Source>& sources, uintptr_t staging, uint64_t staging_capacity,
+                std::shared_ptr<ckpt::Gate> gate, int keep_last, const std::string& prefix,
+                const std::string& suffix, int copy_threads, bool block) {
+                 ckpt::SaveRequest r = checkpoint_request(path, pickle, sources);
+                 r.staging = reinterpret_cast<void*>(staging);
+                 r.staging_capacity = staging_capacity;
+                 r.gate = std::move(gate);
+                 r.retention = {keep_last, prefix, suffix};
+                 r.copy_threads = copy_threads;
+                 py::gil_scoped_release release;
+                 return block ? w.submit(std::move(r)) : w.try_submit(std::move(r));
+             },
+             py::arg("path"), py::arg("pickle"), py::arg("sources"), py::arg("staging") = 0,
+             py::arg("staging_capacity") = 0, py::arg("gate") = nullptr, py::arg("keep_last") = 0,
+             py::arg("prefix") = "", py::arg("suffix") = "", py::arg("copy_threads") = 0, py::arg("block") = true)
+        .def("write_tensors",
+             [](ckpt::CheckpointWriter& w, const std::string& path,
+                const std::vector<std::tuple<std::string, int, std::vector<int64_t>, std::vector<int64_t>, uintptr_t,
+                                             int64_t, uint64_t, bool>>& tensors) {
+                 std::vector<ckpt::TensorRef> refs;
+                 for (const auto& [name, dtype, shape, strides, ptr, offset, bytes, grad] : tensors) {
+                     if (dtype < 0 || dtype > int(ckpt::ScalarType::Bool))
+                         throw std::invalid_argument("tensor '" + name + "': unknown dtype code " + std::to_string(dtype));
+                     refs.push_back({name, static_cast<ckpt::ScalarType>(dtype), shape, strides,
+                                     reinterpret_cast<const void*>(ptr), offset, bytes, grad});
+                 }
+                 py::gil_scoped_release release;
+                 return ckpt::write_tensors(w, path, refs);
+             },
+             py::arg("path"), py::arg("tensors"),
+             "Queue {name: tensor} from (name, dtype code, shape, strides, storage address, storage offset, "
+             "storage bytes, requires_grad) tuples; the C++ tensor-dict writer.")
+        .def("wait_all", &ckpt::CheckpointWriter::wait_all, py::call_guard<py::gil_scoped_release>())
+        .def("close", &ckpt::CheckpointWriter::close, py::call_guard<py::gil_scoped_release>());
+}
+
+}  // namespace qrnn::bindings
