@@ -1,0 +1,149 @@
+"""The tree's own rules (docs/ARCHITECTURE.md): imports go one way, each fact has one home,
+test hooks stay out of the public headers. Read from the source tree, not the installed package."""
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGE = REPO / "python" / "qrnn"
+PUBLIC_HEADERS = REPO / "cpp" / "include" / "qrnn"
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _resolve(module: str, is_package: bool, node: ast.ImportFrom) -> str:
+    """The absolute module an ImportFrom names (`from . import x` resolves later, per name)."""
+    if node.level == 0:
+        return node.module or ""
+    base = module.split(".")
+    base = base if is_package else base[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def import_graph() -> dict:
+    """{module: {qrnn modules it imports, at any depth of its code}}. An import inside a
+    function still ties the two modules together, so it counts as much as a top-level one."""
+    files = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph: dict = {name: set() for name in files}
+    for name, path in files.items():
+        is_package = path.name == "__init__.py"
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = _resolve(name, is_package, node)
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in files else base for a in node.names]
+            for target in targets:
+                while target and target not in files:  # qrnn.ops.forget_mult.x -> qrnn.ops.forget_mult
+                    target = target.rpartition(".")[0]
+                if target.startswith("qrnn") and target != name:
+                    graph[name].add(target)
+    return graph
+
+
+def _cycles(graph: dict) -> list:
+    """Strongly connected components of more than one module (Tarjan), sorted."""
+    index: dict = {}
+    low: dict = {}
+    stack: list = []
+    on_stack: set = set()
+    found = []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(found)
+
+
+def _package_edges_removed(graph: dict) -> dict:
+    """A package's __init__ re-exports its submodules: that edge (parent -> child) is how
+    packages work, and only the reverse direction (a submodule importing its own package
+    front) can close a cycle worth reporting."""
+    return {m: {t for t in ts if not t.startswith(m + ".")} for m, ts in graph.items()}
+
+
+def test_graph_sees_imports():
+    """The checker itself: it must see the package's known imports (else the test below is empty)."""
+    graph = import_graph()
+    assert "qrnn._C" not in graph  # compiled, not a source file
+    assert any("qrnn.modules" in targets for targets in graph.values())
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_import_cycles():
+    cycles = _cycles(_package_edges_removed(import_graph()))
+    assert cycles == [], f"modules that import each other (directly or around a loop): {cycles}"
+
+
+def test_no_test_hooks_in_public_headers():
+    """Fault injection and other test-only switches live in private headers (cpp/src/)."""
+    pattern = re.compile(r"\bfault|FaultInjection|\binject|\btesting\b|\bfail_(after|errno|throw|times)")
+    hits = [f"{p.name}:{i}: {line.strip()}" for p in sorted(PUBLIC_HEADERS.glob("*.hpp"))
+            for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
+    assert hits == []
+
+
+def test_no_benchmark_code_in_the_library():
+    """Benchmark-only kernels build as their own target; the installed headers do not declare them."""
+    hits = [p.name for p in PUBLIC_HEADERS.glob("*.hpp") if re.search(r"namespace bench\b|baseline", p.read_text())]
+    assert hits == []
+
+
+def test_version_has_one_home():
+    """CMakeLists.txt's project(VERSION) is the version; pyproject.toml reads it from there."""
+    pyproject = (REPO / "pyproject.toml").read_text()
+    assert re.search(r'^dynamic\s*=\s*\[[^\]]*"version"', pyproject, re.MULTILINE)
+    assert not re.search(r'^version\s*=', pyproject, re.MULTILINE)
+    assert re.search(r"^project\(qrnn VERSION \d+\.\d+\.\d+", (REPO / "CMakeLists.txt").read_text(), re.MULTILINE)
+    version_literals = [p for p in PACKAGE.rglob("*.py") if re.search(r"__version__\s*=\s*['\"]", p.read_text())]
+    assert version_literals == []
+
+
+@pytest.mark.parametrize("rule, pattern", [
+    ("staging alignment", r"\b4096\b"),
+    ("staging growth", r"\b(2 \* 1024 \* 1024|2 << 20|1 << 21|2097152)\b"),
+    ("temporary names", r"re\.compile\(.*(tmp|partial)"),
+])
+def test_checkpoint_rules_live_in_cpp(rule, pattern):
+    """The checkpoint folder rules are C++'s (cpp/src/checkpoint/); Python asks qrnn._C."""
+    checkpoint = PACKAGE / "checkpoint"
+    files = list(checkpoint.rglob("*.py")) if checkpoint.is_dir() else [PACKAGE / "checkpoint.py"]
+    hits = [f"{p.name}:{i}" for p in files for i, line in enumerate(p.read_text().splitlines(), 1)
+            if re.search(pattern, line) and not line.lstrip().startswith("#")]
+    assert hits == [], f"{rule} written in Python too"
+
+
+def test_one_plots_folder():
+    assert not (REPO / "bench-plots").exists()
+    assert any((REPO / "docs" / "benchmarks").glob("*.png"))
