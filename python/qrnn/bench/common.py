@@ -12,7 +12,7 @@ import os
 import platform
 import statistics
 import time
-from typing import Callable, Optional
+from typing import Optional
 
 import torch
 
@@ -40,22 +40,6 @@ class Result:
 def sync(device: str) -> None:
     if device.startswith("cuda"):
         torch.cuda.synchronize()
-
-
-def measure(fn: Callable[[], object], *, device: str = "cpu", repeat: int = 20, warmup: int = 3,
-            min_time: float = 0.0) -> float:
-    """Median seconds per call of fn over `repeat` timed calls (after `warmup` calls)."""
-    for _ in range(warmup):
-        fn()
-    sync(device)
-    times: list[float] = []
-    deadline = time.perf_counter() + min_time
-    while len(times) < repeat or time.perf_counter() < deadline:
-        start = time.perf_counter()
-        fn()
-        sync(device)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def measure_interleaved(fns: dict, *, device: str = "cpu", rounds: int = 7, repeat: int = 5,
