@@ -34,9 +34,9 @@ def _describe(config: dict) -> str:
 
 
 def _trainer(device: str, precision: str, config: dict, **trainer_args):
-    from qrnn.lm import QRNNLanguageModel
     from qrnn.train import Distributed, Trainer
-    from qrnn.train_cli import make_optimizer
+    from qrnn.train.lm import QRNNLanguageModel
+    from qrnn.train.trainer import make_optimizer
 
     vocab = config["vocab"]
     torch.manual_seed(0)
@@ -52,7 +52,7 @@ def _trainer(device: str, precision: str, config: dict, **trainer_args):
 
 def _batches(device: str, config: dict, steps: int):
     """`steps` BPTT chunks of random tokens, already on the device."""
-    from qrnn.data import BPTTBatches
+    from qrnn.train.data import BPTTBatches
 
     torch.manual_seed(1)
     tokens = config["batch"] * (config["bptt"] * steps + 1)

@@ -11,7 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from qrnn import train
+from qrnn.train import TrainError, choose_precision, init_distributed
+from qrnn.train.state import rng_state, set_rng_state
 
 
 class FakeCuda:
@@ -38,11 +39,11 @@ class FakeCuda:
 def test_precision_rule_on_cuda(monkeypatch):
     cuda = torch.device("cuda", 0)
     FakeCuda(monkeypatch, bf16=True)
-    assert train.choose_precision("auto", cuda)[0] == "fp16"
-    assert train.choose_precision("bf16", cuda) == ("bf16", "requested")
+    assert choose_precision("auto", cuda)[0] == "fp16"
+    assert choose_precision("bf16", cuda) == ("bf16", "requested")
     FakeCuda(monkeypatch, bf16=False)
-    with pytest.raises(train.TrainError, match="no bfloat16 support"):
-        train.choose_precision("bf16", cuda)
+    with pytest.raises(TrainError, match="no bfloat16 support"):
+        choose_precision("bf16", cuda)
 
 
 def test_each_rank_takes_its_own_gpu_and_nccl(monkeypatch):
@@ -50,7 +51,7 @@ def test_each_rank_takes_its_own_gpu_and_nccl(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("LOCAL_RANK", "1")
-    dist = train.init_distributed()  # no --device: CUDA when available
+    dist = init_distributed()  # no --device: CUDA when available
     assert dist.device == torch.device("cuda", 1) and dist.rank == 1 and dist.world == 2
     assert fake.calls == [("set_device", torch.device("cuda", 1)), ("init_process_group", "nccl")]
 
@@ -59,20 +60,20 @@ def test_single_process_uses_the_current_gpu_and_checks_the_index(monkeypatch):
     fake = FakeCuda(monkeypatch, devices=2)
     for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
         monkeypatch.delenv(name, raising=False)
-    assert train.init_distributed("cuda").device == torch.device("cuda", 0)
+    assert init_distributed("cuda").device == torch.device("cuda", 0)
     assert fake.calls == [("set_device", torch.device("cuda", 0))]
-    with pytest.raises(train.TrainError, match="sees 2 CUDA device"):
-        train.init_distributed("cuda:5")
+    with pytest.raises(TrainError, match="sees 2 CUDA device"):
+        init_distributed("cuda:5")
     FakeCuda(monkeypatch, devices=0)
-    with pytest.raises(train.TrainError, match="no CUDA device"):
-        train.init_distributed("cuda")
+    with pytest.raises(TrainError, match="no CUDA device"):
+        init_distributed("cuda")
 
 
 def test_checkpoints_carry_the_cuda_rng(monkeypatch):
     fake = FakeCuda(monkeypatch)
     device = torch.device("cuda", 1)
-    state = train.rng_state(device)
+    state = rng_state(device)
     assert torch.equal(state["cuda"], torch.arange(4, dtype=torch.uint8))
     state["cuda"] = torch.full((4,), 7, dtype=torch.uint8)
-    train.set_rng_state(state, device)
+    set_rng_state(state, device)
     assert torch.equal(fake.rng[str(device)], state["cuda"])

@@ -1,6 +1,7 @@
 """The ``qrnn-train`` and ``qrnn-generate`` commands: a QRNN language model trained with
 :class:`qrnn.train.Trainer`, its run folder (checkpoints, best.pt, metrics.jsonl, loss.png),
-and sampling from a saved model."""
+and sampling from a saved model. ``torchrun --nproc_per_node=N -m qrnn.train ...`` trains on
+N processes."""
 
 from __future__ import annotations
 
@@ -16,9 +17,16 @@ import zlib
 import torch
 import torch.nn.functional as F
 
+from .checkpoints import latest_checkpoint, load_checkpoint
 from .data import BPTTBatches, DataError, Vocabulary, load_corpus
+from .distributed import broadcast_object, check_ranks_in_sync, init_distributed
+from .errors import TrainError
 from .lm import QRNNLanguageModel, generate
-from .train import PRECISIONS, Trainer, TrainError, init_distributed, load_checkpoint, seed_everything
+from .precision import PRECISIONS
+from .state import seed_everything
+from .trainer import Trainer, make_optimizer
+
+__all__ = ["main", "generate_main", "build_parser"]
 
 CHECKPOINT_FORMAT = "qrnn-lm/1"
 
@@ -36,77 +44,54 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def _positive(kind):
+def _checked(kind, accepts, expected: str):
+    """An argparse type: `kind(text)` when `accepts` it, else "expected <expected>, got <text>"."""
     def parse(text):
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, got {text!r}") from None
-        if not value > 0 or (kind is float and not math.isfinite(value)):
-            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, got {text!r}")
+            value = None
+        if value is None or not accepts(value):
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
         return value
     return parse
 
 
-def _non_negative_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an int >= 0, got {text!r}")
-    return value
-
-
-def _seed(text):
-    # torch.manual_seed takes a 64-bit seed, and each rank adds its rank to it.
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an int, got {text!r}") from None
-    if not -2**63 <= value < 2**63 - 2**16:
-        raise argparse.ArgumentTypeError(f"expected an int in [-2**63, 2**63 - 2**16), got {text}")
-    return value
-
-
-def _fraction(text):
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}") from None
-    if not 0.0 <= value < 1.0:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}")
-    return value
+_pos_int = _checked(int, lambda value: value > 0, "a positive int")
+_pos_float = _checked(float, lambda value: value > 0 and math.isfinite(value), "a positive float")
+_non_negative_int = _checked(int, lambda value: value >= 0, "an int >= 0")
+_fraction = _checked(float, lambda value: 0.0 <= value < 1.0, "a number in [0, 1)")
+# torch.manual_seed takes a 64-bit seed, and each rank adds its rank to it.
+_seed = _checked(int, lambda value: -2**63 <= value < 2**63 - 2**16, "an int in [-2**63, 2**63 - 2**16)")
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="qrnn-train", description="Train a QRNN language model (mixed precision, "
                 "non-blocking checkpoints, resumable, one or many processes via torchrun).")
     d = DEFAULTS
-    pos_int, pos_float = _positive(int), _positive(float)
     data = p.add_argument_group("data")
     data.add_argument("--data", metavar="PATH", help="folder with train.txt, valid.txt, test.txt, or one "
                       "text file split 90/5/5 (default: the reference text in Python's pydoc_data)")
     data.add_argument("--level", choices=("char", "word"), help=f"tokens (default: {d['level']})")
     model = p.add_argument_group("model")
-    model.add_argument("--layers", type=pos_int, metavar="N", help=f"QRNN layers (default: {d['layers']})")
-    model.add_argument("--hidden", type=pos_int, metavar="N", help=f"QRNN hidden size (default: {d['hidden']})")
-    model.add_argument("--emsize", type=pos_int, metavar="N", help=f"embedding size (default: {d['emsize']})")
+    model.add_argument("--layers", type=_pos_int, metavar="N", help=f"QRNN layers (default: {d['layers']})")
+    model.add_argument("--hidden", type=_pos_int, metavar="N", help=f"QRNN hidden size (default: {d['hidden']})")
+    model.add_argument("--emsize", type=_pos_int, metavar="N", help=f"embedding size (default: {d['emsize']})")
     model.add_argument("--dropout", type=_fraction, metavar="P",
                        help=f"embedding and inter-layer dropout (default: {d['dropout']})")
     train = p.add_argument_group("training")
-    train.add_argument("--epochs", type=pos_int, metavar="N",
+    train.add_argument("--epochs", type=_pos_int, metavar="N",
                        help=f"total epochs, counting resumed ones (default: {d['epochs']})")
-    train.add_argument("--max-steps", type=pos_int, metavar="N", help="stop after this many optimizer steps in all")
-    train.add_argument("--time-budget", type=pos_float, metavar="SECONDS", help="stop after this many seconds")
-    train.add_argument("--batch-size", type=pos_int, metavar="N",
+    train.add_argument("--max-steps", type=_pos_int, metavar="N", help="stop after this many optimizer steps in all")
+    train.add_argument("--time-budget", type=_pos_float, metavar="SECONDS", help="stop after this many seconds")
+    train.add_argument("--batch-size", type=_pos_int, metavar="N",
                        help=f"global batch size (default: {d['batch_size']})")
-    train.add_argument("--bptt", type=pos_int, metavar="N", help=f"truncated-BPTT chunk length (default: {d['bptt']})")
-    train.add_argument("--lr", type=pos_float, metavar="LR", help=f"learning rate (default: {d['lr']})")
+    train.add_argument("--bptt", type=_pos_int, metavar="N", help=f"truncated-BPTT chunk length (default: {d['bptt']})")
+    train.add_argument("--lr", type=_pos_float, metavar="LR", help=f"learning rate (default: {d['lr']})")
     train.add_argument("--optimizer", choices=("adam", "sgd"), help=f"(default: {d['optimizer']})")
-    train.add_argument("--warmup", type=pos_int, metavar="N",
+    train.add_argument("--warmup", type=_pos_int, metavar="N",
                        help=f"linear warm-up steps (default: {d['warmup']})")
-    train.add_argument("--clip", type=pos_float, metavar="NORM", help=f"gradient-norm clip (default: {d['clip']})")
+    train.add_argument("--clip", type=_pos_float, metavar="NORM", help=f"gradient-norm clip (default: {d['clip']})")
     train.add_argument("--precision", choices=PRECISIONS,
                        help="autocast precision; auto (default): fp16 on CUDA, bf16 on a CPU with native bf16, "
                             "else fp32")
@@ -115,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     ckpt = p.add_argument_group("checkpoints and output")
     ckpt.add_argument("--checkpoint-dir", metavar="DIR", help="run folder: checkpoints, best.pt, metrics.jsonl, "
                       "loss.png (default: runs/<date-time>)")
-    ckpt.add_argument("--keep-last", type=pos_int, default=3, metavar="N", help="checkpoints kept (default: 3)")
+    ckpt.add_argument("--keep-last", type=_pos_int, default=3, metavar="N", help="checkpoints kept (default: 3)")
     ckpt.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in "
                       "--checkpoint-dir (default: the newest run under runs/)")
     ckpt.add_argument("--sample-length", type=_non_negative_int, default=300, metavar="N",
@@ -124,41 +109,11 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def make_optimizer(name: str, params, lr: float, device: torch.device) -> torch.optim.Optimizer:
-    """Adam or SGD, fused (one kernel for all parameters: several times faster than the
-    per-parameter loop on a CPU) where this torch and device support it."""
-    cls = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD}[name]
-    params = list(params)
-    if device.type in ("cpu", "cuda"):
-        try:
-            return cls(params, lr=lr, fused=True)
-        except (RuntimeError, TypeError, ValueError):  # an older torch without this fused kernel
-            pass
-    return cls(params, lr=lr)
-
-
 def _run_dirs(root="runs"):
     if not os.path.isdir(root):
         return []
     dirs = [os.path.join(root, name) for name in os.listdir(root)]
     return sorted((d for d in dirs if os.path.isdir(d)), key=os.path.getmtime)
-
-
-def _latest_checkpoint(directory: str):
-    from qrnn.checkpoint import AsyncCheckpointer
-
-    if not os.path.isdir(directory):
-        return None
-    with AsyncCheckpointer(directory) as scanner:
-        return scanner.latest()
-
-
-def _broadcast(value, dist):
-    if not dist.enabled:
-        return value
-    box = [value]
-    torch.distributed.broadcast_object_list(box, src=0)
-    return box[0]
 
 
 def _fingerprint(ids: torch.Tensor) -> int:
@@ -171,19 +126,19 @@ def _locate_run(args, dist) -> tuple:
     if dist.is_main:
         if args.resume:
             if run_dir is None:
-                candidates = [d for d in reversed(_run_dirs()) if _latest_checkpoint(d)]
+                candidates = [d for d in reversed(_run_dirs()) if latest_checkpoint(d)]
                 run_dir = candidates[0] if candidates else None
-            resume_path = _latest_checkpoint(run_dir) if run_dir else None
+            resume_path = latest_checkpoint(run_dir) if run_dir else None
             if resume_path is None:
                 error = (f"--resume: no checkpoint in {run_dir}" if run_dir else
                          "--resume: no run with a checkpoint under runs/; pass --checkpoint-dir")
         else:
             if run_dir is None:
                 run_dir = os.path.join("runs", time.strftime("%Y%m%d-%H%M%S"))
-            elif _latest_checkpoint(run_dir):
+            elif latest_checkpoint(run_dir):
                 error = (f"{run_dir} already holds checkpoints: pass --resume to continue from them, "
                          "or choose another --checkpoint-dir")
-    run_dir, resume_path, error = _broadcast((run_dir, resume_path, error), dist)
+    run_dir, resume_path, error = broadcast_object((run_dir, resume_path, error), dist)
     if error:
         raise TrainError(error)
     return run_dir, resume_path
@@ -261,32 +216,10 @@ def plot_losses(run_dir: str, history: list, loss_trace: list, level: str) -> No
     fig.savefig(os.path.join(run_dir, "loss.png"))
 
 
-# Tensors of the last collectives, kept for the life of the process (see _check_in_sync).
-_KEPT_TENSORS: list = []
-
-
-def _check_in_sync(module, dist) -> str:
-    """Every rank must hold the same parameters after DDP training: compare checksums.
-
-    The last collective of a run. Its tensors stay referenced until the process ends, so
-    that gloo's worker threads never free a tensor Python owns after this: torch 2.4 tears
-    the process group down with the GIL held and joins those threads, and a worker freeing
-    such a tensor needs the GIL (a deadlock at exit, seen with all_gather_object's)."""
-    checksum = sum(p.detach().double().sum().item() for p in module.parameters())
-    low = torch.tensor([checksum], dtype=torch.float64, device=dist.device)
-    high = low.clone()
-    _KEPT_TENSORS.extend((low, high))
-    torch.distributed.all_reduce(low, op=torch.distributed.ReduceOp.MIN)
-    torch.distributed.all_reduce(high, op=torch.distributed.ReduceOp.MAX)
-    if low.item() != high.item():
-        raise TrainError(f"ranks diverged: parameter checksums from {low.item()!r} to {high.item()!r}")
-    return f"ranks in sync: {dist.world} processes, parameter checksum {checksum!r}"
-
-
-def train_main(argv=None) -> int:
+def main(argv=None) -> int:
     """``qrnn-train``: returns the exit code (0, 1 for I/O errors, 2 for usage errors)."""
     try:
-        return _train_main(argv)
+        return _train(argv)
     finally:
         # DistributedDataParallel sits in reference cycles: collect it (and the process group
         # it holds) now, while Python is whole, not during interpreter shutdown, where
@@ -294,7 +227,7 @@ def train_main(argv=None) -> int:
         gc.collect()
 
 
-def _train_main(argv=None) -> int:
+def _train(argv=None) -> int:
     args = build_parser().parse_args(argv)
     prog = "qrnn-train"
     dist = None
@@ -372,7 +305,7 @@ def _train_main(argv=None) -> int:
                 else f"test ppl {math.exp(min(test_loss, 50)):.1f}")
         say(f"test loss {test_loss:.3f} | {unit}")
         if dist.enabled:
-            say(_check_in_sync(trainer.module, dist))
+            say(check_ranks_in_sync(trainer.module, dist))
         if dist.is_main and args.sample_length > 0:
             say("sample:\n" + _sample(trainer.module, corpus.vocab, "", args.sample_length, 0.8, settings["seed"]))
         say(f"saved in {run_dir}: checkpoints, best.pt, metrics.jsonl, loss.png")
@@ -411,8 +344,8 @@ def generate_main(argv=None) -> int:
     p.add_argument("--checkpoint", required=True, metavar="PATH",
                    help="a checkpoint file, or a run folder (its best.pt, else its latest checkpoint)")
     p.add_argument("--prompt", default="", help="text to continue (default: start of a line)")
-    p.add_argument("--length", type=_positive(int), default=300, help="tokens to generate (default: 300)")
-    p.add_argument("--temperature", type=_positive(float), default=0.8, help="softmax temperature (default: 0.8)")
+    p.add_argument("--length", type=_pos_int, default=300, help="tokens to generate (default: 300)")
+    p.add_argument("--temperature", type=_pos_float, default=0.8, help="softmax temperature (default: 0.8)")
     p.add_argument("--seed", type=_seed, metavar="N", default=0, help="sampling seed (default: 0)")
     p.add_argument("--device", default="cpu", help="device (default: cpu)")
     args = p.parse_args(argv)
@@ -420,7 +353,7 @@ def generate_main(argv=None) -> int:
         path = args.checkpoint
         if os.path.isdir(path):
             best = os.path.join(path, "best.pt")
-            path = best if os.path.exists(best) else _latest_checkpoint(path)
+            path = best if os.path.exists(best) else latest_checkpoint(path)
             if path is None:
                 raise TrainError(f"--checkpoint {args.checkpoint}: folder holds no checkpoint")
         state = load_checkpoint(path)

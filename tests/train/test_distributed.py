@@ -21,9 +21,9 @@ import pytest
 import torch
 
 from qrnn.checkpoint import load
-from qrnn.data import default_text
-from qrnn.train import regroup_carry
-from qrnn.train_cli import train_main
+from qrnn.train import main as train_main
+from qrnn.train.data import default_text
+from qrnn.train.state import regroup_carry
 
 pytestmark = pytest.mark.slow
 
@@ -36,7 +36,7 @@ TOLERANCE = 1e-5  # float32 parameters after up to 2 * 29 Adam steps, gradients 
 # Runs qrnn-train and records, per rank, every call that writes into the run folder.
 LAUNCHER = textwrap.dedent("""
     import os, sys
-    import qrnn.checkpoint, qrnn.train_cli
+    import qrnn.checkpoint, qrnn.train.cli
 
     def recorded(owner, name):
         original = getattr(owner, name)
@@ -48,9 +48,9 @@ LAUNCHER = textwrap.dedent("""
 
     recorded(qrnn.checkpoint.AsyncCheckpointer, "__init__")
     recorded(qrnn.checkpoint.AsyncCheckpointer, "save")
-    recorded(qrnn.train_cli, "write_metrics")
-    recorded(qrnn.train_cli, "plot_losses")
-    sys.exit(qrnn.train_cli.train_main(sys.argv[1:]))
+    recorded(qrnn.train.cli, "write_metrics")
+    recorded(qrnn.train.cli, "plot_losses")
+    sys.exit(qrnn.train.cli.main(sys.argv[1:]))
 """)
 
 

@@ -1,0 +1,29 @@
+"""Mixed-precision training with non-blocking checkpoints, on one process or many: the
+``qrnn-train`` application.
+
+Library: :class:`Trainer` (and :func:`fit`) runs any model over batches with
+``torch.autocast``, a ``torch.amp.GradScaler`` for float16, gradient clipping after
+unscaling, truncated BPTT with the carried state detached between chunks, checkpoints
+through :class:`qrnn.checkpoint.AsyncCheckpointer`, exact resume (model, optimizer, scaler,
+scheduler, data position, every RNG state) and DistributedDataParallel under torchrun.
+
+Command line: ``qrnn-train`` (or ``python -m qrnn.train``) trains a QRNN language model
+(:mod:`qrnn.train.lm`) on a text corpus (:mod:`qrnn.train.data`); with no arguments on the
+reference text that ships with Python. ``qrnn-generate`` samples from a saved model.
+``torchrun --nproc_per_node=N -m qrnn.train ...`` trains on N processes.
+
+Modules: ``trainer`` (the loop), ``precision``, ``distributed`` (process group, collectives),
+``state`` (carried and RNG state in checkpoints), ``checkpoints`` (saving with a stall meter,
+best.pt, reading back), ``errors``, ``cli`` (the two commands), ``lm``, ``data``.
+"""
+
+from .checkpoints import load_checkpoint
+from .cli import generate_main, main
+from .distributed import Distributed, init_distributed
+from .errors import TrainError
+from .precision import choose_precision
+from .state import seed_everything
+from .trainer import Trainer, fit
+
+__all__ = ["Trainer", "fit", "choose_precision", "Distributed", "init_distributed", "TrainError",
+           "load_checkpoint", "seed_everything", "main", "generate_main"]

@@ -1,0 +1,229 @@
+"""Text corpora for language-model training: loading, a vocabulary, vectorised tokenisation,
+and truncated-BPTT batches that shard across DistributedDataParallel ranks.
+
+With no path the corpus is the English reference text that every CPython carries in
+``pydoc_data.topics`` (about 465,000 characters), so training runs with no download.
+"""
+
+from __future__ import annotations
+
+import collections
+import fnmatch
+import itertools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+__all__ = ["DataError", "Vocabulary", "Corpus", "load_corpus", "load_texts", "default_text", "split_text", "batchify",
+           "BPTTBatches", "UNK", "EOS", "LEVELS", "SPLITS"]
+
+UNK = "<unk>"
+EOS = "<eos>"
+LEVELS = ("char", "word")
+SPLITS = ("train", "valid", "test")
+
+
+class DataError(ValueError):
+    """A corpus that cannot be used (missing, empty, too small); the message is one line."""
+
+
+def _char_codes(text: str) -> np.ndarray:
+    """Unicode code points of `text` as uint32, without a Python loop over characters."""
+    return np.frombuffer(text.encode("utf-32-le"), dtype="<u4")
+
+
+class Vocabulary:
+    """Token <-> id mapping. Id 0 is ``<unk>``, given to tokens never seen in training.
+
+    Char level: tokens are single characters, sorted by code point. Word level: tokens are
+    whitespace-separated words plus ``<eos>`` at each line end (the WikiText / PTB
+    convention), most frequent first.
+    """
+
+    def __init__(self, level: str, tokens: Sequence[str]):
+        if level not in LEVELS:
+            raise ValueError(f"level must be one of {LEVELS}, got {level!r}")
+        tokens = list(tokens)
+        if not tokens or tokens[0] != UNK:
+            raise ValueError(f"the first token must be {UNK!r}")
+        self.level = level
+        self.tokens = tokens
+        if level == "char":
+            # Sorted code points of tokens[1:], so encoding is one np.searchsorted.
+            self._codes = np.array([ord(t) for t in tokens[1:]], dtype=np.uint32)
+            if np.any(np.diff(self._codes.astype(np.int64)) <= 0):
+                raise ValueError("char tokens must be single characters in increasing order")
+        else:
+            self._index = {t: i for i, t in enumerate(tokens)}
+
+    @classmethod
+    def build(cls, text: str, level: str) -> "Vocabulary":
+        if level == "char":
+            codes = np.unique(_char_codes(text))
+            return cls(level, [UNK] + [chr(c) for c in codes.tolist()])
+        counts = collections.Counter(_words(text))
+        counts.pop(UNK, None)
+        ordered = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+        return cls(level, [UNK] + [word for word, _ in ordered])
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Vocabulary) and (self.level, self.tokens) == (other.level, other.tokens)
+
+    def encode(self, text: str) -> Tensor:
+        """Token ids (int64) of `text`; unknown tokens become 0 (``<unk>``)."""
+        if self.level == "char":
+            codes = _char_codes(text)
+            pos = np.searchsorted(self._codes, codes)
+            found = pos < len(self._codes)
+            found[found] = self._codes[pos[found]] == codes[found]
+            ids = np.where(found, pos + 1, 0)
+        else:
+            words = _words(text)
+            ids = np.fromiter(map(self._index.get, words, itertools.repeat(0)), dtype=np.int64,
+                              count=len(words))
+        return torch.from_numpy(ids.astype(np.int64))
+
+    def decode(self, ids) -> str:
+        tokens = [self.tokens[i] for i in torch.as_tensor(ids).tolist()]
+        if self.level == "char":
+            return "".join("\ufffd" if t == UNK else t for t in tokens)
+        return " ".join(tokens).replace(f" {EOS} ", "\n").replace(EOS, "\n")
+
+    def state_dict(self) -> dict:
+        return {"level": self.level, "tokens": list(self.tokens)}
+
+    @classmethod
+    def from_state_dict(cls, state: dict) -> "Vocabulary":
+        return cls(state["level"], state["tokens"])
+
+
+def _words(text: str) -> list:
+    # str.replace and str.split run in C: no per-token Python code.
+    return text.replace("\n", f" {EOS} ").split()
+
+
+@dataclass
+class Corpus:
+    """Token ids of the three splits and the vocabulary built from the training split."""
+
+    name: str
+    vocab: Vocabulary
+    train: Tensor
+    valid: Tensor
+    test: Tensor
+
+
+def default_text() -> str:
+    """The reference text in the standard library's pydoc_data, joined in a fixed order."""
+    from pydoc_data.topics import topics
+
+    return "\n\n".join(topics[key] for key in sorted(topics))
+
+
+def split_text(text: str, fractions=(0.9, 0.05)) -> tuple:
+    """Split into train/valid/test (90/5/5 by default) at line boundaries."""
+    cuts = []
+    for fraction in np.cumsum(fractions):
+        target = int(len(text) * fraction)
+        newline = text.find("\n", target)
+        cuts.append(target if newline < 0 else newline + 1)
+    return text[: cuts[0]], text[cuts[0]: cuts[1]], text[cuts[1]:]
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError as err:
+        raise DataError(f"cannot read {path}: {err.strerror or err}") from None
+
+
+def _find_split_file(folder: Path, split: str) -> Optional[Path]:
+    """train.txt, or the WikiText (wiki.train.tokens) and PTB (ptb.train.txt) names."""
+    names = sorted(p.name for p in folder.iterdir() if p.is_file())
+    for pattern in (f"{split}.txt", f"*.{split}.txt", f"*.{split}.tokens", f"{split}.tokens"):
+        matches = fnmatch.filter(names, pattern)
+        if len(matches) == 1:
+            return folder / matches[0]
+    return None
+
+
+def load_texts(path: Optional[str]) -> tuple:
+    """(name, train text, valid text, test text) for --data PATH (None: the default corpus)."""
+    if path is None:
+        return ("pydoc_data", *split_text(default_text()))
+    p = Path(path)
+    if not p.exists():
+        raise DataError(f"--data {path}: no such file or folder")
+    if p.is_dir():
+        files = {split: _find_split_file(p, split) for split in SPLITS}
+        missing = [s for s, f in files.items() if f is None]
+        if missing:
+            raise DataError(f"--data {path}: folder has no {'/'.join(m + '.txt' for m in missing)} "
+                            "(expected train.txt, valid.txt and test.txt, or a single text file)")
+        found = {s: f for s, f in files.items() if f is not None}  # every split, after the check above
+        texts = [_read(found[s]) for s in SPLITS]
+        for split, text in zip(SPLITS, texts):
+            if not text.strip():
+                raise DataError(f"--data {path}: {found[split].name} is empty")
+        return (p.name, *texts)
+    text = _read(p)
+    if not text.strip():
+        raise DataError(f"--data {path}: file is empty")
+    return (p.stem, *split_text(text))
+
+
+def load_corpus(path: Optional[str] = None, level: str = "char", vocab: Optional[Vocabulary] = None) -> Corpus:
+    """Load and tokenise a corpus. The vocabulary comes from the training split unless given
+    (e.g. from a checkpoint being resumed)."""
+    if level not in LEVELS:
+        raise DataError(f"--level must be one of {', '.join(LEVELS)}, got {level!r}")
+    name, train, valid, test = load_texts(path)
+    if vocab is None:
+        vocab = Vocabulary.build(train, level)
+    return Corpus(name, vocab, vocab.encode(train), vocab.encode(valid), vocab.encode(test))
+
+
+def batchify(ids: Tensor, batch_size: int) -> Tensor:
+    """Lay a token stream out as `batch_size` contiguous columns: (steps, batch_size)."""
+    steps = ids.numel() // batch_size
+    return ids[: steps * batch_size].view(batch_size, steps).t().contiguous()
+
+
+class BPTTBatches(Sequence):
+    """Truncated-BPTT chunks over a (steps, batch) token layout: item i is (inputs, targets),
+    each (<= bptt, batch), targets shifted by one step. Chunk i of one epoch continues chunk
+    i - 1 column by column, so a model may carry its state across them.
+
+    With `world` > 1, rank r keeps its own contiguous slice of the batch columns: every rank
+    sees its own shard of every global batch, and together they see exactly what one process
+    with the whole batch would see.
+    """
+
+    def __init__(self, ids: Tensor, batch_size: int, bptt: int, rank: int = 0, world: int = 1):
+        if batch_size % world:
+            raise DataError(f"--batch-size {batch_size} must be a multiple of the number of processes ({world})")
+        stream = batchify(ids, batch_size)
+        if stream.shape[0] < 2:
+            raise DataError(f"{ids.numel()} tokens are too few for --batch-size {batch_size} "
+                            "(each column needs at least 2 tokens)")
+        per_rank = batch_size // world
+        self.stream = stream[:, rank * per_rank: (rank + 1) * per_rank].contiguous()
+        self.bptt = bptt
+        self.global_batch_size = batch_size
+
+    def __len__(self) -> int:
+        return -(-(self.stream.shape[0] - 1) // self.bptt)
+
+    def __getitem__(self, i: int) -> tuple:  # type: ignore[override]  # batch indices only, no slices
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        start = i * self.bptt
+        length = min(self.bptt, self.stream.shape[0] - 1 - start)
+        return self.stream[start: start + length], self.stream[start + 1: start + 1 + length]
