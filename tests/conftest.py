@@ -6,13 +6,17 @@ import os
 import shutil
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
 import torch
 
 import qrnn
-from qrnn import _C, ops, ops_cuda
+from qrnn import _C
+from qrnn.ops import cuda as cuda_backend
+from qrnn.ops import kernel_args
+from qrnn.ops._testing import native_kernels
 from qrnn.reference import forget_mult_backward_reference
 
 # (atol, rtol) of a kernel's output against the float64 reference, per storage dtype.
@@ -66,6 +70,17 @@ def _fresh_seed(request):
     torch.manual_seed(seed)
     request.node.user_properties.append(("seed", seed))
     yield
+
+
+def run_python(code, *args, timeout=120):
+    """Run code (or `-m module` when args given) in a fresh interpreter; fail on a crash or hang."""
+    cmd = [sys.executable] + (list(args) if args else ["-c", textwrap.dedent(code)])
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"hung for {timeout} s: {cmd}")
+    assert proc.returncode >= 0, f"killed by signal {-proc.returncode}: {proc.stderr[-2000:]}"
+    return proc
 
 
 CONSUMER = Path(__file__).parent / "cpp_consumer"
@@ -146,11 +161,11 @@ class Emulator:
             f"the emulated {kernel} failed (its error is on stderr)"
 
     def forward(self, h, f, x, h0, batch_first, plan):
-        self.run("forget_mult_forward", ops._forward_args(h, f, x, h0, batch_first), *plan)
+        self.run("forget_mult_forward", kernel_args.forget_mult_forward(h, f, x, h0, batch_first), *plan)
 
     def backward(self, grad_f, grad_x, grad_h0, grad_h, f, x, h, h0, batch_first, plan):
-        self.run("forget_mult_backward", ops._backward_args(grad_f, grad_x, grad_h0, grad_h, f, x, h, h0, batch_first),
-                 *plan)
+        args = kernel_args.forget_mult_backward(grad_f, grad_x, grad_h0, grad_h, f, x, h, h0, batch_first)
+        self.run("forget_mult_backward", args, *plan)
 
     def gates_forward(self, args: tuple, width: int):
         self.run("qrnn_gates_forward", args, width)
@@ -161,7 +176,7 @@ class Emulator:
 
 @pytest.fixture(scope="session")
 def emulator(tmp_path_factory):
-    if not ops_cuda.AVAILABLE:
+    if not cuda_backend.AVAILABLE:
         pytest.skip("qrnn was built without its CUDA kernels")
     include = _cuda_include()
     cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
@@ -180,11 +195,11 @@ def emulator(tmp_path_factory):
     return Emulator(out)
 
 
-# ---- The CUDA glue (qrnn.ops_cuda) on CPU tensors, launching the emulated kernels ----------
+# ---- The CUDA backend (qrnn.ops.cuda) on CPU tensors, launching the emulated kernels ----------
 
 
 class EmulatedLaunchers:
-    """qrnn._C as qrnn.ops_cuda sees it, with each CUDA launcher running the emulated
+    """qrnn._C as qrnn.ops.cuda sees it, with each CUDA launcher running the emulated
     kernel on the numbers the launch received (and the plan the real build computes from
     them). Every launch is recorded: (kernel, stream, device, plan)."""
 
@@ -219,7 +234,7 @@ class EmulatedLaunchers:
 
 
 class EmulatedRuntime:
-    """Stands in for the CUDA lookups of qrnn.ops_cuda: CPU tensors are taken to live on
+    """Stands in for the CUDA lookups of qrnn.ops.cuda: CPU tensors are taken to live on
     device `device_index`, whose current stream is STREAM."""
 
     STREAM = 0x5EED  # a recognisable stream handle: launches must pass what the lookup gave
@@ -238,21 +253,17 @@ class EmulatedRuntime:
 @pytest.fixture
 def emulated_cuda(emulator, monkeypatch):
     """A context manager factory: inside ``with emulated_cuda() as launches:``, CPU tensors
-    take the CUDA path of qrnn (ops -> ops_cuda -> qrnn._C's launchers) with the launchers
-    running the emulated kernels; ``launches`` is the EmulatedLaunchers recording them."""
+    take the CUDA path of qrnn (the ops -> qrnn.ops.cuda -> qrnn._C's launchers) with the
+    launchers running the emulated kernels; ``launches`` is the EmulatedLaunchers recording them."""
 
     @contextlib.contextmanager
     def enable():
         launchers, runtime = EmulatedLaunchers(_C, emulator), EmulatedRuntime()
-        with monkeypatch.context() as m:
-            m.setattr(ops_cuda, "_C", launchers)
-            m.setattr(ops_cuda, "runtime", runtime)
-            m.setattr(ops, "_forward_cpu", ops_cuda._forward_cuda)  # the eager direct path
-            for table, kernel in ((ops.FORWARD_KERNELS, ops_cuda._forward_cuda),
-                                  (ops.BACKWARD_KERNELS, ops_cuda._backward_cuda),
-                                  (ops.QRNN_GATES_FORWARD_KERNELS, ops_cuda._gates_forward_cuda),
-                                  (ops.QRNN_GATES_BACKWARD_KERNELS, ops_cuda._gates_backward_cuda)):
-                m.setitem(table, "cpu", kernel)
+        cuda_kernels = ((cuda_backend.forget_mult_forward, cuda_backend.forget_mult_backward),
+                        (cuda_backend.qrnn_gates_forward, cuda_backend.qrnn_gates_backward))
+        with monkeypatch.context() as m, native_kernels("cpu", *cuda_kernels):
+            m.setattr(cuda_backend, "_C", launchers)
+            m.setattr(cuda_backend, "runtime", runtime)
             launchers.runtime = runtime
             yield launchers
 
