@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from .. import _C
+from .. import _C  # type: ignore[attr-defined, unused-ignore]  # compiled, no stub
 from ._outputs import forget_mult_grads, or_empty, qrnn_gates_grads, qrnn_gates_outputs
 from .kernel_args import forget_mult_backward as _forget_mult_backward_args
 from .kernel_args import forget_mult_forward as _forget_mult_forward_args

@@ -17,7 +17,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from .. import _C
+from .. import _C  # type: ignore[attr-defined, unused-ignore]  # compiled, no stub
 from ._outputs import empty_contiguous, forget_mult_grads, or_empty, qrnn_gates_grads, qrnn_gates_outputs
 from .checks import check_forget_mult_args, check_qrnn_gates_args, check_qrnn_gates_backward_args
 from .kernel_args import forget_mult_backward as _forget_mult_backward_args

@@ -14,11 +14,17 @@ from typing import Callable, Optional
 import torch
 from torch import Tensor
 
-from . import cpu, cuda, fallback
 from ._dispatch import dispatch_modes as _dispatch_modes
 from ._dispatch import register_kernel
 from ._dispatch import torch_function_mode as _torch_function_mode
 from .checks import check_forget_mult_args, check_forget_mult_backward_args
+from .cpu import forget_mult_backward as cpu_backward
+from .cpu import forget_mult_forward as cpu_forward
+from .cuda import AVAILABLE as CUDA_AVAILABLE
+from .cuda import forget_mult_backward as cuda_backward
+from .cuda import forget_mult_forward as cuda_forward
+from .fallback import forget_mult_backward as fallback_backward
+from .fallback import forget_mult_forward as fallback_forward
 
 __all__ = ["forget_mult", "forget_mult_op", "forget_mult_backward_op", "has_native_kernels",
            "FORGET_MULT_FORWARD_KERNELS", "FORGET_MULT_BACKWARD_KERNELS"]
@@ -40,7 +46,7 @@ def forget_mult_op(f: Tensor, x: Tensor, h0: Optional[Tensor], batch_first: bool
     """``h``. This body serves devices without a native kernel."""
     # Checked again here: torch.ops.qrnn.forget_mult can be called directly.
     check_forget_mult_args(f, x, h0, batch_first)
-    return fallback.forget_mult_forward(f, x, h0, batch_first)
+    return fallback_forward(f, x, h0, batch_first)
 
 
 @forget_mult_op.register_fake
@@ -56,7 +62,7 @@ def forget_mult_backward_op(
     """Returns (grad_f, grad_x, grad_h0); grad_h0 is an empty tensor when h0 is None.
     This body serves devices without a native kernel."""
     check_forget_mult_backward_args(grad_h, f, x, h, h0, batch_first)
-    return fallback.forget_mult_backward(grad_h, f, x, h, h0, batch_first)
+    return fallback_backward(grad_h, f, x, h, h0, batch_first)
 
 
 @forget_mult_backward_op.register_fake
@@ -89,15 +95,15 @@ def _set_native_kernels(device: str, forward: Optional[Callable], backward: Opti
     previous = (FORGET_MULT_FORWARD_KERNELS.pop(device, None), FORGET_MULT_BACKWARD_KERNELS.pop(device, None))
     if forward is not None and backward is not None:
         FORGET_MULT_FORWARD_KERNELS[device], FORGET_MULT_BACKWARD_KERNELS[device] = forward, backward
-    register_kernel(forget_mult_op, device, check_forget_mult_args, forward or fallback.forget_mult_forward)
+    register_kernel(forget_mult_op, device, check_forget_mult_args, forward or fallback_forward)
     register_kernel(forget_mult_backward_op, device, check_forget_mult_backward_args,
-                    backward or fallback.forget_mult_backward)
+                    backward or fallback_backward)
     return previous
 
 
-_set_native_kernels("cpu", cpu.forget_mult_forward, cpu.forget_mult_backward)
-if cuda.AVAILABLE:
-    _set_native_kernels("cuda", cuda.forget_mult_forward, cuda.forget_mult_backward)
+_set_native_kernels("cpu", cpu_forward, cpu_backward)
+if CUDA_AVAILABLE:
+    _set_native_kernels("cuda", cuda_forward, cuda_backward)
 
 
 def forget_mult(f: Tensor, x: Tensor, h0: Optional[Tensor] = None, *, batch_first: bool = False) -> Tensor:

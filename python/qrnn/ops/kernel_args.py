@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import torch
 
-from .. import _C  # type: ignore[attr-defined]  # compiled extension, no stub: mypy looks for an attribute
+from .. import _C  # type: ignore[attr-defined, unused-ignore]  # compiled, no stub
 
 __all__ = ["DTYPE_CODES", "KernelArgsError", "forget_mult_forward", "forget_mult_backward",
            "qrnn_gates_forward", "qrnn_gates_backward"]

@@ -17,9 +17,13 @@ from typing import Callable, Optional
 import torch
 from torch import Tensor
 
-from . import cpu, cuda
 from ._dispatch import any_negative_bit, nothing_to_trace, plain, register_kernel
 from .checks import check_qrnn_gates_args, check_qrnn_gates_backward_args, gate_count
+from .cpu import qrnn_gates_backward as cpu_backward
+from .cpu import qrnn_gates_forward as cpu_forward
+from .cuda import AVAILABLE as CUDA_AVAILABLE
+from .cuda import qrnn_gates_backward as cuda_backward
+from .cuda import qrnn_gates_forward as cuda_forward
 from .forget_mult import forget_mult
 from .kernel_args import state_dtype
 
@@ -136,9 +140,9 @@ def _set_native_kernels(device: str, forward: Optional[Callable], backward: Opti
     return previous
 
 
-_set_native_kernels("cpu", cpu.qrnn_gates_forward, cpu.qrnn_gates_backward)
-if cuda.AVAILABLE:
-    _set_native_kernels("cuda", cuda.qrnn_gates_forward, cuda.qrnn_gates_backward)
+_set_native_kernels("cpu", cpu_forward, cpu_backward)
+if CUDA_AVAILABLE:
+    _set_native_kernels("cuda", cuda_forward, cuda_backward)
 
 
 def qrnn_gates_unfused(gates: Tensor, c0: Optional[Tensor] = None, *, output_gate: bool = True,
