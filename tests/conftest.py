@@ -31,6 +31,12 @@ TOLERANCES = {
 
 HAS_CUDA = torch.cuda.is_available()
 CPU_DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
+# Tests of the CUDA backend's host side (emulated kernels, plans) need only a CUDA build.
+needs_cuda_build = pytest.mark.skipif(not cuda_backend.AVAILABLE, reason="qrnn was built without its CUDA kernels")
+
+
+def dtype_id(dtype) -> str:
+    return str(dtype)[6:]  # "float16" for torch.float16
 
 
 def pytest_collection_modifyitems(config, items):
@@ -62,6 +68,18 @@ def reference_grads(grad_h, f, x, h_saved, h0=None, batch_first=False):
     return forget_mult_backward_reference(as64(grad_h), as64(f), as64(x), as64(h_saved), as64(h0),
                                           batch_first=batch_first)
 
+
+
+def assert_forget_mult_grads(h, grad_h, f, x, h0, batch_first, dtype, what=""):
+    """Backpropagate grad_h from h (computed from the leaves f, x and h0) and compare each
+    gradient with the float64 backward of the stored h; h0's gradient keeps h0's dtype."""
+    h.backward(grad_h)
+    ref_f, ref_x, ref_h0 = reference_grads(grad_h, f, x, h, h0, batch_first)
+    assert_close_to_reference(f.grad, ref_f, dtype, f"grad_f {what}")
+    assert_close_to_reference(x.grad, ref_x, dtype, f"grad_x {what}")
+    if h0 is not None:
+        assert h0.grad.dtype == h0.dtype
+        assert_close_to_reference(h0.grad, ref_h0, dtype, f"grad_h0 {what}")
 
 @pytest.fixture(autouse=True)
 def _fresh_seed(request):

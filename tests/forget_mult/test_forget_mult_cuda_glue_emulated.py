@@ -1,11 +1,9 @@
-"""qrnn's CUDA path of ForgetMult, and the CUDA backend's own entry points (launches into
-given outputs, plans, stream and device lookups), run on a machine without a GPU.
-
-The ``emulated_cuda`` fixture (conftest.py) sends CPU tensors down the path a CUDA tensor
-takes: qrnn.forget_mult -> the ops' CUDA kernels (qrnn.ops.cuda: allocation, argument building,
-stream lookup, device switch) -> qrnn._C's CUDA launchers, whose numbers then run the CUDA
-kernels compiled for the host (tests/cuda_emulation). Everything but the launch itself is
-the code a GPU runs; the results are compared with the CPU kernels'.
+"""The CUDA path of qrnn.forget_mult, and the CUDA backend's own entry points (launches into
+given outputs, plans, stream and device lookups), on a machine without a GPU: CPU tensors
+go down the path a CUDA tensor takes, through qrnn.ops.cuda's allocation, argument
+building, stream lookup and device switch to qrnn._C's CUDA launchers, with only the launch
+swapped for the emulated kernels (the emulated_cuda fixture in conftest.py); results are
+compared with the CPU kernels'.
 """
 
 from __future__ import annotations
@@ -14,12 +12,19 @@ import pytest
 import torch
 
 import qrnn
-from conftest import FORGET_MULT_CASES, EmulatedRuntime, assert_all_close, outputs_and_grads, random_forget_mult_inputs
+from conftest import (
+    FORGET_MULT_CASES,
+    EmulatedRuntime,
+    assert_all_close,
+    needs_cuda_build,
+    outputs_and_grads,
+    random_forget_mult_inputs,
+)
 from qrnn.ops import cpu as cpu_backend
 from qrnn.ops import cuda as cuda_backend
 from qrnn_gates_cases import make_inputs
 
-pytestmark = pytest.mark.skipif(not cuda_backend.AVAILABLE, reason="qrnn was built without its CUDA kernels")
+pytestmark = needs_cuda_build
 
 
 @pytest.mark.parametrize("dtype,h0,batch_first", FORGET_MULT_CASES)

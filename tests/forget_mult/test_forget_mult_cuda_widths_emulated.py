@@ -1,9 +1,8 @@
 """Vector widths of the CUDA ForgetMult kernels, run on the CPU by emulation (see
-test_forget_mult_cuda_emulated.py): each array gets its own access, so a broadcast
-(stride 0) or strided array no longer drops the others to scalar accesses, and the
-emulator checks that every vector access is aligned to its size, as a GPU requires.
-
-Needs a CUDA build of qrnn (for the plans), the CUDA headers and a C++ compiler.
+test_forget_mult_cuda_emulated.py): a broadcast (stride 0) or strided array no longer drops
+the others to scalar accesses, and every vector access must be aligned to its size, as a
+GPU requires (the emulator checks). Needs a CUDA build of qrnn (for the plans), the CUDA
+headers and a C++ compiler.
 """
 
 from __future__ import annotations
@@ -12,17 +11,12 @@ import pytest
 import torch
 from test_forget_mult_cuda_emulated import run_and_check
 
+from conftest import CPU_DTYPES, dtype_id, needs_cuda_build
 from cuda_cases import make_inputs, poisoned_like, widest_pack
 from qrnn.ops import cuda as cuda_backend
 from qrnn.ops import kernel_args
 
-DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
-
-pytestmark = pytest.mark.skipif(not cuda_backend.AVAILABLE, reason="qrnn was built without its CUDA kernels")
-
-
-def _id(dtype):
-    return str(dtype)[6:]
+pytestmark = needs_cuda_build
 
 
 # ---- Alignment of every vector access -------------------------------------------------
@@ -51,7 +45,7 @@ def test_misaligned_vector_store_fails(emulator, capfd):
 # ---- Each array its own width -------------------------------------------------------------
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=_id)
+@pytest.mark.parametrize("dtype", CPU_DTYPES, ids=dtype_id)
 @pytest.mark.parametrize("schedule", ["serial", "chunked"])
 def test_broadcast_grad_h_keeps_the_others_vectorised(emulator, dtype, schedule):
     """h.sum().backward(): grad_h expanded with all strides 0 is read one element per pack,
@@ -63,7 +57,7 @@ def test_broadcast_grad_h_keeps_the_others_vectorised(emulator, dtype, schedule)
     assert bplan[0] == want
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=_id)
+@pytest.mark.parametrize("dtype", CPU_DTYPES, ids=dtype_id)
 @pytest.mark.parametrize("schedule", ["serial", "chunked"])
 @pytest.mark.parametrize("hidden", [40, 43])
 def test_mixed_layouts(emulator, dtype, schedule, hidden):
@@ -81,7 +75,7 @@ def test_mixed_layouts(emulator, dtype, schedule, hidden):
         assert fplan[0] == want and bplan[0] == want
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=_id)
+@pytest.mark.parametrize("dtype", CPU_DTYPES, ids=dtype_id)
 def test_strided_inputs_into_aligned_outputs(emulator, dtype):
     f, x, h0 = make_inputs(29, 2, 40, dtype, h0_dtype=dtype, layout="strided_h")
     fplan, bplan = run_and_check(emulator, f, x, h0, False, "serial")

@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import qrnn
-from conftest import CPU_DTYPES, assert_close_to_reference, reference_grads
+from conftest import CPU_DTYPES, assert_close_to_reference, assert_forget_mult_grads
 from property_cases import LAYOUTS_2D, LAYOUTS_3D, SETTINGS, describe, make_tensor
 from qrnn.reference import forget_mult_reference
 
@@ -65,13 +65,7 @@ def test_forget_mult_matches_reference(case):
         h0 = h0.detach().requires_grad_()
     h = qrnn.forget_mult(f, x, h0, batch_first=batch_first)
     assert_close_to_reference(h, ref_h, dtype, f"h {what}")
-    h.backward(grad_h)
-    ref_df, ref_dx, ref_dh0 = reference_grads(grad_h, f, x, h, h0, batch_first)
-    assert_close_to_reference(f.grad, ref_df, dtype, f"grad_f {what}")
-    assert_close_to_reference(x.grad, ref_dx, dtype, f"grad_x {what}")
-    if h0 is not None:
-        assert h0.grad.dtype == h0.dtype
-        assert_close_to_reference(h0.grad, ref_dh0, dtype, f"grad_h0 {what}")
+    assert_forget_mult_grads(h, grad_h, f, x, h0, batch_first, dtype, what)
 
 
 @SETTINGS

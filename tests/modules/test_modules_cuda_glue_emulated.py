@@ -1,11 +1,6 @@
-"""qrnn.QRNN on the CUDA path, run on a machine without a GPU.
-
-The ``emulated_cuda`` fixture (conftest.py) sends CPU tensors down the path a CUDA tensor
-takes: qrnn.QRNN -> the ops' CUDA kernels (qrnn.ops.cuda: allocation, argument building,
-stream lookup, device switch) -> qrnn._C's CUDA launchers, whose numbers then run the CUDA
-kernels compiled for the host (tests/cuda_emulation). Everything but the launch itself is
-the code a GPU runs; the results are compared with the CPU kernels'.
-"""
+"""qrnn.QRNN on the CUDA path without a GPU (see test_forget_mult_cuda_glue_emulated.py):
+layers, directions, zoneout and lengths through qrnn.ops.cuda and the emulated fused gate
+kernels, outputs and parameter gradients against the CPU kernels."""
 
 from __future__ import annotations
 
@@ -13,10 +8,9 @@ import pytest
 import torch
 
 import qrnn
-from conftest import assert_all_close
-from qrnn.ops import cuda as cuda_backend
+from conftest import assert_all_close, needs_cuda_build
 
-pytestmark = pytest.mark.skipif(not cuda_backend.AVAILABLE, reason="qrnn was built without its CUDA kernels")
+pytestmark = needs_cuda_build
 
 
 QRNN_CONFIGS = [

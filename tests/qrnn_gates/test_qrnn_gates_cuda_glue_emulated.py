@@ -1,22 +1,16 @@
-"""qrnn's CUDA path of the fused gates, run on a machine without a GPU.
-
-The ``emulated_cuda`` fixture (conftest.py) sends CPU tensors down the path a CUDA tensor
-takes: qrnn.qrnn_gates -> the ops' CUDA kernels (qrnn.ops.cuda: allocation, argument building,
-stream lookup, device switch) -> qrnn._C's CUDA launchers, whose numbers then run the CUDA
-kernels compiled for the host (tests/cuda_emulation). Everything but the launch itself is
-the code a GPU runs; the results are compared with the CPU kernels'.
-"""
+"""qrnn.qrnn_gates on the CUDA path without a GPU (see
+test_forget_mult_cuda_glue_emulated.py): forward, backward and the eager path through
+qrnn.ops.cuda, launching the emulated fused gate kernels, against the CPU kernels."""
 
 from __future__ import annotations
 
 import pytest
 
 import qrnn
-from conftest import CPU_DTYPES, assert_all_close, outputs_and_grads
-from qrnn.ops import cuda as cuda_backend
+from conftest import CPU_DTYPES, assert_all_close, needs_cuda_build, outputs_and_grads
 from qrnn_gates_cases import OPTION_IDS, OPTION_SETS, make_inputs
 
-pytestmark = pytest.mark.skipif(not cuda_backend.AVAILABLE, reason="qrnn was built without its CUDA kernels")
+pytestmark = needs_cuda_build
 
 
 @pytest.mark.parametrize("dtype", CPU_DTYPES, ids=lambda d: str(d)[6:])

@@ -1,10 +1,6 @@
-"""Vector widths of the CUDA fused gate kernels, run on the CPU by emulation (see
-test_forget_mult_cuda_emulated.py): each array gets its own access, so a broadcast
-(stride 0) or strided array no longer drops the others to scalar accesses, and the
-emulator checks that every vector access is aligned to its size, as a GPU requires.
-
-Needs a CUDA build of qrnn (for the plans), the CUDA headers and a C++ compiler.
-"""
+"""Vector widths of the CUDA fused gate kernels, emulated on the CPU as in
+test_qrnn_gates_cuda_emulated.py: each array (gates, mask, outputs, gradients) gets its own
+access width, and a misaligned pack faults as it would on a GPU."""
 
 from __future__ import annotations
 
@@ -12,19 +8,13 @@ import pytest
 import torch
 from test_qrnn_gates_cuda_emulated import float64_reference, run_emulated
 
-from conftest import assert_close_to_reference
+from conftest import CPU_DTYPES, assert_close_to_reference, dtype_id, needs_cuda_build
 from cuda_cases import poisoned_like, widest_pack
 from qrnn.ops import cuda as cuda_backend
 from qrnn.ops import kernel_args
 from qrnn_gates_cases import make_inputs as gates_inputs
 
-DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
-
-pytestmark = pytest.mark.skipif(not cuda_backend.AVAILABLE, reason="qrnn was built without its CUDA kernels")
-
-
-def _id(dtype):
-    return str(dtype)[6:]
+pytestmark = needs_cuda_build
 
 
 def test_misaligned_gate_pack_fails(emulator, capfd):
@@ -41,7 +31,7 @@ def test_misaligned_gate_pack_fails(emulator, capfd):
 # ---- Each array its own width -------------------------------------------------------------
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=_id)
+@pytest.mark.parametrize("dtype", CPU_DTYPES, ids=dtype_id)
 def test_gates_broadcast_grad_output_keeps_the_others_vectorised(emulator, dtype):
     """output.sum().backward() on the fused gates: grad_output all strides 0."""
     T, B, H = 7, 3, 40
@@ -55,7 +45,7 @@ def test_gates_broadcast_grad_output_keeps_the_others_vectorised(emulator, dtype
         assert_close_to_reference(g, w, dtype, name)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=_id)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=dtype_id)
 def test_gates_strided_mask(emulator, dtype):
     """A forget mask with hidden stride 2 next to aligned gates and outputs."""
     T, B, H = 9, 2, 40
