@@ -33,6 +33,7 @@ __all__ = ["forget_mult", "forget_mult_op", "forget_mult_backward_op", "has_nati
 # registrations are made from the same functions by _set_native_kernels).
 FORGET_MULT_FORWARD_KERNELS: dict = {}
 FORGET_MULT_BACKWARD_KERNELS: dict = {}
+_cpu_forward: Optional[Callable] = None  # FORGET_MULT_FORWARD_KERNELS.get("cpu"), one lookup cheaper
 
 
 def has_native_kernels(device) -> bool:
@@ -92,9 +93,11 @@ def _set_native_kernels(device: str, forward: Optional[Callable], backward: Opti
     """Make ``forward``/``backward`` the native kernels of ``device`` tensors, for the eager
     path and the ops' registrations alike; None for both: the fallback. Returns the
     previous pair (None, None where there was none)."""
+    global _cpu_forward
     previous = (FORGET_MULT_FORWARD_KERNELS.pop(device, None), FORGET_MULT_BACKWARD_KERNELS.pop(device, None))
     if forward is not None and backward is not None:
         FORGET_MULT_FORWARD_KERNELS[device], FORGET_MULT_BACKWARD_KERNELS[device] = forward, backward
+    _cpu_forward = FORGET_MULT_FORWARD_KERNELS.get("cpu")
     register_kernel(forget_mult_op, device, check_forget_mult_args, forward or fallback_forward)
     register_kernel(forget_mult_backward_op, device, check_forget_mult_backward_args,
                     backward or fallback_backward)
@@ -134,7 +137,7 @@ def forget_mult(f: Tensor, x: Tensor, h0: Optional[Tensor] = None, *, batch_firs
             and not (torch.compiler.is_compiling() or _torch_function_mode() or _dispatch_modes())
             and not (f.is_neg() or x.is_neg() or (h0 is not None and h0.is_neg()))):
         # Direct call: the dispatcher and autograd machinery would cost more than the kernel.
-        kernel = FORGET_MULT_FORWARD_KERNELS.get("cpu" if f.is_cpu else f.device.type)
+        kernel = _cpu_forward if f.is_cpu else FORGET_MULT_FORWARD_KERNELS.get(f.device.type)
         if kernel is not None:  # none for meta tensors (the op's fake impl serves them) or the fallback's devices
             return kernel(f, x, h0, batch_first)
     return forget_mult_op(f, x, h0, batch_first)
