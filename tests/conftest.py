@@ -6,13 +6,17 @@ import os
 import shutil
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
 import torch
 
 import qrnn
-from qrnn import _C, ops, ops_cuda
+from qrnn import _C
+from qrnn.ops import cuda as cuda_backend
+from qrnn.ops import kernel_args
+from qrnn.ops._testing import native_kernels
 from qrnn.reference import forget_mult_backward_reference
 
 # (atol, rtol) of a kernel's output against the float64 reference, per storage dtype.
@@ -27,6 +31,12 @@ TOLERANCES = {
 
 HAS_CUDA = torch.cuda.is_available()
 CPU_DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
+# Tests of the CUDA backend's host side (emulated kernels, plans) need only a CUDA build.
+needs_cuda_build = pytest.mark.skipif(not cuda_backend.AVAILABLE, reason="qrnn was built without its CUDA kernels")
+
+
+def dtype_id(dtype) -> str:
+    return str(dtype)[6:]  # "float16" for torch.float16
 
 
 def pytest_collection_modifyitems(config, items):
@@ -59,6 +69,18 @@ def reference_grads(grad_h, f, x, h_saved, h0=None, batch_first=False):
                                           batch_first=batch_first)
 
 
+
+def assert_forget_mult_grads(h, grad_h, f, x, h0, batch_first, dtype, what=""):
+    """Backpropagate grad_h from h (computed from the leaves f, x and h0) and compare each
+    gradient with the float64 backward of the stored h; h0's gradient keeps h0's dtype."""
+    h.backward(grad_h)
+    ref_f, ref_x, ref_h0 = reference_grads(grad_h, f, x, h, h0, batch_first)
+    assert_close_to_reference(f.grad, ref_f, dtype, f"grad_f {what}")
+    assert_close_to_reference(x.grad, ref_x, dtype, f"grad_x {what}")
+    if h0 is not None:
+        assert h0.grad.dtype == h0.dtype
+        assert_close_to_reference(h0.grad, ref_h0, dtype, f"grad_h0 {what}")
+
 @pytest.fixture(autouse=True)
 def _fresh_seed(request):
     """Fresh random inputs each run (never a fixed seed), printed on failure to reproduce."""
@@ -66,6 +88,17 @@ def _fresh_seed(request):
     torch.manual_seed(seed)
     request.node.user_properties.append(("seed", seed))
     yield
+
+
+def run_python(code, *args, timeout=120):
+    """Run code (or `-m module` when args given) in a fresh interpreter; fail on a crash or hang."""
+    cmd = [sys.executable] + (list(args) if args else ["-c", textwrap.dedent(code)])
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"hung for {timeout} s: {cmd}")
+    assert proc.returncode >= 0, f"killed by signal {-proc.returncode}: {proc.stderr[-2000:]}"
+    return proc
 
 
 CONSUMER = Path(__file__).parent / "cpp_consumer"
@@ -146,11 +179,11 @@ class Emulator:
             f"the emulated {kernel} failed (its error is on stderr)"
 
     def forward(self, h, f, x, h0, batch_first, plan):
-        self.run("forget_mult_forward", ops._forward_args(h, f, x, h0, batch_first), *plan)
+        self.run("forget_mult_forward", kernel_args.forget_mult_forward(h, f, x, h0, batch_first), *plan)
 
     def backward(self, grad_f, grad_x, grad_h0, grad_h, f, x, h, h0, batch_first, plan):
-        self.run("forget_mult_backward", ops._backward_args(grad_f, grad_x, grad_h0, grad_h, f, x, h, h0, batch_first),
-                 *plan)
+        args = kernel_args.forget_mult_backward(grad_f, grad_x, grad_h0, grad_h, f, x, h, h0, batch_first)
+        self.run("forget_mult_backward", args, *plan)
 
     def gates_forward(self, args: tuple, width: int):
         self.run("qrnn_gates_forward", args, width)
@@ -161,7 +194,7 @@ class Emulator:
 
 @pytest.fixture(scope="session")
 def emulator(tmp_path_factory):
-    if not ops_cuda.AVAILABLE:
+    if not cuda_backend.AVAILABLE:
         pytest.skip("qrnn was built without its CUDA kernels")
     include = _cuda_include()
     cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
@@ -180,11 +213,11 @@ def emulator(tmp_path_factory):
     return Emulator(out)
 
 
-# ---- The CUDA glue (qrnn.ops_cuda) on CPU tensors, launching the emulated kernels ----------
+# ---- The CUDA backend (qrnn.ops.cuda) on CPU tensors, launching the emulated kernels ----------
 
 
 class EmulatedLaunchers:
-    """qrnn._C as qrnn.ops_cuda sees it, with each CUDA launcher running the emulated
+    """qrnn._C as qrnn.ops.cuda sees it, with each CUDA launcher running the emulated
     kernel on the numbers the launch received (and the plan the real build computes from
     them). Every launch is recorded: (kernel, stream, device, plan)."""
 
@@ -219,7 +252,7 @@ class EmulatedLaunchers:
 
 
 class EmulatedRuntime:
-    """Stands in for the CUDA lookups of qrnn.ops_cuda: CPU tensors are taken to live on
+    """Stands in for the CUDA lookups of qrnn.ops.cuda: CPU tensors are taken to live on
     device `device_index`, whose current stream is STREAM."""
 
     STREAM = 0x5EED  # a recognisable stream handle: launches must pass what the lookup gave
@@ -238,21 +271,17 @@ class EmulatedRuntime:
 @pytest.fixture
 def emulated_cuda(emulator, monkeypatch):
     """A context manager factory: inside ``with emulated_cuda() as launches:``, CPU tensors
-    take the CUDA path of qrnn (ops -> ops_cuda -> qrnn._C's launchers) with the launchers
-    running the emulated kernels; ``launches`` is the EmulatedLaunchers recording them."""
+    take the CUDA path of qrnn (the ops -> qrnn.ops.cuda -> qrnn._C's launchers) with the
+    launchers running the emulated kernels; ``launches`` is the EmulatedLaunchers recording them."""
 
     @contextlib.contextmanager
     def enable():
         launchers, runtime = EmulatedLaunchers(_C, emulator), EmulatedRuntime()
-        with monkeypatch.context() as m:
-            m.setattr(ops_cuda, "_C", launchers)
-            m.setattr(ops_cuda, "runtime", runtime)
-            m.setattr(ops, "_forward_cpu", ops_cuda._forward_cuda)  # the eager direct path
-            for table, kernel in ((ops.FORWARD_KERNELS, ops_cuda._forward_cuda),
-                                  (ops.BACKWARD_KERNELS, ops_cuda._backward_cuda),
-                                  (ops.QRNN_GATES_FORWARD_KERNELS, ops_cuda._gates_forward_cuda),
-                                  (ops.QRNN_GATES_BACKWARD_KERNELS, ops_cuda._gates_backward_cuda)):
-                m.setitem(table, "cpu", kernel)
+        cuda_kernels = ((cuda_backend.forget_mult_forward, cuda_backend.forget_mult_backward),
+                        (cuda_backend.qrnn_gates_forward, cuda_backend.qrnn_gates_backward))
+        with monkeypatch.context() as m, native_kernels("cpu", *cuda_kernels):
+            m.setattr(cuda_backend, "_C", launchers)
+            m.setattr(cuda_backend, "runtime", runtime)
             launchers.runtime = runtime
             yield launchers
 

@@ -74,3 +74,8 @@ def forward_reference(f, x, h0, batch_first=False) -> Tensor:
     """float64 forward on the (already rounded) inputs; differentiable when they require grad."""
     return forget_mult_reference(f.double(), x.double(), None if h0 is None else h0.double(),
                                  batch_first=batch_first)
+
+
+def widest_pack(dtype, pack_bytes=16):
+    """Elements of `dtype` in the widest vector access of `pack_bytes` bytes (at least 1)."""
+    return max(1, pack_bytes // torch.empty(0, dtype=dtype).element_size())

@@ -1,7 +1,7 @@
 """Fails unless the test run's line coverage of the qrnn package meets its floors.
 
 Run after ``python -m pytest --cov=qrnn`` (which writes ``.coverage``):
-``python tools/coverage_check.py``. The floors: the CUDA glue (ops_cuda.py, which only a
+``python tools/coverage_check.py``. The floors: the CUDA backend (ops/cuda.py, which only a
 GPU runs for real and CI runs through the emulated kernels) and the package as a whole.
 """
 
@@ -9,7 +9,7 @@ import sys
 
 import coverage
 
-FLOORS = {"ops_cuda.py": 95.0}
+FLOORS = {"ops/cuda.py": 95.0}
 TOTAL_FLOOR = 90.0
 
 

@@ -216,8 +216,8 @@ run_part library 30 build library_summary -- library_part
 smoke_part() {
     "$PYTHON" - <<'EOF'
 import torch, qrnn
-from qrnn import ops_cuda
-assert ops_cuda.AVAILABLE, "this build has no CUDA kernels"
+from qrnn.ops import cuda as cuda_backend
+assert cuda_backend.AVAILABLE, "this build has no CUDA kernels"
 torch.manual_seed(0)
 # ForgetMult, float32, odd sizes (scalar and vector paths), against float64 on the CPU.
 T, B, H = 23, 3, 37
@@ -331,11 +331,11 @@ sanitize() {  # sanitize TOOL PYTEST_ARGS...: no caching allocator, so an access
 export sanitizer
 export -f sanitize
 run_part memcheck 70 build sanitizer_summary -- sanitize memcheck \
-    tests/test_forget_mult_cuda.py -k "(layouts_odd_sizes and float16 and (37 or 38)) or poisoned_allocator"
+    tests/forget_mult/test_forget_mult_cuda.py -k "(layouts_odd_sizes and float16 and (37 or 38)) or poisoned_allocator"
 run_part racecheck 45 build sanitizer_summary -- sanitize racecheck \
-    tests/test_forget_mult_cuda.py -k "test_sequence_lengths and chunked and float16"
+    tests/forget_mult/test_forget_mult_cuda.py -k "test_sequence_lengths and chunked and float16"
 run_part synccheck 35 build sanitizer_summary -- sanitize synccheck \
-    tests/test_forget_mult_cuda.py -k "test_sequence_lengths and chunked and float32"
+    tests/forget_mult/test_forget_mult_cuda.py -k "test_sequence_lengths and chunked and float32"
 
 # ---- results table ------------------------------------------------------------------
 failed=0

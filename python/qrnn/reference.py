@@ -48,12 +48,17 @@ def forget_mult_backward_reference(grad_h: Tensor, f: Tensor, x: Tensor, h: Tens
 # ---- QRNN layer (layers) --------------------------------------------------------------
 
 
+def _walk(valid: int, reverse: bool) -> list:
+    """The time steps of a sequence with `valid` steps, in the order the recurrence visits them."""
+    return list(range(valid - 1, -1, -1) if reverse else range(valid))
+
+
 def qrnn_gates_reference(gates: Tensor, c0: Optional[Tensor] = None, *, output_gate: bool = True,
                          forget_mask: Optional[Tensor] = None, forget_scale: float = 1.0,
                          lengths: Optional[Tensor] = None, batch_first: bool = False,
                          reverse: bool = False) -> tuple:
-    """The fused QRNN pointwise step (``qrnn.qrnn_gates``), one sequence and one step at a
-    time in the inputs' dtype: ``(output, c_n)``."""
+    """The fused QRNN pointwise step (``qrnn.qrnn_gates``), one sequence at a time through
+    :func:`forget_mult_reference` in the inputs' dtype: ``(output, c_n)``."""
     if batch_first:
         gates = gates.transpose(0, 1)
         forget_mask = None if forget_mask is None else forget_mask.transpose(0, 1)
@@ -62,15 +67,16 @@ def qrnn_gates_reference(gates: Tensor, c0: Optional[Tensor] = None, *, output_g
     output = gates.new_zeros(T, B, H)
     c_n = gates.new_zeros(B, H)
     for b in range(B):
-        valid = T if lengths is None else int(lengths[b])
         c = gates.new_zeros(H) if c0 is None else c0[b].to(gates.dtype)
-        for t in (range(valid - 1, -1, -1) if reverse else range(valid)):
-            g = gates[t, b]
-            z, f = torch.tanh(g[:H]), torch.sigmoid(g[H:2 * H]) * forget_scale
+        steps = _walk(T if lengths is None else int(lengths[b]), reverse)
+        if steps:
+            g = gates[steps, b]
+            z, f = torch.tanh(g[:, :H]), torch.sigmoid(g[:, H:2 * H]) * forget_scale
             if forget_mask is not None:
-                f = f * forget_mask[t, b]
-            c = f * z + (1 - f) * c
-            output[t, b] = torch.sigmoid(g[2 * H:]) * c if output_gate else c
+                f = f * forget_mask[steps, b]
+            cs = forget_mult_reference(f.unsqueeze(1), z.unsqueeze(1), c.unsqueeze(0)).squeeze(1)
+            output[steps, b] = torch.sigmoid(g[:, 2 * H:]) * cs if output_gate else cs
+            c = cs[-1]
         c_n[b] = c
     return (output.transpose(0, 1) if batch_first else output), c_n
 
@@ -82,36 +88,28 @@ def qrnn_layer_reference(x: Tensor, weight: Tensor, bias: Optional[Tensor] = Non
                          reverse: bool = False) -> tuple:
     """One direction of a QRNN layer from its definition, one sequence and one step at a
     time: each step's window of inputs (newest first, zeros or ``x_tail`` before the
-    start, zeros past a reversed sequence's end) through the weights, then the gates and
-    the recurrence. Returns ``(output, c_n, x_tail_n)``; x_tail_n is None for window 1 or
-    in reverse."""
+    start, zeros past a reversed sequence's end) through the weights, then
+    :func:`qrnn_gates_reference`. Returns ``(output, c_n, x_tail_n)``; x_tail_n is None for
+    window 1 or in reverse."""
     if batch_first:
         x = x.transpose(0, 1)
         forget_mask = None if forget_mask is None else forget_mask.transpose(0, 1)
         x_tail = None if x_tail is None else x_tail.transpose(0, 1)
     T, B, n_in = x.shape
-    H = weight.shape[0] // (3 if output_gate else 2)
-    output = x.new_zeros(T, B, H)
-    c_n = x.new_zeros(B, H)
+    gates = x.new_zeros(T, B, weight.shape[0])
     tails = []
     for b in range(B):
-        valid = T if lengths is None else int(lengths[b])
-        c = x.new_zeros(H) if c0 is None else c0[b].to(x.dtype)
         # Inputs seen so far in walking order, most recent last; the tail comes first.
         seen = [] if (reverse or x_tail is None) else [x_tail[j, b] for j in range(window - 1)]
         seen = [x.new_zeros(n_in)] * (window - 1 - len(seen)) + seen
-        for t in (range(valid - 1, -1, -1) if reverse else range(valid)):
+        for t in _walk(T if lengths is None else int(lengths[b]), reverse):
             seen.append(x[t, b])
             source = torch.cat([seen[-1 - j] for j in range(window)])
-            g = weight @ source + (0 if bias is None else bias)
-            z, f = torch.tanh(g[:H]), torch.sigmoid(g[H:2 * H]) * forget_scale
-            if forget_mask is not None:
-                f = f * forget_mask[t, b]
-            c = f * z + (1 - f) * c
-            output[t, b] = torch.sigmoid(g[2 * H:]) * c if output_gate else c
-        c_n[b] = c
+            gates[t, b] = weight @ source + (0 if bias is None else bias)
         if window > 1:
             tails.append(torch.stack(seen[len(seen) - (window - 1):]))
+    output, c_n = qrnn_gates_reference(gates, c0, output_gate=output_gate, forget_mask=forget_mask,
+                                       forget_scale=forget_scale, lengths=lengths, reverse=reverse)
     x_tail_n = None
     if window > 1 and not reverse:
         x_tail_n = torch.stack(tails, 1) if B > 0 else x.new_zeros(window - 1, 0, n_in)

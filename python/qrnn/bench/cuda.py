@@ -17,7 +17,8 @@ import torch
 
 import qrnn
 
-from .. import _C, ops, ops_cuda
+from .. import _C, ops
+from ..ops import cuda as ops_cuda
 from .common import Result, measure_interleaved
 
 AREA = "cuda"

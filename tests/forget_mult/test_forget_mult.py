@@ -280,7 +280,7 @@ def test_kernel_argument_lists_are_defined_once():
     """Python's argument builders are generated from qrnn._C's own field lists, and a list
     they cannot fill (a field renamed in C++, or an expression of the wrong size) fails
     at import with KernelArgsError instead of passing misread pointers."""
-    from qrnn import kernel_args
+    from qrnn.ops import kernel_args
 
     fields = qrnn._C.kernel_fields()
     assert set(fields) == {"forget_mult_forward", "forget_mult_backward", "qrnn_gates_forward", "qrnn_gates_backward"}

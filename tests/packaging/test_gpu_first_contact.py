@@ -6,17 +6,21 @@ from __future__ import annotations
 
 import ast
 import ctypes
+import importlib
+import importlib.util
 import os
 import shutil
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
 
-from qrnn import _C, ops, ops_cuda
+from qrnn import _C, ops
+from qrnn.ops import cuda as cuda_backend
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _attributes_of(module_path: Path, name: str) -> set[str]:
@@ -25,15 +29,31 @@ def _attributes_of(module_path: Path, name: str) -> set[str]:
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == name}
 
 
+def _modules_imported_by(module_path: Path, package: str) -> dict:
+    """{name: module} of the qrnn modules that `module_path` (in `package`) binds to a name."""
+    modules = {}
+    for node in ast.walk(ast.parse(module_path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = importlib.import_module(importlib.util.resolve_name("." * node.level + (node.module or ""), package))
+            for alias in node.names:
+                value = getattr(base, alias.name)
+                if isinstance(value, types.ModuleType):
+                    modules[alias.asname or alias.name] = value
+    return modules
+
+
 def test_cuda_glue_names_exist():
-    """ops_cuda's GPU-only code paths never run without a GPU, so a misspelt ops.* or
-    _C.* name would first show as an AttributeError on the GPU."""
-    path = REPO / "python" / "qrnn" / "ops_cuda.py"
-    missing = sorted(a for a in _attributes_of(path, "ops") if not hasattr(ops, a))
-    assert not missing, f"ops_cuda.py uses ops.{missing}, which qrnn.ops does not define"
-    if ops_cuda.AVAILABLE:
-        missing = sorted(a for a in _attributes_of(path, "_C") if not hasattr(_C, a))
-        assert not missing, f"ops_cuda.py uses _C.{missing}, which this CUDA build does not define"
+    """The CUDA backend's GPU-only code paths never run without a GPU, so a misspelt
+    attribute of a module it reads at call time (_C, or any qrnn module it imports) would
+    first show as an AttributeError on the GPU."""
+    path = REPO / "python" / "qrnn" / "ops" / "cuda.py"
+    modules = _modules_imported_by(path, "qrnn.ops")
+    assert modules.get("_C") is _C
+    for name, module in modules.items():
+        if module is _C and not cuda_backend.AVAILABLE:
+            continue
+        missing = sorted(a for a in _attributes_of(path, name) if not hasattr(module, a))
+        assert not missing, f"ops/cuda.py uses {name}.{missing}, which {module.__name__} does not define"
 
 
 GPU_CHECK = REPO / "tools" / "gpu_check.sh"
@@ -155,7 +175,7 @@ print("ok")
 
 
 @pytest.mark.cuda
-@pytest.mark.skipif(not ops_cuda.AVAILABLE, reason="qrnn was built without its CUDA kernels")
+@pytest.mark.skipif(not cuda_backend.AVAILABLE, reason="qrnn was built without its CUDA kernels")
 def test_first_launch_inside_a_capture():
     """A fresh process whose first qrnn launch is being captured: a driver >= 12.3 loads
     the kernels during the capture and the graph replays correctly; an older one raises
@@ -168,7 +188,7 @@ def test_first_launch_inside_a_capture():
 
 
 @pytest.mark.cuda
-@pytest.mark.skipif(not ops_cuda.AVAILABLE, reason="qrnn was built without its CUDA kernels")
+@pytest.mark.skipif(not cuda_backend.AVAILABLE, reason="qrnn was built without its CUDA kernels")
 def test_launch_leaves_the_current_device_alone():
     """The launcher makes the tensors' device current for the launch and restores the
     previous one (with one GPU: the same device, checked before and after)."""
@@ -176,6 +196,6 @@ def test_launch_leaves_the_current_device_alone():
     last = torch.device("cuda", torch.cuda.device_count() - 1)
     f, x = torch.rand(5, 2, 8, device=last), torch.randn(5, 2, 8, device=last)
     with torch.cuda.device(0):
-        h = ops_cuda.forward_into(torch.empty_like(f), f, x)
+        h = cuda_backend.forward_into(torch.empty_like(f), f, x)
         assert torch.cuda.current_device() == 0
     torch.testing.assert_close(h.cpu(), ops.forget_mult_op(f.cpu(), x.cpu(), None, False))

@@ -12,38 +12,12 @@ import torch
 
 import qrnn
 from conftest import CPU_DTYPES, HAS_CUDA, assert_close_to_reference
-from qrnn import _C, ops, ops_cuda
+from qrnn import _C, ops
+from qrnn.ops import cuda as cuda_backend
+from qrnn.ops import kernel_args
+from qrnn.ops._outputs import qrnn_gates_outputs
 from qrnn.reference import qrnn_gates_reference
-
-# (output_gate, lengths, reverse, batch_first, zoneout mask, c0): each value of each
-# option appears with every value of every other at least once, kept short for CI.
-OPTION_SETS = [
-    (True, False, False, False, False, False),
-    (True, True, True, True, True, True),
-    (False, False, True, True, True, False),
-    (False, True, False, False, False, True),
-    (True, True, False, True, False, False),
-    (False, False, False, True, True, True),
-    (True, False, True, False, True, True),
-    (False, True, True, False, False, False),
-]
-OPTION_IDS = ["og{}-len{}-rev{}-bf{}-mask{}-c0{}".format(*map(int, o)) for o in OPTION_SETS]
-
-
-def make_inputs(T, B, H, dtype, output_gate=True, lengths=False, batch_first=False, mask=False, c0=False,
-                requires_grad=False):
-    n = 3 if output_gate else 2
-    shape = (B, T, n * H) if batch_first else (T, B, n * H)
-    # Spread wide enough to reach the activations' flat ends.
-    gates = (3 * torch.randn(shape)).to(dtype).requires_grad_(requires_grad)
-    out_shape = shape[:-1] + (H,)
-    forget_mask = (torch.rand(out_shape) > 0.3).to(dtype) if mask else None
-    state_dtype = torch.float32 if dtype in (torch.bfloat16, torch.float16) else dtype
-    c0 = torch.randn(B, H, dtype=state_dtype).requires_grad_(requires_grad) if c0 else None
-    lens = torch.randint(0, T + 1, (B,)) if lengths else None
-    if lens is not None and B > 0:
-        lens[0] = T  # one full-length sequence
-    return gates, c0, forget_mask, lens
+from qrnn_gates_cases import OPTION_IDS, OPTION_SETS, make_inputs
 
 
 def run_with_grads(fn, gates, c0, kwargs, grad_out, grad_cn):
@@ -135,9 +109,9 @@ def test_every_output_element_is_written(dtype):
     T, B, H = 6, 5, 21
     gates, c0, mask, lens = make_inputs(T, B, H, dtype, lengths=True, mask=True, c0=True)
     lens[1] = 0
-    code = ops._DTYPE_CODES[dtype]
+    code = kernel_args.DTYPE_CODES[dtype]
     state_dtype = c0.dtype
-    sc = ops._DTYPE_CODES[state_dtype]
+    sc = kernel_args.DTYPE_CODES[state_dtype]
 
     def view3(t):
         return (t.data_ptr(), *t.stride())
@@ -330,7 +304,7 @@ def test_cuda_matches_cpu(dtype):
 
 
 @pytest.mark.cuda
-@pytest.mark.skipif(not ops_cuda.AVAILABLE, reason="qrnn was built without its CUDA kernels")
+@pytest.mark.skipif(not cuda_backend.AVAILABLE, reason="qrnn was built without its CUDA kernels")
 @pytest.mark.parametrize("options", OPTION_SETS, ids=OPTION_IDS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("H", [37, 40])
@@ -360,7 +334,7 @@ def test_cuda_fused_matches_float64_reference(dtype, options, H):
 
 
 @pytest.mark.cuda
-@pytest.mark.skipif(not ops_cuda.AVAILABLE, reason="qrnn was built without its CUDA kernels")
+@pytest.mark.skipif(not cuda_backend.AVAILABLE, reason="qrnn was built without its CUDA kernels")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 def test_cuda_every_output_element_is_written(dtype):
     T, B, H = 6, 5, 40
@@ -369,10 +343,10 @@ def test_cuda_every_output_element_is_written(dtype):
     for reverse in (False, True):
         output = torch.full((T, B, H), float("nan"), dtype=dtype, device="cuda")
         states, c_n = torch.full_like(output, float("nan")), torch.full_like(c0, float("nan"))
-        ops_cuda.gates_forward_into(output, states, c_n, gates, c0, mask, lens, reverse=reverse)
+        cuda_backend.gates_forward_into(output, states, c_n, gates, c0, mask, lens, reverse=reverse)
         grad_gates, grad_c0 = torch.full_like(gates, float("nan")), torch.full_like(c0, float("nan"))
-        ops_cuda.gates_backward_into(grad_gates, grad_c0, torch.randn_like(output), None, gates, states, c0, mask,
-                                     lens, reverse=reverse)
+        cuda_backend.gates_backward_into(grad_gates, grad_c0, torch.randn_like(output), None, gates, states, c0, mask,
+                                         lens, reverse=reverse)
         torch.cuda.synchronize()
         for t in (output, states, c_n, grad_gates, grad_c0):
             assert not t.isnan().any()
@@ -380,7 +354,7 @@ def test_cuda_every_output_element_is_written(dtype):
 
 
 @pytest.mark.cuda
-@pytest.mark.skipif(not ops_cuda.AVAILABLE, reason="qrnn was built without its CUDA kernels")
+@pytest.mark.skipif(not cuda_backend.AVAILABLE, reason="qrnn was built without its CUDA kernels")
 def test_cuda_opcheck_and_side_stream():
     gates, c0, mask, lens = (t.cuda() for t in make_inputs(7, 3, 16, torch.float32, lengths=True, mask=True, c0=True))
     gates.requires_grad_()
@@ -394,14 +368,14 @@ def test_cuda_opcheck_and_side_stream():
     torch.testing.assert_close(out, ref)
 
 
-@pytest.mark.skipif(not ops_cuda.AVAILABLE or HAS_CUDA, reason="needs a CUDA build on a machine without a GPU")
+@pytest.mark.skipif(not cuda_backend.AVAILABLE or HAS_CUDA, reason="needs a CUDA build on a machine without a GPU")
 def test_cuda_launchers_without_a_gpu_raise():
     """The binding reads the CPU entry points' arguments and validates them before any CUDA
     call (bad input: ValueError); a valid call on a machine without a GPU fails the launch
     with a RuntimeError naming the kernel, never a crash."""
     gates, c0, mask, lens = make_inputs(4, 2, 8, torch.float32, lengths=True, mask=True, c0=True)
-    output, states, c_n = ops._gates_forward_outputs(gates, True, False)
-    args = ops._gates_forward_args(output, states, c_n, gates, c0, mask, lens, 1.0, True, False, False)
+    output, states, c_n = qrnn_gates_outputs(gates, True, False)
+    args = kernel_args.qrnn_gates_forward(output, states, c_n, gates, c0, mask, lens, 1.0, True, False, False)
     with pytest.raises(TypeError, match="takes [0-9]+ arguments"):
         _C.cuda_qrnn_gates_forward(*args)
     with pytest.raises(ValueError, match="forget_scale"):
@@ -409,7 +383,7 @@ def test_cuda_launchers_without_a_gpu_raise():
     with pytest.raises(RuntimeError, match="qrnn::cuda::qrnn_gates_forward"):
         _C.cuda_qrnn_gates_forward(*args, 0, 0)
     grad_gates = torch.empty_like(gates)
-    bargs = ops._gates_backward_args(grad_gates, None, torch.ones_like(output), None, gates, states, c0, mask, lens,
-                                     1.0, True, False, False)
+    bargs = kernel_args.qrnn_gates_backward(grad_gates, None, torch.ones_like(output), None, gates, states, c0, mask,
+                                            lens, 1.0, True, False, False)
     with pytest.raises(RuntimeError, match="qrnn::cuda::qrnn_gates_backward"):
         _C.cuda_qrnn_gates_backward(*bargs, 0, 0)

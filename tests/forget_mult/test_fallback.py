@@ -1,5 +1,5 @@
 """The pure-PyTorch path for devices without native kernels (mps, xpu, ROCm builds of
-torch, ...), forced here on CPU tensors by removing the CPU kernels from the ops' tables,
+torch, ...), forced here on CPU tensors by taking the CPU kernels away from the ops,
 and compared with the native kernels."""
 
 from __future__ import annotations
@@ -10,17 +10,16 @@ import torch
 import qrnn
 from conftest import FORGET_MULT_CASES, assert_all_close, outputs_and_grads, random_forget_mult_inputs
 from qrnn import ops
-from test_qrnn_gates import OPTION_IDS, OPTION_SETS, make_inputs
+from qrnn.ops._testing import native_kernels
+from qrnn_gates_cases import OPTION_IDS, OPTION_SETS, make_inputs
 
 
 @pytest.fixture
-def no_native_kernels(monkeypatch):
+def no_native_kernels():
     """CPU tensors see a device qrnn has no kernels for."""
-    for table in (ops.FORWARD_KERNELS, ops.BACKWARD_KERNELS, ops.QRNN_GATES_FORWARD_KERNELS,
-                  ops.QRNN_GATES_BACKWARD_KERNELS):
-        monkeypatch.delitem(table, "cpu")
-    monkeypatch.setattr(ops, "_forward_cpu", ops._forward_fallback)  # the eager direct path
-    assert not ops.has_native_kernels("cpu") and not ops.has_fused_qrnn_gates("cpu")
+    with native_kernels("cpu", None, None):
+        assert not ops.has_native_kernels("cpu") and not ops.has_fused_qrnn_gates("cpu")
+        yield
 
 
 @pytest.mark.parametrize("dtype,h0,batch_first", FORGET_MULT_CASES)

@@ -11,16 +11,18 @@ import pytest
 import torch
 
 import qrnn
-from conftest import TOLERANCES, assert_close_to_reference, reference_grads
+from conftest import TOLERANCES, assert_close_to_reference, assert_forget_mult_grads, reference_grads
 from cuda_cases import assert_untouched_outside, forward_reference, make_inputs, poisoned_like
-from qrnn import ops, ops_cuda
+from qrnn import ops
+from qrnn.ops import cuda as cuda_backend
+from qrnn.reference import forget_mult_reference
 
 pytestmark = pytest.mark.cuda
 
 DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
 HALF = (torch.float16, torch.bfloat16)
 SCHEDULES = ["auto", "serial", "chunked"]
-needs_kernels = pytest.mark.skipif(not ops_cuda.AVAILABLE, reason="qrnn was built without its CUDA kernels")
+needs_kernels = pytest.mark.skipif(not cuda_backend.AVAILABLE, reason="qrnn was built without its CUDA kernels")
 
 
 def _id(dtype):
@@ -45,13 +47,7 @@ def _check_op(f, x, h0, batch_first, what=""):
     assert h.dtype == dtype and h.device == f.device and h.shape == f.shape
     assert_close_to_reference(h, forward_reference(f.detach(), x.detach(), h0, batch_first), dtype, f"h {what}")
     grad_h = torch.randn(f.shape, dtype=torch.float64, device=f.device).to(dtype)
-    h.backward(grad_h)
-    ref_f, ref_x, ref_h0 = reference_grads(grad_h, f.detach(), x.detach(), h.detach(), h0, batch_first)
-    assert_close_to_reference(f.grad, ref_f, dtype, f"grad_f {what}")
-    assert_close_to_reference(x.grad, ref_x, dtype, f"grad_x {what}")
-    if h0 is not None:
-        assert h0.grad.dtype == h0.dtype
-        assert_close_to_reference(h0.grad, ref_h0, dtype, f"grad_h0 {what}")
+    assert_forget_mult_grads(h, grad_h, f, x, h0, batch_first, dtype, what)
 
 
 # ---- Correctness of every dtype, schedule, h0 kind and layout ----------------------------
@@ -63,7 +59,7 @@ def _check_op(f, x, h0, batch_first, what=""):
 def test_matches_float64_reference(dtype, h0_kind, schedule, batch_first):
     h0_dtype = {"none": None, "same": dtype, "float32": torch.float32}[h0_kind]
     f, x, h0 = make_inputs(150, 3, 72, dtype, "cuda", batch_first=batch_first, h0_dtype=h0_dtype)
-    with ops_cuda.schedule(schedule):
+    with cuda_backend.schedule(schedule):
         _check_op(f, x, h0, batch_first, schedule)
 
 
@@ -77,9 +73,9 @@ def test_layouts_odd_sizes_and_poisoned_outputs(dtype, layout, hidden, schedule)
     NaN buffers: every element of a view must be written and nothing outside it."""
     h0_dtype = torch.float32 if dtype in HALF else dtype
     f, x, h0 = make_inputs(41, 3, hidden, dtype, "cuda", h0_dtype=h0_dtype, layout=layout)
-    with ops_cuda.schedule(schedule):
+    with cuda_backend.schedule(schedule):
         h, h_buffer = poisoned_like(f)
-        ops_cuda.forward_into(h, f, x, h0)
+        cuda_backend.forward_into(h, f, x, h0)
         torch.cuda.synchronize()
         assert_close_to_reference(h, forward_reference(f, x, h0), dtype, f"h {layout}")
         assert_untouched_outside(h, h_buffer)
@@ -87,7 +83,7 @@ def test_layouts_odd_sizes_and_poisoned_outputs(dtype, layout, hidden, schedule)
         grad_h = torch.randn(f.shape, dtype=torch.float64, device="cuda").to(dtype)
         (grad_f, gf_buffer), (grad_x, gx_buffer) = poisoned_like(f), poisoned_like(f)
         grad_h0, gh0_buffer = poisoned_like(h0)
-        ops_cuda.backward_into(grad_f, grad_x, grad_h0, grad_h, f, x, h, h0)
+        cuda_backend.backward_into(grad_f, grad_x, grad_h0, grad_h, f, x, h, h0)
         torch.cuda.synchronize()
     ref_f, ref_x, ref_h0 = reference_grads(grad_h, f, x, h, h0)
     assert_close_to_reference(grad_f, ref_f, dtype, f"grad_f {layout}")
@@ -119,7 +115,7 @@ def test_op_output_from_poisoned_allocator_memory(dtype):
 @pytest.mark.parametrize("schedule", ["serial", "chunked"])
 def test_sequence_lengths(dtype, seq_len, schedule):
     f, x, h0 = make_inputs(seq_len, 2, 24, dtype, "cuda", h0_dtype=dtype)
-    with ops_cuda.schedule(schedule):
+    with cuda_backend.schedule(schedule):
         _check_op(f, x, h0, False, f"T={seq_len}")
 
 
@@ -143,14 +139,8 @@ def test_16bit_error_at_most_twice_a_float32_state_loop(dtype, schedule):
     """16-bit storage, float32 state: the error against float64 is no worse than 2x that of
     a PyTorch loop carrying a float32 state and storing each step in the same dtype."""
 
-    def float32_state_loop(f, x, h0):
-        state = h0.float()
-        steps = []
-        for t in range(f.shape[0]):
-            ft = f[t].float()
-            state = ft * x[t].float() + (1 - ft) * state
-            steps.append(state.to(f.dtype))
-        return torch.stack(steps)
+    def float32_state_loop(f, x, h0):  # each step's state rounded to f's dtype only when stored
+        return forget_mult_reference(f.float(), x.float(), h0.float()).to(f.dtype)
 
     def rel_err(a, ref):
         return ((a.double() - ref).norm() / ref.norm()).item()
@@ -163,7 +153,7 @@ def test_16bit_error_at_most_twice_a_float32_state_loop(dtype, schedule):
     errors = {}
     for name, fn in (("qrnn", qrnn.forget_mult), ("loop", float32_state_loop)):
         fl, xl, h0l = _leaves(f, x, h0)
-        with ops_cuda.schedule(schedule):
+        with cuda_backend.schedule(schedule):
             h = fn(fl, xl, h0l)
             h.backward(grad_h)
         errors[name] = [rel_err(h, ref.detach()), rel_err(fl.grad, f64.grad), rel_err(xl.grad, x64.grad),
@@ -178,7 +168,7 @@ def test_16bit_error_at_most_twice_a_float32_state_loop(dtype, schedule):
 def test_gradcheck_float64(schedule, batch_first):
     f, x, h0 = make_inputs(19, 2, 5, torch.float64, "cuda", batch_first=batch_first, h0_dtype=torch.float64)
     f, x, h0 = _leaves(f, x, h0)
-    with ops_cuda.schedule(schedule):
+    with cuda_backend.schedule(schedule):
         assert torch.autograd.gradcheck(lambda a, b, c: qrnn.forget_mult(a, b, c, batch_first=batch_first),
                                         (f, x, h0), eps=1e-6, atol=1e-8, rtol=1e-6)
 
@@ -209,7 +199,7 @@ def test_runs_on_the_current_stream(schedule):
     grad_h = torch.full_like(grad_src, float("nan"))
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
-    with ops_cuda.schedule(schedule), torch.cuda.stream(side):
+    with cuda_backend.schedule(schedule), torch.cuda.stream(side):
         torch.cuda._sleep(40_000_000)
         with torch.no_grad():
             f.copy_(f_src)
@@ -231,7 +221,7 @@ def test_cuda_graph_capture_and_replay(dtype, schedule):
     T, B, H = 96, 4, 64
     f, x, h0 = make_inputs(T, B, H, dtype, "cuda", h0_dtype=torch.float32 if dtype in HALF else dtype)
     grad_h = torch.randn(f.shape, device="cuda").to(dtype)
-    with ops_cuda.schedule(schedule):
+    with cuda_backend.schedule(schedule):
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):  # warm up outside the capture
@@ -312,13 +302,13 @@ def test_64_bit_offsets(hidden):
     f1, x1, _ = make_inputs(T, 1, hidden, torch.float16, "cuda")
     f, x = f1.expand(T, B, hidden), x1.expand(T, B, hidden)
     h = torch.full((T, B, hidden), float("nan"), dtype=torch.float16, device="cuda")
-    ops_cuda.forward_into(h, f, x)
+    cuda_backend.forward_into(h, f, x)
     ref = forward_reference(f1, x1, None)
     for b in (0, B // 2, B - 1):
         assert_close_to_reference(h[:, b:b + 1], ref, torch.float16, f"h batch row {b}")
     grad1 = torch.randn(T, 1, hidden, device="cuda").half()
     grad_f, grad_x = torch.empty_like(h), torch.empty_like(h)
-    ops_cuda.backward_into(grad_f, grad_x, None, grad1.expand(T, B, hidden), f, x, h)
+    cuda_backend.backward_into(grad_f, grad_x, None, grad1.expand(T, B, hidden), f, x, h)
     ref_f, ref_x, _ = reference_grads(grad1, f1, x1, h[:, :1], None)
     for b in (0, B - 1):
         assert_close_to_reference(grad_f[:, b:b + 1], ref_f, torch.float16, f"grad_f batch row {b}")
@@ -327,12 +317,12 @@ def test_64_bit_offsets(hidden):
 
 def test_build_reports_cuda_and_architectures():
     info = qrnn.build_info()
-    if not ops_cuda.AVAILABLE:
+    if not cuda_backend.AVAILABLE:
         pytest.skip("built without CUDA")
     assert info["cuda"] is True and info["cuda_architectures"]
 
 
-@pytest.mark.skipif(ops_cuda.AVAILABLE, reason="this build has CUDA kernels")
+@pytest.mark.skipif(cuda_backend.AVAILABLE, reason="this build has CUDA kernels")
 def test_cuda_tensor_without_cuda_build_says_how_to_rebuild():
     f = torch.rand(3, 2, 4, device="cuda")
     with pytest.raises(RuntimeError, match="QRNN_CUDA=ON"):

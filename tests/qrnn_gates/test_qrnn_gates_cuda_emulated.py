@@ -2,7 +2,7 @@
 
 The ``emulator`` fixture (conftest.py) compiles the kernels with the host compiler; these
 tests hand them the very integers qrnn._C's CUDA launchers receive (qrnn.ops builds them),
-with the vector width the real build picks (qrnn.ops_cuda.gates_*_width) or every width
+with the vector width the real build picks (qrnn.ops.cuda.gates_*_width) or every width
 the build compiles, on odd and aligned sizes, every option, NaN-poisoned outputs inside
 wider buffers, and compare with the float64 reference. test_qrnn_gates.py's `cuda` tests
 run the same kernels on a GPU.
@@ -15,9 +15,10 @@ import torch
 
 from conftest import assert_close_to_reference
 from cuda_cases import assert_untouched_outside, poisoned_like
-from qrnn import ops, ops_cuda
+from qrnn.ops import cuda as cuda_backend
+from qrnn.ops import kernel_args
 from qrnn.reference import qrnn_gates_reference
-from test_qrnn_gates import OPTION_IDS, OPTION_SETS, make_inputs
+from qrnn_gates_cases import OPTION_IDS, OPTION_SETS, make_inputs
 
 DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
 
@@ -32,14 +33,14 @@ def run_emulated(emulator, gates, c0, mask, lens, grad_out, grad_cn, *, scale=0.
     (output, c_n, grad_gates, grad_c0, widths) after checking nothing else was written."""
     B = gates.shape[0] if batch_first else gates.shape[1]
     hidden = gates.shape[2] // (3 if output_gate else 2)
-    state_dtype = ops._state_dtype(gates.dtype)
+    state_dtype = kernel_args.state_dtype(gates.dtype)
     like_out = gates.new_empty(gates.shape[:2] + (hidden,))
     output, out_buf = poisoned_like(like_out)
     states, states_buf = poisoned_like(like_out) if output_gate else (None, None)
     c_n, cn_buf = poisoned_like(gates.new_empty((B, hidden), dtype=state_dtype))
     options = (scale, output_gate, batch_first, reverse)
-    fargs = ops._gates_forward_args(output, states, c_n, gates, c0, mask, lens, *options)
-    fwidth = width or ops_cuda.gates_forward_width(fargs)
+    fargs = kernel_args.qrnn_gates_forward(output, states, c_n, gates, c0, mask, lens, *options)
+    fwidth = width or cuda_backend.gates_forward_width(fargs)
     emulator.gates_forward(fargs, fwidth)
     for view, buf in ((output, out_buf), (states, states_buf), (c_n, cn_buf)):
         if view is not None:
@@ -48,8 +49,9 @@ def run_emulated(emulator, gates, c0, mask, lens, grad_out, grad_cn, *, scale=0.
     grad_gates, gg_buf = poisoned_like(gates)
     grad_c0, gc0_buf = poisoned_like(c0) if c0 is not None else (None, None)
     saved = states if output_gate else output
-    bargs = ops._gates_backward_args(grad_gates, grad_c0, grad_out, grad_cn, gates, saved, c0, mask, lens, *options)
-    bwidth = width or ops_cuda.gates_backward_width(bargs)
+    bargs = kernel_args.qrnn_gates_backward(grad_gates, grad_c0, grad_out, grad_cn, gates, saved, c0, mask, lens,
+                                            *options)
+    bwidth = width or cuda_backend.gates_backward_width(bargs)
     emulator.gates_backward(bargs, bwidth)
     assert_untouched_outside(grad_gates, gg_buf)
     if grad_c0 is not None:
@@ -73,7 +75,7 @@ def check(emulator, dtype, T, B, H, options, width=None):
     gates, c0, forget_mask, lens = make_inputs(T, B, H, dtype, output_gate, lengths, batch_first, mask, with_c0)
     out_shape = gates.shape[:2] + (H,)
     grad_out = torch.randn(out_shape, dtype=torch.float64).to(dtype)
-    grad_cn = torch.randn(B, H, dtype=torch.float64).to(ops._state_dtype(dtype))
+    grad_cn = torch.randn(B, H, dtype=torch.float64).to(kernel_args.state_dtype(dtype))
     kwargs = dict(output_gate=output_gate, batch_first=batch_first, reverse=reverse)
     got = run_emulated(emulator, gates, c0, forget_mask, lens, grad_out, grad_cn, width=width, **kwargs)
     want = float64_reference(gates, c0, forget_mask, lens, grad_out, grad_cn, forget_scale=0.85, **kwargs)
@@ -115,18 +117,19 @@ EXPECTED_WIDTHS = [
 ]
 
 
-@pytest.mark.skipif(not ops_cuda.AVAILABLE, reason="qrnn was built without its CUDA kernels (the rule lives there)")
+@pytest.mark.skipif(not cuda_backend.AVAILABLE, reason="qrnn was built without its CUDA kernels (the rule lives there)")
 @pytest.mark.parametrize("dtype,H,width", EXPECTED_WIDTHS)
 def test_vector_width_rule(dtype, H, width):
     gates, c0, mask, lens = make_inputs(5, 3, H, dtype, mask=True, c0=True, lengths=True)
     out = poisoned_like(gates.new_empty(5, 3, H))[0]
-    c_n = gates.new_empty((3, H), dtype=ops._state_dtype(dtype))
-    args = ops._gates_forward_args(out, poisoned_like(out)[0], c_n, gates, c0, mask, lens, 1.0, True, False, False)
-    assert ops_cuda.gates_forward_width(args) == width
+    c_n = gates.new_empty((3, H), dtype=kernel_args.state_dtype(dtype))
+    args = kernel_args.qrnn_gates_forward(out, poisoned_like(out)[0], c_n, gates, c0, mask, lens, 1.0, True, False,
+                                          False)
+    assert cuda_backend.gates_forward_width(args) == width
     # A misaligned view of G (one element in) leaves only scalar accesses.
     wide = torch.zeros(5, 3, 3 * H + 1, dtype=dtype)[..., 1:]
-    args = ops._gates_forward_args(out, None, c_n, wide, c0, mask, lens, 1.0, True, False, False)
-    assert ops_cuda.gates_forward_width(args) == 1
+    args = kernel_args.qrnn_gates_forward(out, None, c_n, wide, c0, mask, lens, 1.0, True, False, False)
+    assert cuda_backend.gates_forward_width(args) == 1
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=_ids)

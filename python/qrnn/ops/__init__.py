@@ -1,0 +1,56 @@
+"""PyTorch ops over the torch-free kernels in ``qrnn._C``: two op families, each a
+``torch.library.custom_op`` pair (forward, backward) with fake and autograd registrations
+and an eager entry point that skips the dispatcher when nothing is traced.
+
+Imports run one way: the family modules import the backends, never the reverse.
+
+- :mod:`.forget_mult`: ``qrnn::forget_mult`` / ``qrnn::forget_mult_backward``, :func:`forget_mult`.
+- :mod:`.qrnn_gates`: ``qrnn::qrnn_gates`` / ``qrnn::qrnn_gates_backward``, :func:`qrnn_gates`,
+  :func:`qrnn_gates_unfused` (uses :mod:`.forget_mult`).
+- backends: :mod:`.cpu` and :mod:`.cuda` (``qrnn._C``'s native kernels, registered per device
+  type by the families), :mod:`.fallback` (pure PyTorch, the ops' default bodies).
+- shared below them: :mod:`.checks` (argument checks), :mod:`.kernel_args` (the kernels'
+  argument tuples), ``_outputs`` (output allocation), ``_dispatch`` (eager-path tests,
+  per-device registration).
+"""
+
+from . import kernel_args as _kernel_args
+from .checks import (
+    check_forget_mult_args,
+    check_forget_mult_backward_args,
+    check_qrnn_gates_args,
+    check_qrnn_gates_backward_args,
+)
+from .forget_mult import (
+    FORGET_MULT_BACKWARD_KERNELS,
+    FORGET_MULT_FORWARD_KERNELS,
+    forget_mult,
+    forget_mult_backward_op,
+    forget_mult_op,
+    has_native_kernels,
+)
+from .qrnn_gates import (
+    QRNN_GATES_BACKWARD_KERNELS,
+    QRNN_GATES_FORWARD_KERNELS,
+    has_fused_qrnn_gates,
+    qrnn_gates,
+    qrnn_gates_backward_op,
+    qrnn_gates_op,
+    qrnn_gates_unfused,
+)
+
+__all__ = ["forget_mult", "qrnn_gates", "qrnn_gates_unfused", "has_native_kernels", "has_fused_qrnn_gates",
+           "forget_mult_op", "forget_mult_backward_op", "qrnn_gates_op", "qrnn_gates_backward_op",
+           "check_forget_mult_args", "check_forget_mult_backward_args", "check_qrnn_gates_args",
+           "check_qrnn_gates_backward_args", "FORGET_MULT_FORWARD_KERNELS", "FORGET_MULT_BACKWARD_KERNELS",
+           "QRNN_GATES_FORWARD_KERNELS", "QRNN_GATES_BACKWARD_KERNELS", "FORWARD_KERNELS", "BACKWARD_KERNELS"]
+
+# Former names, kept working (CHANGELOG): the ForgetMult kernel tables, and the helpers that
+# qrnn.modules and the benchmarks read from qrnn.ops.
+FORWARD_KERNELS = FORGET_MULT_FORWARD_KERNELS
+BACKWARD_KERNELS = FORGET_MULT_BACKWARD_KERNELS
+_DTYPE_CODES = _kernel_args.DTYPE_CODES
+_HALF_DTYPES = _kernel_args.HALF_DTYPES
+_state_dtype = _kernel_args.state_dtype
+_forward_args = _kernel_args.forget_mult_forward
+_backward_args = _kernel_args.forget_mult_backward

@@ -1,0 +1,84 @@
+"""Bad-input sweep of qrnn.QRNN, QRNNLayer and qrnn_layer: bad constructor and forward
+arguments, meta tensors, NaN and empty inputs. Each call must raise a TypeError or
+ValueError naming the argument, or propagate the values correctly; never crash or hang.
+"""
+
+import pytest
+import torch
+
+from qrnn import QRNN, QRNNLayer, QRNNState, qrnn_layer
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(input_size=0, hidden_size=3), "input_size"),
+    (dict(input_size="3", hidden_size=3), "input_size"),
+    (dict(input_size=3, hidden_size=-1), "hidden_size"),
+    (dict(input_size=3, hidden_size=3, num_layers=1.5), "num_layers"),
+    (dict(input_size=3, hidden_size=3, num_layers=True), "num_layers"),
+    (dict(input_size=3, hidden_size=3, num_layers=2, window=[1]), "window"),
+    (dict(input_size=3, hidden_size=3, window=0), "window"),
+    (dict(input_size=3, hidden_size=3, zoneout=1.0), "zoneout"),
+    (dict(input_size=3, hidden_size=3, zoneout=float("nan")), "zoneout"),
+    (dict(input_size=3, hidden_size=3, dropout=-0.1), "dropout"),
+], ids=lambda v: repr(v)[:50])
+def test_qrnn_constructor_bad_arguments(kwargs, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        QRNN(**kwargs)
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda m: m([1, 2, 3]), "input must be"),
+    (lambda m: m(torch.rand(2, 2, 2, 3)), "3-D"),
+    (lambda m: m(torch.rand(2, 2, 4)), "input_size"),
+    (lambda m: m(torch.ones(2, 2, 3, dtype=torch.int64)), "type"),
+    (lambda m: m(torch.rand(2, 2, 3, dtype=torch.float64)), "type"),
+    (lambda m: m(torch.rand(2, 2, 3).bfloat16()), "type"),
+    (lambda m: m(torch.rand(2, 2, 3), torch.rand(2, 2, 3)), "hx must have shape"),
+    (lambda m: m(torch.rand(2, 2, 3), [1]), "hx must be"),
+    (lambda m: m(torch.rand(2, 2, 3), torch.rand(1, 2, 3, device="meta")), "device"),
+    (lambda m: m(torch.rand(2, 2, 3), lengths=torch.tensor([3, 1])), "lengths"),
+    (lambda m: m(torch.rand(2, 2, 3), lengths=torch.tensor([1.0, 1.0])), "lengths"),
+    (lambda m: m(torch.rand(2, 2, 3), lengths=torch.tensor([1, 1, 1])), "lengths"),
+    (lambda m: m(torch.rand(2, 2, 3), QRNNState("c")), "hx.c"),
+    (lambda m: m(torch.rand(2, 2, 3), QRNNState(None, (None, None))), "x_tails"),
+], ids=lambda v: None)
+def test_qrnn_forward_bad_arguments(call, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        call(QRNN(3, 3))
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: QRNNLayer(3)(torch.rand(2, 2, 4)), "input_size"),
+    (lambda: QRNNLayer(3)(torch.rand(2, 2, 3), torch.rand(5)), "hx"),
+    (lambda: QRNNLayer(3)(torch.rand(2, 2, 3), "x"), "hx"),
+    (lambda: QRNNLayer(3)(torch.rand(2, 2, 3, dtype=torch.float64)), "type"),
+    (lambda: QRNNLayer(3, window=2)(torch.rand(2, 2, 3), QRNNState(None, (torch.rand(5, 5, 5),))), "x_tails"),
+    (lambda: QRNNLayer(0), "input_size"),
+    (lambda: qrnn_layer(torch.rand(2, 2, 3), torch.rand(9, 3), window=0), "window"),
+    (lambda: qrnn_layer(torch.rand(2, 2, 3), torch.rand(9, 3), zoneout=1.5, training=True), "zoneout"),
+    (lambda: qrnn_layer(torch.rand(2, 2, 3), torch.rand(5, 3)), "multiple of 3"),
+], ids=lambda v: None)
+def test_qrnn_layer_bad_arguments(call, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        call()
+
+
+def test_qrnn_meta_nan_and_empty():
+    # A model built on the meta device infers shapes.
+    model = QRNN(3, 4, num_layers=2, bidirectional=True, device="meta")
+    out, h_n = model(torch.empty(5, 2, 3, device="meta"))
+    assert out.shape == (5, 2, 8) and h_n.shape == (4, 2, 4) and out.device.type == "meta"
+    # NaN in one sequence stays in that sequence.
+    model = QRNN(3, 4)
+    x = torch.rand(4, 2, 3)
+    x[0, 0, 0] = float("nan")
+    out, h_n = model(x)
+    assert out[:, 0].isnan().all() and not out[:, 1].isnan().any()
+    # Empty time, batch, or both, bidirectional and stacked.
+    model = QRNN(3, 4, num_layers=2, bidirectional=True)
+    for shape in ((0, 2, 3), (2, 0, 3), (0, 0, 3)):
+        x = torch.rand(shape, requires_grad=True)
+        out, h_n = model(x)
+        assert out.shape == shape[:2] + (8,) and h_n.shape == (4, shape[1], 4)
+        (out.sum() + h_n.sum()).backward()
+        assert x.grad.shape == shape
