@@ -10,9 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import qrnn
-from conftest import CPU_DTYPES, assert_close_to_reference, reference_grads
+from conftest import CPU_DTYPES, assert_close_to_reference, reference_grads, weights_only_reads
 from qrnn.reference import forget_mult_reference
-from test_checkpoint import _weights_only_reads
 
 SETTINGS = settings(max_examples=100, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -139,7 +138,7 @@ CHECKPOINT_DTYPES = [
     torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.complex64, torch.int8, torch.int16,
     torch.int32, torch.int64, torch.uint8, torch.bool, torch.uint16, torch.float8_e4m3fn,
 ]
-CHECKPOINT_DTYPES = [dt for dt in CHECKPOINT_DTYPES if _weights_only_reads(dt)]  # torch 2.4: no uint16
+CHECKPOINT_DTYPES = [dt for dt in CHECKPOINT_DTYPES if weights_only_reads(dt)]  # torch 2.4: no uint16
 
 
 def random_tensor(shape, dtype, gen):

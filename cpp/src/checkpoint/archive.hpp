@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,17 @@ constexpr uint64_t kAlignment = 64;            // payload alignment (torch's kFi
 constexpr uint64_t kIoAlignment = kStagingAlignment;  // O_DIRECT buffer / offset / length alignment
 constexpr uint64_t kZip32Limit = 0xFFFFFFFFu;  // at or above: ZIP64 fields
 constexpr size_t kSerializationIdSize = 40;
+
+// Zip records as written here (and checked by qrnn.checkpoint.verify through qrnn._C).
+constexpr uint32_t kLocalHeaderSig = 0x04034b50, kDescriptorSig = 0x08074b50;
+constexpr uint32_t kCentralSig = 0x02014b50, kEnd64Sig = 0x06064b50, kLocator64Sig = 0x07064b50,
+                   kEndSig = 0x06054b50;
+constexpr uint64_t kLocalHeaderSize = 30, kCentralHeaderSize = 46;
+constexpr uint64_t kEnd64Size = 56, kLocator64Size = 20, kEndSize = 22;
+constexpr uint16_t kFlagsWithDescriptor = 0x0808, kFlagsNoDescriptor = 0x0800;
+
+// The record of storage `key` (the key in the pickle's persistent id), as torch names it.
+inline std::string storage_record_name(size_t key) { return "data/" + std::to_string(key); }
 
 struct PlannedRecord {
     std::string name;             // full name inside the archive, "<prefix>/<record>"
@@ -43,6 +55,30 @@ struct Plan {
     uint64_t file_size = 0;
     uint64_t staging_size = 0;           // file_size rounded up to kIoAlignment
 };
+
+// torch's legacy storage class of each element type (read by qrnn._C too), and its size.
+struct StorageClass {
+    const char* name;
+    size_t bytes;
+};
+
+inline StorageClass storage_class(ScalarType t) {
+    switch (t) {
+        case ScalarType::Float32: return {"FloatStorage", 4};
+        case ScalarType::Float64: return {"DoubleStorage", 8};
+        case ScalarType::Float16: return {"HalfStorage", 2};
+        case ScalarType::BFloat16: return {"BFloat16Storage", 2};
+        case ScalarType::Complex64: return {"ComplexFloatStorage", 8};
+        case ScalarType::Complex128: return {"ComplexDoubleStorage", 16};
+        case ScalarType::Int8: return {"CharStorage", 1};
+        case ScalarType::Int16: return {"ShortStorage", 2};
+        case ScalarType::Int32: return {"IntStorage", 4};
+        case ScalarType::Int64: return {"LongStorage", 8};
+        case ScalarType::UInt8: return {"ByteStorage", 1};
+        case ScalarType::Bool: return {"BoolStorage", 1};
+    }
+    throw std::invalid_argument("unknown checkpoint ScalarType " + std::to_string(int(t)));
+}
 
 // The archive prefix torch.save uses for a path: the file's base name without extension.
 std::string archive_prefix(const std::string& path);
