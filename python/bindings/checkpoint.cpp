@@ -68,11 +68,8 @@ py::dict zip_format() {
 
 // (torch dtype name, storage class name) per ScalarType code, in code order.
 py::list storage_types() {
-    static const char* const dtype_names[] = {"float32", "float64", "float16", "bfloat16", "complex64",
-                                              "complex128", "int8", "int16", "int32", "int64", "uint8", "bool"};
     py::list types;
-    for (int code = 0; code <= int(ckpt::ScalarType::Bool); ++code)
-        types.append(py::make_tuple(dtype_names[code], ckpt::detail::storage_class(static_cast<ckpt::ScalarType>(code)).name));
+    for (const ckpt::detail::StorageClass& c : ckpt::detail::kStorageClasses) types.append(py::make_tuple(c.dtype, c.name));
     return types;
 }
 

@@ -399,7 +399,7 @@ SaveRequest tensor_dict_request(const std::string& path, const std::vector<Tenso
         const TensorRef& t = tensors[i];
         const void* key = t.storage ? t.storage : static_cast<const void*>(&t);
         const Stored& s = storages.at(key);
-        const detail::StorageClass cls = detail::storage_class(t.dtype);
+        const detail::StorageClass& cls = detail::storage_class(t.dtype);
         p.text(t.name);
         p.global("torch._utils", "_rebuild_tensor_v2");
         p.mark();

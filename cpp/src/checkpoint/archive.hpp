@@ -56,28 +56,25 @@ struct Plan {
     uint64_t staging_size = 0;           // file_size rounded up to kIoAlignment
 };
 
-// torch's legacy storage class of each element type (read by qrnn._C too), and its size.
+// torch's legacy storage class of each element type, with torch's dtype name and the element
+// size, in ScalarType order (qrnn._C exports the table for the Python pickler).
 struct StorageClass {
+    const char* dtype;
     const char* name;
     size_t bytes;
 };
+inline constexpr StorageClass kStorageClasses[] = {
+    {"float32", "FloatStorage", 4}, {"float64", "DoubleStorage", 8}, {"float16", "HalfStorage", 2},
+    {"bfloat16", "BFloat16Storage", 2}, {"complex64", "ComplexFloatStorage", 8},
+    {"complex128", "ComplexDoubleStorage", 16}, {"int8", "CharStorage", 1}, {"int16", "ShortStorage", 2},
+    {"int32", "IntStorage", 4}, {"int64", "LongStorage", 8}, {"uint8", "ByteStorage", 1}, {"bool", "BoolStorage", 1},
+};
+static_assert(sizeof kStorageClasses / sizeof kStorageClasses[0] == size_t(ScalarType::Bool) + 1);
 
-inline StorageClass storage_class(ScalarType t) {
-    switch (t) {
-        case ScalarType::Float32: return {"FloatStorage", 4};
-        case ScalarType::Float64: return {"DoubleStorage", 8};
-        case ScalarType::Float16: return {"HalfStorage", 2};
-        case ScalarType::BFloat16: return {"BFloat16Storage", 2};
-        case ScalarType::Complex64: return {"ComplexFloatStorage", 8};
-        case ScalarType::Complex128: return {"ComplexDoubleStorage", 16};
-        case ScalarType::Int8: return {"CharStorage", 1};
-        case ScalarType::Int16: return {"ShortStorage", 2};
-        case ScalarType::Int32: return {"IntStorage", 4};
-        case ScalarType::Int64: return {"LongStorage", 8};
-        case ScalarType::UInt8: return {"ByteStorage", 1};
-        case ScalarType::Bool: return {"BoolStorage", 1};
-    }
-    throw std::invalid_argument("unknown checkpoint ScalarType " + std::to_string(int(t)));
+inline const StorageClass& storage_class(ScalarType t) {
+    if (size_t(t) > size_t(ScalarType::Bool))
+        throw std::invalid_argument("unknown checkpoint ScalarType " + std::to_string(int(t)));
+    return kStorageClasses[size_t(t)];
 }
 
 // The archive prefix torch.save uses for a path: the file's base name without extension.
