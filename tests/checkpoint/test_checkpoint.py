@@ -199,7 +199,7 @@ def test_snapshot_overlap_mode_waits_only_in_optimizer_step(tmp_path):
         opt.zero_grad()
         model(x).sum().backward()   # forward/backward overlap the staging copy
         opt.step()                  # the pre-step hook waits for the snapshot first
-        assert handle._barrier_done  # the barrier waited for this snapshot
+        assert handle._save.barrier_done  # the barrier waited for this snapshot
         opt.step()
         loaded = load(handle.result())
     assert_same(before, dict(loaded["model"]))
@@ -329,17 +329,16 @@ def test_crc32_matches_zlib():
 
 def test_block_false_skips_when_full(tmp_path):
     class Busy:  # stands in for a save that is still being written
-        _sequence = -1
+        sequence = -1
 
-        class _status:
-            @staticmethod
-            def done():
-                return False
+        @staticmethod
+        def finished():
+            return False
 
     with AsyncCheckpointer(tmp_path, max_pending=1) as ckpt:
-        ckpt._slots[0].handle = Busy()
+        ckpt._slots[0].save = Busy()
         assert ckpt.save({"x": torch.ones(3)}, 1, block=False) is None
-        ckpt._slots[0].handle = None
+        ckpt._slots[0].save = None
         assert ckpt.save({"x": torch.ones(3)}, 1, block=False).result().endswith("ckpt-000000000001.pt")
 
 

@@ -35,7 +35,7 @@ class PendingSave:
         self._sources: Optional[list] = sources  # storages kept alive until staged
         self._generation = _fork_generation
         self._stream_waited = False
-        self._barrier_done = False
+        self.barrier_done = False            # the snapshot was waited for (by save() or a barrier)
         self._warned = False
         self.handle = SaveHandle(self)
 
@@ -65,12 +65,12 @@ class PendingSave:
             self._stream_waited = True
         if not self._cuda_done:
             self._sources = None
-        self._barrier_done = True
+        self.barrier_done = True
         self.blocked_seconds += time.perf_counter() - start
 
     def barrier_wait(self) -> None:
         """An optimizer step of overlap mode: waits unless the snapshot was waited for already."""
-        if not self._barrier_done:
+        if not self.barrier_done:
             self.wait_staged()
 
     def gpu_copies_landed(self) -> None:
