@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
-
-if TYPE_CHECKING:
-    from .handle import SaveHandle
+from typing import Any, Optional
 
 
 class CheckpointError(OSError):
@@ -18,7 +15,9 @@ class CheckpointError(OSError):
         super().__init__(errno, message, filename)
         self.step = step
         self.operation = operation
-        self.next_handle: Optional[SaveHandle] = None  # set when a later save() reports it: that save's handle
+        # Set when a later save() reports it: that save's SaveHandle (not imported here: the
+        # handle module imports this one).
+        self.next_handle: Any = None
 
 
 class CorruptCheckpointError(ValueError):
