@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "bindings.hpp"
+#include "checkpoint/archive.hpp"
+#include "checkpoint/fault_injection.hpp"
 #include "qrnn/checkpoint.hpp"
 
 namespace qrnn::bindings {
@@ -29,9 +31,46 @@ ckpt::SaveRequest checkpoint_request(const std::string& path, const py::bytes& p
     r.pickle = pickle;
     r.records.reserve(sources.size());
     for (size_t i = 0; i < sources.size(); ++i)
-        r.records.push_back({"data/" + std::to_string(i), reinterpret_cast<const void*>(std::get<0>(sources[i])),
-                             std::get<1>(sources[i])});
+        r.records.push_back({ckpt::detail::storage_record_name(i),
+                             reinterpret_cast<const void*>(std::get<0>(sources[i])), std::get<1>(sources[i])});
     return r;
+}
+
+ckpt::WriterOptions writer_options(int max_pending, int copy_threads, bool direct_io, bool sync, int writer_nice) {
+    ckpt::WriterOptions o;
+    o.max_pending = max_pending;
+    o.copy_threads = copy_threads;
+    o.direct_io = direct_io;
+    o.sync = sync;
+    o.writer_nice = writer_nice;
+    return o;
+}
+
+// The zip records verify() checks, as archive.hpp writes them.
+py::dict zip_format() {
+    namespace d = ckpt::detail;
+    py::dict z;
+    z["local_header_signature"] = d::kLocalHeaderSig;
+    z["descriptor_signature"] = d::kDescriptorSig;
+    z["central_header_signature"] = d::kCentralSig;
+    z["zip64_end_signature"] = d::kEnd64Sig;
+    z["zip64_locator_signature"] = d::kLocator64Sig;
+    z["end_signature"] = d::kEndSig;
+    z["local_header_size"] = d::kLocalHeaderSize;
+    z["central_header_size"] = d::kCentralHeaderSize;
+    z["zip64_end_size"] = d::kEnd64Size;
+    z["zip64_locator_size"] = d::kLocator64Size;
+    z["end_size"] = d::kEndSize;
+    z["allowed_flags"] = d::kFlagsWithDescriptor | d::kFlagsNoDescriptor;
+    z["zip32_limit"] = d::kZip32Limit;
+    return z;
+}
+
+// (torch dtype name, storage class name) per ScalarType code, in code order.
+py::list storage_types() {
+    py::list types;
+    for (const ckpt::detail::StorageClass& c : ckpt::detail::kStorageClasses) types.append(py::make_tuple(c.dtype, c.name));
+    return types;
 }
 
 py::object checkpoint_error(const ckpt::SaveStatus& s) {
@@ -87,6 +126,8 @@ void bind_checkpoint(py::module_& m) {
           py::call_guard<py::gil_scoped_release>());
     m.def("checkpoint_staging_capacity", &ckpt::staging_capacity, py::arg("bytes"));
     m.attr("checkpoint_staging_alignment") = ckpt::kStagingAlignment;
+    m.attr("checkpoint_zip_format") = zip_format();
+    m.attr("checkpoint_storage_types") = storage_types();
 
     py::class_<ckpt::StagingBuffer>(m, "CheckpointStaging")
         .def(py::init([](uint64_t bytes) {
@@ -128,23 +169,12 @@ void bind_checkpoint(py::module_& m) {
         .def("is_open", &ckpt::Gate::is_open);
 
     py::class_<ckpt::CheckpointWriter>(m, "CheckpointWriter")
-        .def(py::init([](int max_pending, int copy_threads, bool direct_io, bool sync, uint64_t fail_after_bytes,
-                         int fail_errno, bool fail_throw, int writer_nice, int fail_times) {
-                 ckpt::WriterOptions o;
-                 o.fault.times = fail_times;
-                 o.writer_nice = writer_nice;
-                 o.max_pending = max_pending;
-                 o.copy_threads = copy_threads;
-                 o.direct_io = direct_io;
-                 o.sync = sync;
-                 o.fault.fail_after_bytes = fail_after_bytes;
-                 o.fault.error_number = fail_errno;
-                 o.fault.throw_exception = fail_throw;
-                 return std::make_unique<ckpt::CheckpointWriter>(o);
+        .def(py::init([](int max_pending, int copy_threads, bool direct_io, bool sync, int writer_nice) {
+                 return std::make_unique<ckpt::CheckpointWriter>(
+                     writer_options(max_pending, copy_threads, direct_io, sync, writer_nice));
              }),
              py::arg("max_pending") = 1, py::arg("copy_threads") = 2, py::arg("direct_io") = true,
-             py::arg("sync") = true, py::arg("fail_after_bytes") = UINT64_MAX, py::arg("fail_errno") = 0,
-             py::arg("fail_throw") = false, py::arg("writer_nice") = 10, py::arg("fail_times") = -1)
+             py::arg("sync") = true, py::arg("writer_nice") = 10)
         .def("plan",
              [](ckpt::CheckpointWriter&, const std::string& path, const py::bytes& pickle,
                 const std::vector<Source>& sources) {
@@ -189,6 +219,26 @@ void bind_checkpoint(py::module_& m) {
              "storage bytes, requires_grad) tuples; the C++ tensor-dict writer.")
         .def("wait_all", &ckpt::CheckpointWriter::wait_all, py::call_guard<py::gil_scoped_release>())
         .def("close", &ckpt::CheckpointWriter::close, py::call_guard<py::gil_scoped_release>());
+
+    // Test hooks, for the test suite only (qrnn.checkpoint._testing).
+    py::module_ testing = m.def_submodule("_testing", "test hooks of qrnn._C; not a public interface");
+    testing.def(
+        "checkpoint_writer_with_faults",
+        [](int max_pending, int copy_threads, bool direct_io, bool sync, int writer_nice, uint64_t fail_after_bytes,
+           int fail_errno, bool fail_throw, int fail_times) {
+            ckpt::testing::FaultInjection fault;
+            fault.fail_after_bytes = fail_after_bytes;
+            fault.error_number = fail_errno;
+            fault.throw_exception = fail_throw;
+            fault.times = fail_times;
+            return ckpt::testing::writer_with_faults(
+                writer_options(max_pending, copy_threads, direct_io, sync, writer_nice), fault);
+        },
+        py::arg("max_pending") = 1, py::arg("copy_threads") = 2, py::arg("direct_io") = true, py::arg("sync") = true,
+        py::arg("writer_nice") = 10, py::arg("fail_after_bytes") = UINT64_MAX, py::arg("fail_errno") = 0,
+        py::arg("fail_throw") = false, py::arg("fail_times") = -1,
+        "A CheckpointWriter whose writes fail: the one crossing fail_after_bytes, with errno fail_errno or an "
+        "exception in the writer thread (fail_throw), for fail_times saves (-1: all).");
 }
 
 }  // namespace qrnn::bindings

@@ -5,13 +5,13 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from test_checkpoint import _weights_only_reads
+from conftest import weights_only_reads
 
 CHECKPOINT_DTYPES = [
     torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.complex64, torch.int8, torch.int16,
     torch.int32, torch.int64, torch.uint8, torch.bool, torch.uint16, torch.float8_e4m3fn,
 ]
-CHECKPOINT_DTYPES = [dt for dt in CHECKPOINT_DTYPES if _weights_only_reads(dt)]  # torch 2.4: no uint16
+CHECKPOINT_DTYPES = [dt for dt in CHECKPOINT_DTYPES if weights_only_reads(dt)]  # torch 2.4: no uint16
 
 
 def random_tensor(shape, dtype, gen):

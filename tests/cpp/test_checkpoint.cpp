@@ -29,6 +29,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "checkpoint/fault_injection.hpp"  // private: the test hook
 #include "test_check.hpp"
 
 namespace ckpt = qrnn::checkpoint;
@@ -125,6 +126,14 @@ std::vector<std::vector<uint8_t>> snapshot(const ckpt::SaveRequest& request) {
     return out;
 }
 
+// Runs body(0) ... body(n - 1) on n threads at once; returns when all are done.
+template <typename Body>
+void on_threads(int n, const Body& body) {
+    std::vector<std::thread> threads;
+    for (int t = 0; t < n; ++t) threads.emplace_back([&body, t] { body(t); });
+    for (auto& th : threads) th.join();
+}
+
 ckpt::WriterOptions test_options(int max_pending, int copy_threads) {
     ckpt::WriterOptions o;
     o.max_pending = max_pending;
@@ -151,23 +160,20 @@ void concurrent_saves() {
     ckpt::CheckpointWriter writer(test_options(2, 3));
     const int n_threads = 4, saves_each = 4;
     std::atomic<int> bad{0};
-    std::vector<std::thread> threads;
-    for (int t = 0; t < n_threads; ++t)
-        threads.emplace_back([&, t] {
-            for (int s = 0; s < saves_each; ++s) {
-                // One large tensor (> the 4 MiB parallel-copy share) now and then.
-                Payload p(uint32_t(t * 100 + s), s == 1 ? std::vector<int64_t>{3, (5 << 20) / 4, 17}
-                                                        : std::vector<int64_t>{1, 1000, 33});
-                const std::string path = g_folder + "/c" + std::to_string(t) + "-" + std::to_string(s) + ".pt";
-                ckpt::SaveRequest req = ckpt::tensor_dict_request(path, p.refs);
-                const auto expected = snapshot(req);
-                auto status = writer.submit(req);
-                status->wait_staged();
-                p.scribble();
-                if (!status->wait_for(120) || !status->ok() || !file_matches(path, req, expected)) ++bad;
-            }
-        });
-    for (auto& th : threads) th.join();
+    on_threads(n_threads, [&](int t) {
+        for (int s = 0; s < saves_each; ++s) {
+            // One large tensor (> the 4 MiB parallel-copy share) now and then.
+            Payload p(uint32_t(t * 100 + s), s == 1 ? std::vector<int64_t>{3, (5 << 20) / 4, 17}
+                                                    : std::vector<int64_t>{1, 1000, 33});
+            const std::string path = g_folder + "/c" + std::to_string(t) + "-" + std::to_string(s) + ".pt";
+            ckpt::SaveRequest req = ckpt::tensor_dict_request(path, p.refs);
+            const auto expected = snapshot(req);
+            auto status = writer.submit(req);
+            status->wait_staged();
+            p.scribble();
+            if (!status->wait_for(120) || !status->ok() || !file_matches(path, req, expected)) ++bad;
+        }
+    });
     writer.close();
     CHECK(bad == 0);
     CHECK(temporaries() == 0);
@@ -179,17 +185,14 @@ void same_path_overwrites() {
     qrnn_test::Context ctx("saves to one path");
     ckpt::CheckpointWriter writer(test_options(3, 2));
     const std::string path = g_folder + "/same.pt";
-    std::vector<std::thread> threads;
     std::atomic<int> failed{0};
-    for (int t = 0; t < 3; ++t)
-        threads.emplace_back([&, t] {
-            for (int s = 0; s < 3; ++s) {
-                Payload p(uint32_t(t * 10 + s), {64, 5});
-                auto status = writer.submit(ckpt::tensor_dict_request(path, p.refs));
-                if (!status->wait_for(120) || !status->ok()) ++failed;
-            }
-        });
-    for (auto& th : threads) th.join();
+    on_threads(3, [&](int t) {
+        for (int s = 0; s < 3; ++s) {
+            Payload p(uint32_t(t * 10 + s), {64, 5});
+            auto status = writer.submit(ckpt::tensor_dict_request(path, p.refs));
+            if (!status->wait_for(120) || !status->ok()) ++failed;
+        }
+    });
     writer.wait_all();
     CHECK(failed == 0);
     const auto bytes = read_file(path);
@@ -284,23 +287,21 @@ void concurrent_close_and_wait_all() {
 void injected_failures() {
     for (bool throw_exception : {false, true}) {
         qrnn_test::Context ctx(throw_exception ? "exception in the writer thread" : "ENOSPC on write");
-        auto options = test_options(1, 2);
-        options.fault.fail_after_bytes = 1000;
-        options.fault.error_number = ENOSPC;
-        options.fault.throw_exception = throw_exception;
-        ckpt::CheckpointWriter writer(options);
+        ckpt::testing::FaultInjection fault;
+        fault.fail_after_bytes = 1000;
+        fault.error_number = ENOSPC;
+        fault.throw_exception = throw_exception;
+        const auto faulty = ckpt::testing::writer_with_faults(test_options(1, 2), fault);
+        ckpt::CheckpointWriter& writer = *faulty;
         Payload p(7, {100000});
         const std::string path = g_folder + "/fail.pt";
         std::vector<std::shared_ptr<ckpt::SaveStatus>> statuses;
-        std::vector<std::thread> threads;
         std::mutex m;
-        for (int t = 0; t < 2; ++t)
-            threads.emplace_back([&] {
-                auto s = writer.submit(ckpt::tensor_dict_request(path, p.refs));
-                std::lock_guard<std::mutex> lock(m);
-                statuses.push_back(s);
-            });
-        for (auto& th : threads) th.join();
+        on_threads(2, [&](int) {
+            auto s = writer.submit(ckpt::tensor_dict_request(path, p.refs));
+            std::lock_guard<std::mutex> lock(m);
+            statuses.push_back(s);
+        });
         writer.close();
         for (const auto& s : statuses) {
             CHECK(s->done() && !s->ok());

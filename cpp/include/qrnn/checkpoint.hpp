@@ -53,7 +53,19 @@ QRNN_API size_t element_size(ScalarType type);
 
 namespace detail {
 struct StatusAccess;
-}
+struct WriterAccess;
+
+// Objects that own threads, locks or memory by address: never copied.
+class NonCopyable {
+protected:
+    NonCopyable() = default;
+    ~NonCopyable() = default;
+
+public:
+    NonCopyable(const NonCopyable&) = delete;
+    NonCopyable& operator=(const NonCopyable&) = delete;
+};
+}  // namespace detail
 
 // What went wrong with a save. `error_number` is the errno of the failing system call
 // (0 when the failure was not one, e.g. an exception inside the writer thread).
@@ -65,12 +77,10 @@ struct SaveError {
 };
 
 // Shared between the writer threads and whoever submitted the save.
-class QRNN_API SaveStatus {
+class QRNN_API SaveStatus : detail::NonCopyable {
 public:
     SaveStatus();
     ~SaveStatus();
-    SaveStatus(const SaveStatus&) = delete;
-    SaveStatus& operator=(const SaveStatus&) = delete;
 
     // The submitted buffers have been copied: the caller may modify or free them.
     bool staged() const;
@@ -101,12 +111,10 @@ private:
 // A latch the writer waits on before reading bytes the caller puts into the staging image
 // itself (e.g. an asynchronous GPU->host copy). open() when they are there; fail() with a
 // reason when they never will be (the save then fails with that reason).
-class QRNN_API Gate {
+class QRNN_API Gate : detail::NonCopyable {
 public:
     Gate();
     ~Gate();
-    Gate(const Gate&) = delete;
-    Gate& operator=(const Gate&) = delete;
     void open();
     void fail(const std::string& reason);
     bool is_open() const;
@@ -154,14 +162,6 @@ struct SaveRequest {
     int copy_threads = 0;
 };
 
-// Testing hook: make the writer fail as if the disk did.
-struct FaultInjection {
-    uint64_t fail_after_bytes = UINT64_MAX;  // the write crossing this many bytes fails
-    int error_number = 0;                    // with this errno (e.g. ENOSPC)...
-    bool throw_exception = false;            // ...or by throwing inside the writer thread
-    int times = -1;                          // saves that fail, then the disk heals (-1: all)
-};
-
 struct WriterOptions {
     int max_pending = 1;    // saves submitted but not yet committed; submit() waits beyond
     int copy_threads = 2;   // threads for the staging copy (the staging thread included)
@@ -170,19 +170,16 @@ struct WriterOptions {
     // Linux: the writer thread (CRC, write, fsync) runs at this nice value so that training
     // threads win the CPU when both want it; the staging copy keeps normal priority.
     int writer_nice = 10;
-    FaultInjection fault;
 };
 
 // A forked child inherits a CheckpointWriter but none of its threads: there submit() and
 // wait_all() throw std::logic_error at once (create a new writer in the child), close() and
 // the destructor return without waiting, and the parent's SaveStatus objects never finish.
-class QRNN_API CheckpointWriter {
+class QRNN_API CheckpointWriter : detail::NonCopyable {
 public:
     explicit CheckpointWriter(WriterOptions options = {});
     // Finishes every submitted save, then joins its threads.
     ~CheckpointWriter();
-    CheckpointWriter(const CheckpointWriter&) = delete;
-    CheckpointWriter& operator=(const CheckpointWriter&) = delete;
 
     // Queues a save; blocks while max_pending saves are in flight.
     std::shared_ptr<SaveStatus> submit(SaveRequest request);
@@ -197,6 +194,7 @@ public:
     struct Impl;
 
 private:
+    friend struct detail::WriterAccess;
     std::unique_ptr<Impl> impl_;
 };
 
@@ -254,12 +252,10 @@ constexpr uint64_t kStagingAlignment = 4096;
 // Anonymous memory for a staging image: page-aligned, huge pages advised, not touched
 // here, so its pages are faulted in by the (parallel) staging copy rather than zeroed first
 // by the caller's thread.
-class QRNN_API StagingBuffer {
+class QRNN_API StagingBuffer : detail::NonCopyable {
 public:
     explicit StagingBuffer(uint64_t bytes);  // throws std::bad_alloc
     ~StagingBuffer();
-    StagingBuffer(const StagingBuffer&) = delete;
-    StagingBuffer& operator=(const StagingBuffer&) = delete;
     uint8_t* data() const { return data_; }
     uint64_t size() const { return size_; }
     // Faults in the pages of [offset, offset + length) without changing a byte

@@ -12,12 +12,6 @@ namespace qrnn::checkpoint {
 namespace detail {
 namespace {
 
-constexpr uint32_t kLocalHeaderSig = 0x04034b50, kDescriptorSig = 0x08074b50;
-constexpr uint32_t kCentralSig = 0x02014b50, kEnd64Sig = 0x06064b50, kLocator64Sig = 0x07064b50,
-                   kEndSig = 0x06054b50;
-constexpr uint64_t kLocalHeaderSize = 30, kCentralHeaderSize = 46;
-constexpr uint64_t kEnd64Size = 56, kLocator64Size = 20, kEndSize = 22;
-constexpr uint16_t kFlagsWithDescriptor = 0x0808, kFlagsNoDescriptor = 0x0800;
 constexpr uint16_t kZip64Version = 45;
 
 // Fixed records around the caller's, as torch.save writes them.
@@ -52,6 +46,28 @@ uint64_t local_zip64_extra(uint64_t size, uint64_t header_offset) {
 }
 
 uint64_t central_zip64_extra(const PlannedRecord& r) { return local_zip64_extra(r.size, r.header_offset); }
+
+// Version needed, flags, method (stored), time and date: the same in both headers.
+void header_fields(Cursor& c, const PlannedRecord& r) {
+    c.u16(r.zip64 ? kZip64Version : 0);
+    c.u16(r.size ? kFlagsWithDescriptor : kFlagsNoDescriptor);
+    c.u16(0);  // stored
+    c.u16(0);  // time
+    c.u16(0);  // date
+}
+
+// The ZIP64 extra field (64-bit sizes, then offset, where they overflow), if the record has one.
+void zip64_extra_field(Cursor& c, const PlannedRecord& r) {
+    const uint64_t extra = local_zip64_extra(r.size, r.header_offset);
+    if (!extra) return;
+    c.u16(1);
+    c.u16(extra - 4);
+    if (size_needs_zip64(r.size)) {
+        c.u64(r.size);
+        c.u64(r.size);
+    }
+    if (offset_needs_zip64(r.header_offset)) c.u64(r.header_offset);
+}
 
 void check_name(const std::string& name) {
     if (name.empty() || name.front() == '/' || name.back() == '/')
@@ -151,26 +167,14 @@ void write_headers(const Plan& plan, const SaveRequest& request, uint8_t* image)
         const uint64_t fb_size = r.payload_offset - (r.header_offset + kLocalHeaderSize + r.name.size() + zip64_extra);
         Cursor c{image + r.header_offset};
         c.u32(kLocalHeaderSig);
-        c.u16(r.zip64 ? kZip64Version : 0);
-        c.u16(r.size ? kFlagsWithDescriptor : kFlagsNoDescriptor);
-        c.u16(0);  // stored
-        c.u16(0);  // time
-        c.u16(0);  // date
+        header_fields(c, r);
         c.u32(0);  // crc, sizes: in the descriptor
         c.u32(0);
         c.u32(0);
         c.u16(r.name.size());
         c.u16(zip64_extra + fb_size);
         c.bytes(r.name.data(), r.name.size());
-        if (zip64_extra) {
-            c.u16(1);
-            c.u16(zip64_extra - 4);
-            if (size_needs_zip64(r.size)) {
-                c.u64(r.size);
-                c.u64(r.size);
-            }
-            if (offset_needs_zip64(r.header_offset)) c.u64(r.header_offset);
-        }
+        zip64_extra_field(c, r);
         c.u16(0x4246);  // "FB"
         c.u16(fb_size - 4);
         c.fill('Z', fb_size - 4);
@@ -218,11 +222,7 @@ void write_central_directory(const Plan& plan, uint8_t* image) {
         const uint64_t extra = central_zip64_extra(r);
         c.u32(kCentralSig);
         c.u16(0);  // made by
-        c.u16(r.zip64 ? kZip64Version : 0);
-        c.u16(r.size ? kFlagsWithDescriptor : kFlagsNoDescriptor);
-        c.u16(0);  // stored
-        c.u16(0);  // time
-        c.u16(0);  // date
+        header_fields(c, r);
         c.u32(r.crc);
         c.u32(std::min<uint64_t>(r.size, kZip32Limit));
         c.u32(std::min<uint64_t>(r.size, kZip32Limit));
@@ -234,15 +234,7 @@ void write_central_directory(const Plan& plan, uint8_t* image) {
         c.u32(0);  // external attributes
         c.u32(std::min<uint64_t>(r.header_offset, kZip32Limit));
         c.bytes(r.name.data(), r.name.size());
-        if (extra) {
-            c.u16(1);
-            c.u16(extra - 4);
-            if (size_needs_zip64(r.size)) {
-                c.u64(r.size);
-                c.u64(r.size);
-            }
-            if (offset_needs_zip64(r.header_offset)) c.u64(r.header_offset);
-        }
+        zip64_extra_field(c, r);
     }
     const uint64_t end64_offset = plan.central_offset + plan.central_size;
     const uint64_t n = plan.records.size();
@@ -286,29 +278,6 @@ ArchiveLayout plan_archive(const SaveRequest& request) {
 // ---- Pickle of a flat {name: tensor} dict ------------------------------------------
 
 namespace {
-
-struct StorageClass {
-    const char* name;
-    size_t bytes;
-};
-
-StorageClass storage_class(ScalarType t) {
-    switch (t) {
-        case ScalarType::Float32: return {"FloatStorage", 4};
-        case ScalarType::Float64: return {"DoubleStorage", 8};
-        case ScalarType::Float16: return {"HalfStorage", 2};
-        case ScalarType::BFloat16: return {"BFloat16Storage", 2};
-        case ScalarType::Complex64: return {"ComplexFloatStorage", 8};
-        case ScalarType::Complex128: return {"ComplexDoubleStorage", 16};
-        case ScalarType::Int8: return {"CharStorage", 1};
-        case ScalarType::Int16: return {"ShortStorage", 2};
-        case ScalarType::Int32: return {"IntStorage", 4};
-        case ScalarType::Int64: return {"LongStorage", 8};
-        case ScalarType::UInt8: return {"ByteStorage", 1};
-        case ScalarType::Bool: return {"BoolStorage", 1};
-    }
-    throw std::invalid_argument("unknown checkpoint ScalarType " + std::to_string(int(t)));
-}
 
 // Writes the few pickle (protocol 2) opcodes a tensor dict needs.
 class PickleWriter {
@@ -376,7 +345,7 @@ uint64_t reach_bytes(const TensorRef& t, const std::vector<int64_t>& strides, si
 
 }  // namespace
 
-size_t element_size(ScalarType type) { return storage_class(type).bytes; }
+size_t element_size(ScalarType type) { return detail::storage_class(type).bytes; }
 
 SaveRequest tensor_dict_request(const std::string& path, const std::vector<TensorRef>& tensors) {
     SaveRequest request;
@@ -430,7 +399,7 @@ SaveRequest tensor_dict_request(const std::string& path, const std::vector<Tenso
         const TensorRef& t = tensors[i];
         const void* key = t.storage ? t.storage : static_cast<const void*>(&t);
         const Stored& s = storages.at(key);
-        const StorageClass cls = storage_class(t.dtype);
+        const detail::StorageClass& cls = detail::storage_class(t.dtype);
         p.text(t.name);
         p.global("torch._utils", "_rebuild_tensor_v2");
         p.mark();
@@ -456,7 +425,7 @@ SaveRequest tensor_dict_request(const std::string& path, const std::vector<Tenso
     request.pickle = p.take();
     for (const void* key : order) {
         const Stored& s = storages.at(key);
-        request.records.push_back({"data/" + std::to_string(s.key), s.data, s.bytes});
+        request.records.push_back({detail::storage_record_name(s.key), s.data, s.bytes});
     }
     return request;
 }

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,17 @@ constexpr uint64_t kAlignment = 64;            // payload alignment (torch's kFi
 constexpr uint64_t kIoAlignment = kStagingAlignment;  // O_DIRECT buffer / offset / length alignment
 constexpr uint64_t kZip32Limit = 0xFFFFFFFFu;  // at or above: ZIP64 fields
 constexpr size_t kSerializationIdSize = 40;
+
+// Zip records as written here (and checked by qrnn.checkpoint.verify through qrnn._C).
+constexpr uint32_t kLocalHeaderSig = 0x04034b50, kDescriptorSig = 0x08074b50;
+constexpr uint32_t kCentralSig = 0x02014b50, kEnd64Sig = 0x06064b50, kLocator64Sig = 0x07064b50,
+                   kEndSig = 0x06054b50;
+constexpr uint64_t kLocalHeaderSize = 30, kCentralHeaderSize = 46;
+constexpr uint64_t kEnd64Size = 56, kLocator64Size = 20, kEndSize = 22;
+constexpr uint16_t kFlagsWithDescriptor = 0x0808, kFlagsNoDescriptor = 0x0800;
+
+// The record of storage `key` (the key in the pickle's persistent id), as torch names it.
+inline std::string storage_record_name(size_t key) { return "data/" + std::to_string(key); }
 
 struct PlannedRecord {
     std::string name;             // full name inside the archive, "<prefix>/<record>"
@@ -43,6 +55,27 @@ struct Plan {
     uint64_t file_size = 0;
     uint64_t staging_size = 0;           // file_size rounded up to kIoAlignment
 };
+
+// torch's legacy storage class of each element type, with torch's dtype name and the element
+// size, in ScalarType order (qrnn._C exports the table for the Python pickler).
+struct StorageClass {
+    const char* dtype;
+    const char* name;
+    size_t bytes;
+};
+inline constexpr StorageClass kStorageClasses[] = {
+    {"float32", "FloatStorage", 4}, {"float64", "DoubleStorage", 8}, {"float16", "HalfStorage", 2},
+    {"bfloat16", "BFloat16Storage", 2}, {"complex64", "ComplexFloatStorage", 8},
+    {"complex128", "ComplexDoubleStorage", 16}, {"int8", "CharStorage", 1}, {"int16", "ShortStorage", 2},
+    {"int32", "IntStorage", 4}, {"int64", "LongStorage", 8}, {"uint8", "ByteStorage", 1}, {"bool", "BoolStorage", 1},
+};
+static_assert(sizeof kStorageClasses / sizeof kStorageClasses[0] == size_t(ScalarType::Bool) + 1);
+
+inline const StorageClass& storage_class(ScalarType t) {
+    if (size_t(t) > size_t(ScalarType::Bool))
+        throw std::invalid_argument("unknown checkpoint ScalarType " + std::to_string(int(t)));
+    return kStorageClasses[size_t(t)];
+}
 
 // The archive prefix torch.save uses for a path: the file's base name without extension.
 std::string archive_prefix(const std::string& path);

@@ -2,10 +2,8 @@
 round trips in every dtype, snapshot semantics, rotation, verify(), the C++ tensor writer."""
 
 import collections
-import io
 import json
 import os
-import pickle
 import subprocess
 import sys
 import zipfile
@@ -13,6 +11,7 @@ import zipfile
 import pytest
 import torch
 
+from conftest import weights_only_reads
 from qrnn import _C
 from qrnn.checkpoint import AsyncCheckpointer, CorruptCheckpointError, load, verify
 
@@ -23,20 +22,9 @@ ALL_DTYPES = [
 ]
 
 
-def _weights_only_reads(dtype) -> bool:
-    buffer = io.BytesIO()
-    try:
-        torch.save(torch.zeros(1, dtype=dtype), buffer)
-        buffer.seek(0)
-        torch.load(buffer, weights_only=True)
-        return True
-    except (pickle.UnpicklingError, KeyError):
-        return False
-
-
 # torch 2.4 neither saves uint16/32/64 nor reads them back with weights_only=True (later
 # versions do both). Test the dtypes this torch can read back.
-ALL_DTYPES = [dt for dt in ALL_DTYPES if _weights_only_reads(dt)]
+ALL_DTYPES = [dt for dt in ALL_DTYPES if weights_only_reads(dt)]
 
 
 def random_tensor(shape, dtype):
@@ -211,7 +199,7 @@ def test_snapshot_overlap_mode_waits_only_in_optimizer_step(tmp_path):
         opt.zero_grad()
         model(x).sum().backward()   # forward/backward overlap the staging copy
         opt.step()                  # the pre-step hook waits for the snapshot first
-        assert handle._barrier_done  # the barrier waited for this snapshot
+        assert handle._save.barrier_done  # the barrier waited for this snapshot
         opt.step()
         loaded = load(handle.result())
     assert_same(before, dict(loaded["model"]))
@@ -341,17 +329,16 @@ def test_crc32_matches_zlib():
 
 def test_block_false_skips_when_full(tmp_path):
     class Busy:  # stands in for a save that is still being written
-        _sequence = -1
+        sequence = -1
 
-        class _status:
-            @staticmethod
-            def done():
-                return False
+        @staticmethod
+        def finished():
+            return False
 
     with AsyncCheckpointer(tmp_path, max_pending=1) as ckpt:
-        ckpt._slots[0].handle = Busy()
+        ckpt._slots[0].save = Busy()
         assert ckpt.save({"x": torch.ones(3)}, 1, block=False) is None
-        ckpt._slots[0].handle = None
+        ckpt._slots[0].save = None
         assert ckpt.save({"x": torch.ones(3)}, 1, block=False).result().endswith("ckpt-000000000001.pt")
 
 
@@ -402,7 +389,7 @@ def test_zip64_record_beyond_4_gib(tmp_path):
     (ZIP64 offset): torch.load, mmap with computed offsets, zipfile and verify() agree."""
     import mmap
 
-    from qrnn.checkpoint import _pickle_state, _StorageRef
+    from qrnn.checkpoint.pickler import StorageRef, pickle_state
 
     big, small = (1 << 32) + 4096 + 7, 100
 
@@ -411,10 +398,10 @@ def test_zip64_record_beyond_4_gib(tmp_path):
             self.key, self.n = key, n
 
         def __reduce__(self):
-            ref = _StorageRef(("storage", torch.ByteStorage, self.key, "cpu", self.n))
+            ref = StorageRef(("storage", torch.ByteStorage, self.key, "cpu", self.n))
             return torch._utils._rebuild_tensor_v2, (ref, 0, (self.n,), (1,), False, collections.OrderedDict())
 
-    data, _ = _pickle_state({"big": Stored("0", big), "small": Stored("1", small)})
+    data, _ = pickle_state({"big": Stored("0", big), "small": Stored("1", small)})
     writer = _C.CheckpointWriter()
     path = str(tmp_path / "large.pt")
     sources = [(0, big), (0, small)]  # the bytes are put into the staging image directly

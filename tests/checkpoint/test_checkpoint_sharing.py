@@ -18,6 +18,7 @@ import torch
 
 from qrnn import _C
 from qrnn.checkpoint import AsyncCheckpointer, CheckpointError, load
+from qrnn.checkpoint._testing import FaultyCheckpointer
 
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 
@@ -193,7 +194,7 @@ def test_temporary_names_are_unique_per_save(tmp_path):
     """Names carry fresh randomness besides the PID: the same process saving the same step
     never reuses a name, so a predecessor with the same PID cannot collide."""
     seen = set()
-    with AsyncCheckpointer(tmp_path, _fault={"after_bytes": 0, "errno": errno.EIO}) as ckpt:
+    with FaultyCheckpointer(tmp_path, after_bytes=0, errno=errno.EIO) as ckpt:
         for _ in range(20):
             handle = ckpt.save({"x": torch.ones(4)}, 3)
             with pytest.raises(CheckpointError) as caught:
@@ -299,7 +300,7 @@ def child(mode):
                 opt.step()                             # the parent's overlap barrier is not ours
             else:  # "exit": leave with the parent's save in flight, through the exit-time close()
                 with open(os.path.join(folder, "in-flight-at-fork"), "w") as f:
-                    f.write(str(not (parent_save._status.done() and overlap._status.done())))
+                    f.write(str(not (parent_save._save.finished() and overlap._save.finished())))
         except BaseException as e:
             print("child failed:", repr(e), file=sys.stderr, flush=True)
             code = 2
@@ -370,7 +371,7 @@ def test_rollback_run_keeps_its_saves(tmp_path):
 def test_transient_failure_costs_one_checkpoint(tmp_path):
     """The disk fails once. (Before: the next save() raised the error and was not made: two
     checkpoints lost.)"""
-    ckpt = AsyncCheckpointer(tmp_path, keep_last=None, _fault={"after_bytes": 0, "errno": errno.EIO, "times": 1})
+    ckpt = FaultyCheckpointer(tmp_path, keep_last=None, after_bytes=0, errno=errno.EIO, times=1)
     ckpt.save({"step": 1}, 1)
     with pytest.raises(CheckpointError) as caught:
         ckpt.save({"step": 2}, 2)
@@ -384,7 +385,7 @@ def test_transient_failure_costs_one_checkpoint(tmp_path):
 def test_earlier_failure_survives_a_save_that_fails_itself(tmp_path):
     """A save() that cannot even start (an unpicklable state) does not swallow the earlier
     failure it was about to report."""
-    ckpt = AsyncCheckpointer(tmp_path, _fault={"after_bytes": 0, "errno": errno.EIO, "times": 1})
+    ckpt = FaultyCheckpointer(tmp_path, after_bytes=0, errno=errno.EIO, times=1)
     ckpt.save({"step": 1}, 1)
     with pytest.raises(Exception) as caught:
         ckpt.save({"bad": lambda: None}, 2)

@@ -4,7 +4,7 @@ Saving CUDA tensors takes its own path: a pinned staging image, device->host cop
 side stream per device, an event per device that a waiter thread synchronises before it
 opens the writer's gate, and (overlap mode) the current streams made to wait for those
 events. Here the state's storages are CPU memory labelled as a CUDA device, and torch.cuda's
-streams, events and pinned allocation are stand-ins (qrnn.checkpoint._cuda), so every line of
+streams, events and pinned allocation are stand-ins (qrnn.checkpoint.staging.cuda), so every line of
 that path runs and the file it writes is checked byte for byte.
 """
 
@@ -15,8 +15,8 @@ import contextlib
 import pytest
 import torch
 
-from qrnn import checkpoint
-from qrnn.checkpoint import AsyncCheckpointer, CheckpointError
+from qrnn import _C
+from qrnn.checkpoint import AsyncCheckpointer, CheckpointError, checkpointer, staging
 
 GPU = torch.device("cuda", 0)
 
@@ -75,8 +75,8 @@ def fake_gpu(monkeypatch):
     """Storages of tensors named in `on_gpu` (by identity) are saved as if on cuda:0."""
     fake = FakeCuda()
     fake.on_gpu = set()
-    monkeypatch.setattr(checkpoint, "_cuda", fake)
-    pickle_state = checkpoint._pickle_state
+    monkeypatch.setattr(staging, "cuda", fake)
+    pickle_state = checkpointer.pickle_state
 
     def labelled(state):
         data, stored = pickle_state(state)
@@ -85,7 +85,7 @@ def fake_gpu(monkeypatch):
                 s.device = GPU
         return data, stored
 
-    monkeypatch.setattr(checkpoint, "_pickle_state", labelled)
+    monkeypatch.setattr(checkpointer, "pickle_state", labelled)
     return fake
 
 
@@ -100,7 +100,7 @@ def test_gpu_tensors_staged_through_side_streams(fake_gpu, tmp_path):
         ckpt.save(state, 2).result()
         assert fake_gpu.pinned == 1
     for step in (1, 2):
-        loaded = torch.load(tmp_path / checkpoint._C.checkpoint_file_name("ckpt-", step, ".pt"), weights_only=True)
+        loaded = torch.load(tmp_path / _C.checkpoint_file_name("ckpt-", step, ".pt"), weights_only=True)
         for name, tensor in state.items():
             assert torch.equal(loaded[name], tensor)
 

@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from qrnn.checkpoint import AsyncCheckpointer, CheckpointError, load, verify
+from qrnn.checkpoint._testing import FaultyCheckpointer
 
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 
@@ -36,12 +37,12 @@ def run_python(script, *args, timeout=120):
                           text=True, timeout=timeout)
 
 
-def committed_then_failing(folder, ckpt_kwargs):
+def committed_then_failing(folder, fault):
     """Commit step 1 with a healthy checkpointer; return a failing one, step 1's path and digest."""
     good = AsyncCheckpointer(folder, keep_last=3)
     first = good.save({"x": torch.randn(1000)}, 1).result()
     good.close()
-    return AsyncCheckpointer(folder, keep_last=3, **ckpt_kwargs), first, digest(first)
+    return FaultyCheckpointer(folder, keep_last=3, **fault), first, digest(first)
 
 
 # ---- injected failures (always available) --------------------------------------------
@@ -49,7 +50,7 @@ def committed_then_failing(folder, ckpt_kwargs):
 @pytest.mark.parametrize("code", [errno.ENOSPC, errno.EIO, errno.EDQUOT])
 def test_injected_write_failure_surfaces_and_keeps_previous(tmp_path, code):
     ckpt, first, before = committed_then_failing(
-        tmp_path, {"_fault": {"after_bytes": 100_000, "errno": code}})
+        tmp_path, {"after_bytes": 100_000, "errno": code})
     handle = ckpt.save({"x": torch.randn(1 << 20)}, 2)  # 4 MB: crosses the injected limit
     with pytest.raises(CheckpointError) as caught:
         handle.result()
@@ -69,7 +70,7 @@ def test_injected_write_failure_surfaces_and_keeps_previous(tmp_path, code):
 
 
 def test_error_raised_by_next_save_wait_and_close(tmp_path):
-    ckpt = AsyncCheckpointer(tmp_path, _fault={"after_bytes": 0, "errno": errno.ENOSPC})
+    ckpt = FaultyCheckpointer(tmp_path, after_bytes=0, errno=errno.ENOSPC)
     ckpt.save({"x": torch.randn(100)}, 1)
     with pytest.raises(CheckpointError, match="No space left") as caught:
         ckpt.save({"x": torch.randn(100)}, 2)  # waits for the slot, reports step 1, still saves step 2
@@ -84,7 +85,7 @@ def test_error_raised_by_next_save_wait_and_close(tmp_path):
 
 
 def test_exception_in_writer_thread(tmp_path):
-    ckpt, first, before = committed_then_failing(tmp_path, {"_fault": {"after_bytes": 4096, "throw": True}})
+    ckpt, first, before = committed_then_failing(tmp_path, {"after_bytes": 4096, "throw": True})
     ckpt.save({"x": torch.randn(1 << 18)}, 2)
     with pytest.raises(CheckpointError, match="internal error in the writer thread") as caught:
         ckpt.wait()
@@ -329,13 +330,13 @@ def test_first_save_does_not_zero_its_staging_first(tmp_path):
     """The first save's staging image is not written before the copy (before: a zeroing pass
     over all of it on the calling thread, which made the first save of a large state block
     longer than torch.save); the copy itself faults in only what the file needs."""
-    from qrnn.checkpoint import _StagingSlot
+    from qrnn.checkpoint.staging import StagingSlot
 
     def rss():
         with open("/proc/self/statm") as f:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
-    slot = _StagingSlot()
+    slot = StagingSlot()
     before = rss()
     slot.ensure(256 << 20, pinned=False)
     assert slot.capacity >= 256 << 20 and slot.address % 4096 == 0

@@ -1,0 +1,224 @@
+// POSIX file operations of a save (see checkpoint/posix_file.hpp).
+#include "checkpoint/posix_file.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+#include <type_traits>
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "checkpoint/archive.hpp"
+
+namespace qrnn::checkpoint::detail {
+
+namespace {
+
+constexpr uint64_t kMinWrite = 4ull << 20;  // coalesce small records into one write
+
+uint64_t align_up(uint64_t v) { return (v + kIoAlignment - 1) / kIoAlignment * kIoAlignment; }
+
+// fsync; on macOS fsync leaves data in the drive's cache, F_FULLFSYNC does not.
+bool sync_to_disk(int fd) {
+#ifdef F_FULLFSYNC
+    if (::fcntl(fd, F_FULLFSYNC) == 0) return true;
+#endif
+    return ::fsync(fd) == 0;
+}
+
+}  // namespace
+
+std::string errno_text(int code) {
+    char buf[256] = {0};
+    // GNU strerror_r returns a pointer, XSI an int: handle both.
+    auto pick = [&](auto r) -> std::string {
+        if constexpr (std::is_same_v<decltype(r), int>) return r == 0 ? std::string(buf) : "unknown error";
+        else return std::string(r ? r : "unknown error");
+    };
+    return pick(strerror_r(code, buf, sizeof buf));
+}
+
+[[noreturn]] void fail_io(int code, const std::string& operation, const std::string& path,
+                          const std::string& final_path) {
+    SaveError e;
+    e.error_number = code;
+    e.operation = operation;
+    e.path = path;
+    e.message = "checkpoint '" + final_path + "' was not saved: " + operation + " '" + path +
+                "' failed: " + errno_text(code) + " (errno " + std::to_string(code) + ")";
+    throw IoFailure{std::move(e)};
+}
+
+std::string folder_of(const std::string& path) {
+    const size_t slash = path.find_last_of('/');
+    if (slash == std::string::npos) return ".";
+    if (slash == 0) return "/";
+    return path.substr(0, slash);
+}
+std::string base_of(const std::string& path) {
+    const size_t slash = path.find_last_of('/');
+    return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// Open-file-description locks where available (they conflict between two descriptors of
+// one process too, and NFSv4 carries them to the server), flock() elsewhere.
+int lock_file(int fd, bool wait) {
+    int r;
+#ifdef F_OFD_SETLK
+    struct flock range;
+    std::memset(&range, 0, sizeof range);
+    range.l_type = F_WRLCK;
+    range.l_whence = SEEK_SET;
+    do {
+        r = ::fcntl(fd, wait ? F_OFD_SETLKW : F_OFD_SETLK, &range);
+    } while (r != 0 && errno == EINTR);
+#else
+    do {
+        r = ::flock(fd, LOCK_EX | (wait ? 0 : LOCK_NB));
+    } while (r != 0 && errno == EINTR);
+#endif
+    return r == 0 ? 0 : errno;
+}
+
+int64_t realtime_ns() {
+    struct timespec now;
+    ::clock_gettime(CLOCK_REALTIME, &now);
+    return int64_t(now.tv_sec) * 1000000000 + now.tv_nsec;
+}
+
+// ---- OutputFile --------------------------------------------------------------------
+
+OutputFile::OutputFile(const std::function<std::string()>& temporary_path, std::string final_path, bool want_direct,
+                       const uint8_t* image, const testing::FaultInjection* fault, int* faults_fired)
+    : final_(std::move(final_path)), image_(image), fault_(fault), fired_(faults_fired) {
+    for (int attempt = 0;; ++attempt) {
+        path_ = temporary_path();
+        do {
+            fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        } while (fd_ < 0 && errno == EINTR);
+        if (fd_ < 0 && errno == EEXIST && attempt < 8) continue;
+        if (fd_ < 0) fail_io(errno, "create", path_, final_);
+        // Held until after the rename: while it is held no cleaner deletes the file. A
+        // cleaner may have taken the lock between our create and here (it then unlinks
+        // the file): start again under a new name. Without lock support, write unlocked
+        // (cleaners then never delete: they cannot lock either).
+        lock_file(fd_, true);
+        struct stat st;
+        if (::fstat(fd_, &st) == 0 && st.st_nlink == 0 && attempt < 8) {
+            ::close(fd_);
+            fd_ = -1;
+            continue;
+        }
+        break;
+    }
+#ifdef O_DIRECT
+    // Set after open: some kernels create the file and then refuse O_DIRECT at open.
+    if (want_direct) {
+        const int flags = ::fcntl(fd_, F_GETFL);
+        direct_ = flags >= 0 && ::fcntl(fd_, F_SETFL, flags | O_DIRECT) == 0;
+    }
+#else
+    (void)want_direct;
+#endif
+}
+
+OutputFile::~OutputFile() {
+    if (fd_ >= 0) ::close(fd_);
+}
+
+void OutputFile::preallocate(uint64_t size) {
+#ifdef __linux__
+    if (size == 0) return;
+    int r;
+    do {
+        r = ::fallocate(fd_, 0, 0, static_cast<off_t>(size));
+    } while (r != 0 && errno == EINTR);
+    if (r != 0 && errno != EOPNOTSUPP && errno != ENOSYS && errno != EINVAL)
+        fail_io(errno, "allocate space for", path_, final_);
+#else
+    (void)size;
+#endif
+}
+
+void OutputFile::write_until(uint64_t ready, bool final) {
+    if (!final && ready - written_ < kMinWrite) return;
+    uint64_t end = ready;
+    if (direct_) end = final ? align_up(ready) : ready / kIoAlignment * kIoAlignment;
+    if (end > written_) write_range(end);
+}
+
+void OutputFile::finish(uint64_t size, int64_t commit_ns, bool sync) {
+    if (written_ > size) {  // the last aligned write went past the end
+        if (::ftruncate(fd_, static_cast<off_t>(size)) != 0) fail_io(errno, "truncate", path_, final_);
+    }
+    if (commit_ns > 0) {
+        struct timespec times[2];
+        times[0].tv_sec = 0;
+        times[0].tv_nsec = UTIME_OMIT;
+        times[1].tv_sec = static_cast<time_t>(commit_ns / 1000000000);
+        times[1].tv_nsec = static_cast<long>(commit_ns % 1000000000);
+        ::futimens(fd_, times);  // best effort: a file system that refuses keeps its write time
+    }
+    if (sync && !sync_to_disk(fd_)) fail_io(errno, "fsync", path_, final_);
+}
+
+void OutputFile::close() {
+    const int fd = fd_;
+    fd_ = -1;
+    if (fd >= 0) ::close(fd);
+}
+
+void OutputFile::drop_direct() {
+#ifdef O_DIRECT
+    const int flags = ::fcntl(fd_, F_GETFL);
+    if (flags >= 0) ::fcntl(fd_, F_SETFL, flags & ~O_DIRECT);
+#endif
+    direct_ = false;
+}
+
+void OutputFile::write_range(uint64_t end) {
+    while (written_ < end) {
+        const size_t n = static_cast<size_t>(std::min<uint64_t>(end - written_, kPiece));
+        if (fault_ && fault_->fail_after_bytes != UINT64_MAX && written_ + n > fault_->fail_after_bytes) {
+            ++*fired_;
+            if (fault_->throw_exception) throw std::runtime_error("injected failure in the checkpoint writer thread");
+            fail_io(fault_->error_number ? fault_->error_number : EIO, "write", path_, final_);
+        }
+        const ssize_t r = ::pwrite(fd_, image_ + written_, n, static_cast<off_t>(written_));
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            if (errno == EINVAL && direct_) {  // the file system refused this direct write
+                drop_direct();
+                continue;
+            }
+            fail_io(errno, "write", path_, final_);
+        }
+        if (r == 0) fail_io(EIO, "write", path_, final_);
+        written_ += static_cast<uint64_t>(r);
+        if (direct_ && written_ % kIoAlignment) drop_direct();  // short write: unaligned now
+    }
+}
+
+TempFileGuard::~TempFileGuard() {
+    if (armed) ::unlink(path.c_str());
+}
+
+void fsync_folder(const std::string& folder, const std::string& final_path) {
+    int fd;
+    do {
+        fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    } while (fd < 0 && errno == EINTR);
+    if (fd < 0) fail_io(errno, "open folder", folder, final_path);
+    const int r = ::fsync(fd);
+    const int code = errno;
+    ::close(fd);
+    // Some file systems cannot fsync a folder (EINVAL): nothing more can be done there.
+    if (r != 0 && code != EINVAL && code != EROFS) fail_io(code, "fsync folder", folder, final_path);
+}
+
+}  // namespace qrnn::checkpoint::detail

@@ -1,0 +1,173 @@
+// Files in a checkpoint folder: names, listing in commit order, deleting old checkpoints,
+// and removing the temporaries of writers that are gone.
+#include "checkpoint/retention.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <system_error>
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "checkpoint/posix_file.hpp"
+
+namespace qrnn::checkpoint {
+
+namespace {
+
+constexpr int64_t kCommitStepNs = 1000;  // commit order survives microsecond timestamps
+const char* const kTemporaryMark = ".tmp-";
+
+uint64_t random64() {
+    try {
+        std::random_device device;  // getrandom() / the CPU's generator
+        return (uint64_t(device()) << 32) ^ uint64_t(device());
+    } catch (...) {
+        static std::atomic<uint64_t> counter{0};
+        const auto now = uint64_t(std::chrono::high_resolution_clock::now().time_since_epoch().count());
+        return now * 0x9E3779B97F4A7C15ull ^ (counter.fetch_add(1) << 17) ^ uint64_t(::getpid());
+    }
+}
+
+int64_t modification_ns(const struct stat& st) {
+#ifdef __APPLE__
+    return int64_t(st.st_mtimespec.tv_sec) * 1000000000 + st.st_mtimespec.tv_nsec;
+#else
+    return int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+#endif
+}
+
+}  // namespace
+
+std::string checkpoint_file_name(const std::string& prefix, uint64_t step, const std::string& suffix) {
+    char digits[24];
+    std::snprintf(digits, sizeof digits, "%012llu", static_cast<unsigned long long>(step));
+    return prefix + digits + suffix;
+}
+
+bool parse_checkpoint_name(const std::string& name, const std::string& prefix, const std::string& suffix,
+                           uint64_t* step) {
+    if (name.size() <= prefix.size() + suffix.size()) return false;
+    if (name.compare(0, prefix.size(), prefix) != 0) return false;
+    if (name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) return false;
+    uint64_t v = 0;
+    for (size_t i = prefix.size(); i < name.size() - suffix.size(); ++i) {
+        const char c = name[i];
+        if (c < '0' || c > '9') return false;
+        if (v > (UINT64_MAX - 9) / 10) return false;
+        v = v * 10 + uint64_t(c - '0');
+    }
+    *step = v;
+    return true;
+}
+
+bool is_temporary_name(const std::string& name) {
+    const size_t mark = name.rfind(kTemporaryMark);
+    if (name.size() < 2 || name[0] != '.' || mark == std::string::npos || mark < 2) return false;
+    size_t i = mark + std::char_traits<char>::length(kTemporaryMark), digits = 0;
+    for (; i < name.size() && name[i] >= '0' && name[i] <= '9'; ++i) ++digits;
+    if (digits == 0 || i >= name.size() || name[i] != '-') return false;
+    const std::string hex = name.substr(i + 1);
+    if (hex.size() != 16) return false;
+    for (const char c : hex)
+        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+    return true;
+}
+
+std::vector<CommittedFile> list_checkpoints(const std::string& folder, const std::string& prefix,
+                                            const std::string& suffix, CheckpointOrder order) {
+    std::vector<CommittedFile> found;
+    DIR* dir = ::opendir(folder.c_str());
+    if (!dir) {
+        if (errno == ENOENT) return found;
+        throw std::system_error(errno, std::generic_category(), "list checkpoints in '" + folder + "'");
+    }
+    while (const dirent* entry = ::readdir(dir)) {
+        CommittedFile f;
+        f.name = entry->d_name;
+        if (!parse_checkpoint_name(f.name, prefix, suffix, &f.step)) continue;
+        struct stat st;
+        if (::fstatat(::dirfd(dir), entry->d_name, &st, 0) != 0 || !S_ISREG(st.st_mode)) continue;  // just deleted
+        f.commit_ns = modification_ns(st);
+        found.push_back(std::move(f));
+    }
+    ::closedir(dir);
+    const bool by_commit = order == CheckpointOrder::Commit;
+    std::sort(found.begin(), found.end(), [by_commit](const CommittedFile& a, const CommittedFile& b) {
+        if (by_commit) return a.commit_ns != b.commit_ns ? a.commit_ns < b.commit_ns : a.step < b.step;
+        return a.step != b.step ? a.step < b.step : a.commit_ns < b.commit_ns;
+    });
+    return found;
+}
+
+int remove_stale_temporaries(const std::string& folder) {
+    DIR* dir = ::opendir(folder.c_str());
+    if (!dir) return 0;
+    std::vector<std::string> names;
+    while (const dirent* entry = ::readdir(dir))
+        if (is_temporary_name(entry->d_name)) names.emplace_back(entry->d_name);
+    const int dfd = ::dirfd(dir);
+    int removed = 0;
+    for (const std::string& name : names) {
+        const int fd = ::openat(dfd, name.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+        if (fd < 0) continue;
+        // The lock is free only when its writer is gone (or has not locked yet: it then sees
+        // the file unlinked and starts over). Any doubt (no lock support): keep the file.
+        struct stat held, named;
+        if (detail::lock_file(fd, false) == 0 && ::fstat(fd, &held) == 0 && S_ISREG(held.st_mode) &&
+            held.st_nlink > 0 && ::fstatat(dfd, name.c_str(), &named, AT_SYMLINK_NOFOLLOW) == 0 &&
+            named.st_ino == held.st_ino && named.st_dev == held.st_dev && ::unlinkat(dfd, name.c_str(), 0) == 0)
+            ++removed;
+        ::close(fd);
+    }
+    ::closedir(dir);
+    return removed;
+}
+
+namespace detail {
+
+std::string temporary_name(const std::string& final_name) {
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(random64()));
+    return "." + final_name + kTemporaryMark + std::to_string(::getpid()) + "-" + hex;
+}
+
+int64_t next_commit_ns(const std::string& folder, const Retention& naming) {
+    int64_t t = realtime_ns();
+    if (naming.prefix.empty() && naming.suffix.empty()) return t;
+    try {
+        for (const CommittedFile& f : list_checkpoints(folder, naming.prefix, naming.suffix))
+            t = std::max(t, f.commit_ns + kCommitStepNs);
+    } catch (const std::system_error&) {
+    }
+    return t;
+}
+
+void apply_retention(const std::string& folder, const std::string& committed, const Retention& keep,
+                     std::vector<std::string>& warnings) {
+    if (keep.keep_last <= 0) return;
+    std::vector<CommittedFile> found;
+    try {
+        found = list_checkpoints(folder, keep.prefix, keep.suffix, CheckpointOrder::Commit);
+    } catch (const std::system_error& e) {
+        warnings.push_back("could not list '" + folder + "' to delete old checkpoints: " + e.code().message());
+        return;
+    }
+    // Oldest commits first: everything before the last keep_last goes.
+    const size_t excess = found.size() > size_t(keep.keep_last) ? found.size() - size_t(keep.keep_last) : 0;
+    for (size_t i = 0; i < excess; ++i) {
+        if (found[i].name == committed) continue;
+        const std::string path = folder + "/" + found[i].name;
+        if (::unlink(path.c_str()) != 0 && errno != ENOENT)
+            warnings.push_back("could not delete old checkpoint '" + path + "': " + errno_text(errno));
+    }
+}
+
+}  // namespace detail
+}  // namespace qrnn::checkpoint

@@ -1,0 +1,24 @@
+"""Test hooks of qrnn.checkpoint, for the test suite only (not a public interface): a
+checkpointer whose disk fails on purpose, through qrnn._C._testing."""
+
+from __future__ import annotations
+
+import os
+from typing import Union
+
+from .. import _C
+from .checkpointer import AsyncCheckpointer
+
+
+class FaultyCheckpointer(AsyncCheckpointer):
+    """An AsyncCheckpointer whose writer fails the write crossing ``after_bytes`` bytes of a
+    file, with ``errno`` (EIO when 0) or by throwing inside the writer thread (``throw``),
+    for ``times`` saves (-1: all); the other arguments are AsyncCheckpointer's."""
+
+    def __init__(self, directory: Union[str, os.PathLike], *args, after_bytes: int = 2**64 - 1, errno: int = 0,
+                 throw: bool = False, times: int = -1, **kwargs):
+        self._fault = dict(fail_after_bytes=after_bytes, fail_errno=errno, fail_throw=throw, fail_times=times)
+        super().__init__(directory, *args, **kwargs)
+
+    def _new_writer(self):
+        return _C._testing.checkpoint_writer_with_faults(**self._writer_options, **self._fault)

@@ -1,0 +1,363 @@
+"""AsyncCheckpointer: the Python front of the C++ writer (qrnn._C.CheckpointWriter)."""
+
+from __future__ import annotations
+
+import atexit
+import operator
+import os
+import queue
+import threading
+import time
+import warnings
+import weakref
+from typing import Any, Iterable, Optional, Union
+
+import torch
+
+from .. import _C
+from .errors import CheckpointError
+from .handle import PendingSave, SaveHandle, add_barrier
+from .pickler import pickle_state
+from .staging import StagingSlot
+
+_live_checkpointers: weakref.WeakSet = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """The writer threads, the CUDA waiter and any lock holder stayed in the parent."""
+    for checkpointer in list(_live_checkpointers):
+        checkpointer._reset_after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+@atexit.register
+def _close_at_exit() -> None:
+    """An un-awaited save is never lost: finish every pending save before the interpreter exits."""
+    for checkpointer in list(_live_checkpointers):
+        try:
+            checkpointer.close()
+        except Exception as error:  # noqa: BLE001 - at exit, report and carry on
+            warnings.warn(f"qrnn.checkpoint: a save failed before exit: {error}", RuntimeWarning, stacklevel=1)
+
+
+class _CudaWaiter(threading.Thread):
+    """Opens each save's gate once its side-stream copies finish (event.synchronize releases
+    the GIL), so the C++ writer never touches CUDA or Python."""
+
+    def __init__(self):
+        super().__init__(name="qrnn-checkpoint-cuda-waiter", daemon=True)
+        self.queue: queue.SimpleQueue = queue.SimpleQueue()
+
+    def run(self) -> None:
+        while True:
+            item = self.queue.get()
+            if item is None:
+                return
+            events, gate, save = item
+            try:
+                for event in events.values():
+                    event.synchronize()
+                gate.open()
+            except BaseException as error:  # noqa: BLE001 - the save must fail, not hang
+                gate.fail(f"GPU copy failed: {error!r}")
+            finally:
+                save.gpu_copies_landed()  # the CPU part may still be copying from its storages
+
+
+class AsyncCheckpointer:
+    """Saves checkpoints of ``state`` in the background into ``directory`` (created if
+    missing) as ``<prefix><step:012d>.pt``, keeping the ``keep_last`` most recently committed
+    checkpoints (None: all) and holding at most ``max_pending`` snapshots in memory. ``copy_threads`` threads do
+    the CPU staging copy in default mode (one thread in overlap mode). ``direct_io`` writes
+    with O_DIRECT where the file system supports it (less CPU and page-cache churn)."""
+
+    def __init__(self, directory: Union[str, os.PathLike], keep_last: Optional[int] = 3, max_pending: int = 1,
+                 *, prefix: str = "ckpt-", copy_threads: Optional[int] = None, direct_io: bool = True,
+                 _sync: bool = True):
+        if keep_last is not None and (not isinstance(keep_last, int) or keep_last < 1):
+            raise ValueError(f"keep_last must be an int >= 1 or None, got {keep_last!r}")
+        if not isinstance(max_pending, int) or max_pending < 1:
+            raise ValueError(f"max_pending must be an int >= 1, got {max_pending!r}")
+        if not isinstance(prefix, str):
+            raise TypeError(f"prefix must be a str, got {type(prefix).__name__}")
+        if not prefix or os.sep in prefix or "\0" in prefix or prefix.startswith("."):
+            raise ValueError(f"prefix must be a plain file-name start, got {prefix!r}")
+        if copy_threads is None:
+            copy_threads = max(1, min(4, os.cpu_count() or 1))
+        if not isinstance(copy_threads, int) or copy_threads < 1:
+            raise ValueError(f"copy_threads must be an int >= 1, got {copy_threads!r}")
+        self.directory = os.fspath(directory)
+        os.makedirs(self.directory, exist_ok=True)
+        self.keep_last = keep_last
+        self.max_pending = max_pending
+        self.prefix = prefix
+        self.suffix = ".pt"
+        self._copy_threads = copy_threads
+        self._writer_options = dict(max_pending=max_pending, copy_threads=copy_threads, direct_io=direct_io,
+                                    sync=_sync)
+        self._writer: Any = self._new_writer()
+        self._slots = [StagingSlot() for _ in range(max_pending)]
+        self._saves: list[PendingSave] = []
+        self._lock = threading.RLock()
+        self._streams: dict = {}
+        self._cuda_waiter: Optional[_CudaWaiter] = None
+        self._closed = False
+        # Nothing is deleted here: a checkpointer may only read (an evaluator's). The writer
+        # removes dead writers' temporaries before its first save into the folder.
+        _live_checkpointers.add(self)
+
+    # -- public API --
+
+    def save(self, state: Any, step: int, *, overlap_with: Union[torch.optim.Optimizer,
+             Iterable[torch.optim.Optimizer], None] = None, block: bool = True) -> Optional[SaveHandle]:
+        """Snapshot ``state`` and write it in the background as step ``step``.
+
+        Returns a :class:`SaveHandle`, or None when ``block=False`` and ``max_pending`` saves
+        are still in flight (the save is skipped). Raises :class:`CheckpointError` for an
+        earlier save that failed, after making this save (its handle: the error's
+        ``next_handle``). With ``overlap_with`` (an
+        optimizer or several), the snapshot completes in the background and the optimizers'
+        next ``step()`` waits for it; see the module notes for when that is safe."""
+        start = time.perf_counter()
+        step = operator.index(step)
+        if step < 0:
+            raise ValueError(f"step must be >= 0, got {step}")
+        optimizers = self._optimizers(overlap_with)
+        with self._lock:
+            self._check_open()
+            earlier = self._take_unreported()
+            slot = self._acquire_slot(block)
+            if slot is None:
+                if earlier is not None:
+                    raise earlier[0]
+                return None
+            if earlier is None:
+                earlier = self._take_unreported()  # the save we waited for may have failed
+            try:
+                save = self._submit(state, step, optimizers, slot)
+            except BaseException:
+                if earlier is not None:  # failed before starting: report it later
+                    earlier[1].reported = False
+                    self._saves.insert(0, earlier[1])
+                raise
+        if optimizers:
+            for opt in optimizers:
+                add_barrier(opt, save)
+        else:
+            save.wait_staged()
+        save.blocked_seconds = time.perf_counter() - start
+        if earlier is not None:
+            earlier[0].next_handle = save.handle
+            raise earlier[0]
+        return save.handle
+
+    def reserve(self, state: Any, *, wait: bool = False) -> None:
+        """Allocate the staging memory that saves of ``state`` (or of a state with tensors of
+        the same sizes) need, in every free slot, and fault it in on a background thread, so
+        that even the first save() only copies. Call it once the state has its final sizes
+        (e.g. after the first optimizer step creates Adam's state); a save() that comes
+        first is still correct (the copy and the background thread share the memory safely).
+        ``wait=True`` returns once the memory is in place."""
+        with self._lock:
+            self._check_open()
+            data, stored = pickle_state(state)
+            staging_size = self._plan(0, data, [(0, s.nbytes) for s in stored])[1]
+            pinned = any(s.device.type != "cpu" for s in stored)
+            buffers = []
+            for slot in self._slots:
+                if slot.free():
+                    slot.ensure(staging_size, pinned=pinned)
+                    if not slot.pinned:
+                        buffers.append(slot.buffer)  # the thread's reference keeps it mapped
+        if not buffers:
+            return
+        thread = threading.Thread(target=lambda: [b.populate(0, staging_size) for b in buffers],
+                                  name="qrnn-checkpoint-reserve", daemon=True)
+        thread.start()
+        if wait:
+            thread.join()
+
+    def wait(self) -> None:
+        """Block until every save so far is committed; raise the first unreported failure."""
+        with self._lock:
+            for save in list(self._saves):
+                save.wait()
+            self._raise_unreported()
+
+    def close(self) -> None:
+        """wait(), then stop the writer threads and free the staging buffers. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            _live_checkpointers.discard(self)
+            try:
+                for save in list(self._saves):
+                    save.wait()
+            finally:
+                if self._writer is not None:
+                    self._writer.close()
+                if self._cuda_waiter is not None:
+                    self._cuda_waiter.queue.put(None)
+                    self._cuda_waiter.join()
+                self._slots = []
+            self._raise_unreported()
+
+    def latest(self, order: str = "commit") -> Optional[str]:
+        """Path of the most recently committed checkpoint in the directory (``order="step"``:
+        of the highest step), or None. Temporary files of saves in progress are never
+        returned, and nothing is deleted."""
+        found = self._list(order)
+        return os.path.join(self.directory, found[-1][0]) if found else None
+
+    def checkpoints(self, order: str = "commit") -> list[str]:
+        """Paths of all committed checkpoints in the directory, oldest commit first
+        (``order="step"``: lowest step first). Reads only."""
+        return [os.path.join(self.directory, name) for name, _, _ in self._list(order)]
+
+    def __enter__(self) -> AsyncCheckpointer:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+            return
+        try:  # an exception is already propagating: still finish the saves, do not mask it
+            self.close()
+        except CheckpointError as error:
+            warnings.warn(f"qrnn.checkpoint: {error}", RuntimeWarning, stacklevel=2)
+
+    def __del__(self):
+        if getattr(self, "_closed", True):
+            return
+        try:
+            self.close()
+        except Exception as error:  # noqa: BLE001 - never raise from a finalizer
+            warnings.warn(f"qrnn.checkpoint: {error}", RuntimeWarning, stacklevel=1)
+
+    # -- internals --
+
+    def _new_writer(self):
+        """The C++ writer (a test checkpointer overrides this to inject disk failures)."""
+        return _C.CheckpointWriter(**self._writer_options)
+
+    def _path(self, step: int) -> str:
+        return os.path.join(self.directory, _C.checkpoint_file_name(self.prefix, step, self.suffix))
+
+    def _plan(self, step: int, data: bytes, sources: list) -> tuple:
+        """(payload offsets, staging bytes, file bytes) of a save, as the writer lays it out."""
+        if self._writer is None:  # after fork: a new writer, with threads of this process
+            self._writer = self._new_writer()
+        return self._writer.plan(self._path(step), data, sources)
+
+    def _list(self, order: str) -> list:
+        if order not in ("commit", "step"):
+            raise ValueError(f"order must be 'commit' or 'step', got {order!r}")
+        return _C.checkpoint_list(self.directory, self.prefix, self.suffix, by_step=order == "step")
+
+    def _submit(self, state, step: int, optimizers: list, slot: StagingSlot) -> PendingSave:
+        """Under the lock: pickle, plan, stage (or queue the GPU copies) and submit one save."""
+        data, stored = pickle_state(state)
+        on_gpu = [s.device.type != "cpu" for s in stored]
+        for s, gpu in zip(stored, on_gpu):
+            if gpu and s.device.type != "cuda":
+                raise TypeError(f"qrnn.checkpoint saves CPU and CUDA tensors, got one on {s.device}")
+        sources = [(0 if gpu else s.storage.data_ptr(), s.nbytes) for s, gpu in zip(stored, on_gpu)]
+        offsets, staging_size, _ = self._plan(step, data, sources)
+        # Overlap mode: the background copy faults the pages in, save() must not wait for it.
+        slot.ensure(staging_size, pinned=any(on_gpu), populate_threads=0 if optimizers else self._copy_threads)
+        gate, cuda_done = None, {}
+        if any(on_gpu):
+            gate = _C.CheckpointGate()
+            cuda_done = slot.copy_from_gpu(stored, on_gpu, offsets, self._streams)
+        path = self._path(step)
+        try:
+            status = self._writer.submit(
+                path, data, sources, staging=slot.address, staging_capacity=slot.capacity, gate=gate,
+                keep_last=self.keep_last or 0, prefix=self.prefix, suffix=self.suffix,
+                copy_threads=1 if optimizers else self._copy_threads, block=True)
+        except BaseException:
+            for event in cuda_done.values():  # the slot is reused: let the copies land first
+                event.synchronize()
+            raise
+        save = PendingSave(status, step, path, cuda_done, [s.storage for s in stored])
+        slot.save = save
+        self._saves.append(save)
+        if gate is not None:
+            self._waiter().queue.put((cuda_done, gate, save))
+        return save
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("AsyncCheckpointer is closed")
+
+    @staticmethod
+    def _optimizers(overlap_with) -> list:
+        if overlap_with is None:
+            return []
+        optimizers = [overlap_with] if isinstance(overlap_with, torch.optim.Optimizer) else list(overlap_with)
+        for opt in optimizers:
+            if not isinstance(opt, torch.optim.Optimizer):
+                raise TypeError(f"overlap_with must be a torch.optim.Optimizer or several, got {type(opt).__name__}")
+        return optimizers
+
+    def _acquire_slot(self, block: bool) -> Optional[StagingSlot]:
+        for slot in self._slots:
+            if slot.free():
+                return slot
+        if not block:
+            return None
+        oldest = min(self._slots, key=lambda s: s.save.sequence if s.save is not None else -1)
+        if oldest.save is not None:
+            oldest.save.wait()  # releases the GIL
+        return oldest
+
+    def _reset_after_fork(self) -> None:
+        """In a forked child: fresh lock, no inherited saves, a new writer (fresh threads)."""
+        self._lock = threading.RLock()
+        self._saves = []
+        for slot in self._slots:
+            slot.save = None
+        self._cuda_waiter = None
+        self._streams = {}
+        # The inherited writer has no threads here (its C++ side leaks it); a new one starts at
+        # the first save, so children that never save (data-loader workers) start no threads.
+        self._writer = None
+
+    def _raise_unreported(self) -> None:
+        earlier = self._take_unreported()
+        if earlier is not None:
+            raise earlier[0]
+
+    def _take_unreported(self) -> Optional[tuple]:
+        """Forget finished saves; return the oldest failure nobody has been told about yet
+        (marked as told) and its save."""
+        earlier, remaining = None, []
+        for save in self._saves:
+            if not save.finished():
+                remaining.append(save)
+                continue
+            for note in save.take_warnings():
+                warnings.warn(f"qrnn.checkpoint: {note}", RuntimeWarning, stacklevel=3)
+            failure = None if save.reported else save.error()
+            if failure is None:
+                continue
+            if earlier is None:
+                save.reported = True
+                earlier = (failure, save)  # the save, to un-report it if the save() reporting it fails itself
+            else:
+                remaining.append(save)  # raised by the next call
+        self._saves = remaining
+        for slot in self._slots:
+            if slot.save is not None and slot.save.finished():
+                slot.save = None  # let its storages go
+        return earlier
+
+    def _waiter(self) -> _CudaWaiter:
+        if self._cuda_waiter is None:
+            self._cuda_waiter = _CudaWaiter()
+            self._cuda_waiter.start()
+        return self._cuda_waiter

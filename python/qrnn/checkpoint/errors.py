@@ -1,0 +1,31 @@
+"""The exceptions of qrnn.checkpoint."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+
+class CheckpointError(OSError):
+    """A checkpoint was not saved. ``errno`` and ``filename`` say which system call failed on
+    which file (``errno`` is 0 for a failure that was not a system call); ``step`` is the step
+    of the lost save."""
+
+    def __init__(self, errno: int, message: str, filename: Optional[str] = None, step: Optional[int] = None,
+                 operation: str = ""):
+        super().__init__(errno, message, filename)
+        self.step = step
+        self.operation = operation
+        # Set when a later save() reports it: that save's SaveHandle (not imported here: the
+        # handle module imports this one).
+        self.next_handle: Any = None
+
+
+class CorruptCheckpointError(ValueError):
+    """:func:`verify` found a damaged checkpoint; ``record`` names the damaged record (None
+    when the archive as a whole is unreadable)."""
+
+    def __init__(self, path: str, record: Optional[str], problem: str):
+        where = f"record '{record}'" if record else "archive"
+        super().__init__(f"checkpoint '{path}' is damaged: {where}: {problem}")
+        self.path = path
+        self.record = record

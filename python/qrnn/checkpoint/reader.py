@@ -1,0 +1,160 @@
+"""Reading checkpoints: :func:`load` (torch.load with safe defaults) and :func:`verify`, which
+checks every byte of the zip structure the C++ writer lays out (its record signatures, sizes
+and flags come from qrnn._C)."""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from typing import Optional, Union
+
+import torch
+
+from .. import _C
+from .errors import CorruptCheckpointError
+
+_ZIP: dict = _C.checkpoint_zip_format
+_U32, _U16 = _ZIP["zip32_limit"], 0xFFFF
+# Data descriptor and UTF-8 names: any other flag (encryption...) is not a checkpoint.
+_ALLOWED_FLAGS = _ZIP["allowed_flags"]
+_END_SIZE, _LOCATOR_SIZE, _END64_SIZE = _ZIP["end_size"], _ZIP["zip64_locator_size"], _ZIP["zip64_end_size"]
+_CENTRAL_SIZE, _LOCAL_SIZE = _ZIP["central_header_size"], _ZIP["local_header_size"]
+
+
+def load(path: Union[str, os.PathLike], map_location=None, *, weights_only: bool = True, mmap: bool = False):
+    """Load a checkpoint (any torch.save file). Plain ``torch.load`` reads these files too;
+    this only sets the safe defaults (``weights_only=True``)."""
+    return torch.load(os.fspath(path), map_location=map_location, weights_only=weights_only, mmap=mmap)
+
+
+def verify(path: Union[str, os.PathLike]) -> None:
+    """Check the whole archive: every central-directory field against its local header,
+    data descriptor and the data (names, offsets, sizes, flags, method, CRC-32, which
+    torch.load never checks), the end records, and that the records tile the file. Raises
+    :class:`CorruptCheckpointError` (never another exception for a damaged file) naming the
+    first damaged record; returns None when intact. A file it accepts loads as written."""
+    path = os.fspath(path)
+    with open(path, "rb") as file:
+        size = os.fstat(file.fileno()).st_size
+        if size == 0:
+            raise CorruptCheckpointError(path, None, "empty file")
+        with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as mapped, memoryview(mapped) as view:
+            try:
+                problem = _check_archive(view, size)
+            except (struct.error, IndexError, ValueError, UnicodeDecodeError, OverflowError) as error:
+                problem = (None, f"unreadable zip structure ({type(error).__name__}: {error})")
+    if problem is not None:
+        raise CorruptCheckpointError(path, problem[0], problem[1])
+
+
+class _Damaged(Exception):
+    def __init__(self, record: Optional[str], problem: str):
+        super().__init__(problem)
+        self.record, self.problem = record, problem
+
+
+def _check_archive(view: memoryview, size: int) -> Optional[tuple]:
+    try:
+        _walk_archive(view, size)
+    except _Damaged as damaged:
+        return damaged.record, damaged.problem
+    return None
+
+
+def _walk_archive(view: memoryview, size: int) -> None:
+    def need(ok: bool, problem: str, record: Optional[str] = None) -> None:
+        if not ok:
+            raise _Damaged(record, problem)
+
+    def read(fmt: str, offset: int) -> tuple:
+        need(0 <= offset and offset + struct.calcsize(fmt) <= size, "a header runs past the end of the file")
+        return struct.unpack_from(fmt, view, offset)
+
+    # End of central directory: exactly at the end (no comment), ZIP64 records right before.
+    need(size >= _END_SIZE, "too short for a zip archive")
+    end = size - _END_SIZE
+    sig, disk, cd_disk, n_here, n_total, cd_size, cd_offset, comment = read("<IHHHHIIH", end)
+    need(sig == _ZIP["end_signature"] and comment == 0, "end of central directory record missing or damaged")
+    need(disk == 0 and cd_disk == 0 and n_here == n_total, "end of central directory: multi-disk fields")
+    cd_end = end
+    locator = end - _LOCATOR_SIZE
+    if size >= _END_SIZE + _LOCATOR_SIZE and read("<I", locator)[0] == _ZIP["zip64_locator_signature"]:
+        _, z_disk, z_offset, z_disks = read("<IIQI", locator)
+        need(z_disk == 0 and z_disks == 1 and z_offset + _END64_SIZE == locator, "ZIP64 end locator damaged")
+        sig, rec_size, _, _, disk, cd_disk, n64_here, n64, cd64_size, cd64_offset = read("<IQHHIIQQQQ", z_offset)
+        need(sig == _ZIP["zip64_end_signature"] and rec_size == _END64_SIZE - 12 and disk == 0 and cd_disk == 0
+             and n64_here == n64, "ZIP64 end of central directory record damaged")
+        need(n_total in (n64, _U16) and cd_size in (cd64_size, _U32) and cd_offset in (cd64_offset, _U32),
+             "end of central directory disagrees with its ZIP64 record")
+        n_total, cd_size, cd_offset, cd_end = n64, cd64_size, cd64_offset, z_offset
+    need(cd_offset + cd_size == cd_end, "central directory size or offset damaged")
+
+    names: set = set()
+    prefix = None
+    cursor, tile = cd_offset, 0  # central directory position; where the next local record must start
+    for _ in range(n_total):
+        need(cursor + _CENTRAL_SIZE <= cd_end, "central directory shorter than its entry count")
+        (sig, _made_by, version, flags, method, mtime, mdate, crc, csize, usize, name_len, extra_len, comment_len,
+         disk, _internal, external, offset) = read("<IHHHHHHIIIHHHHHII", cursor)
+        need(sig == _ZIP["central_header_signature"], "central directory entry signature damaged")
+        raw_name = bytes(view[cursor + _CENTRAL_SIZE:cursor + _CENTRAL_SIZE + name_len])
+        name = raw_name.decode("utf-8", errors="replace")
+        need(cursor + _CENTRAL_SIZE + name_len + extra_len + comment_len <= cd_end,
+             "central directory entry runs past its end", name)
+        need(flags & ~_ALLOWED_FLAGS == 0 and method == 0, "flags or compression method damaged", name)
+        need(disk == 0 and external & 0x10 == 0 and not name.endswith("/"), "attributes damaged", name)
+        need("/" in name and name not in names, "name damaged", name)
+        record_prefix = name.split("/", 1)[0]
+        need(prefix is None or record_prefix == prefix, "name outside the archive's folder", name)
+        prefix = record_prefix
+        names.add(name)
+        # ZIP64 extra: 64-bit values for exactly the 32-bit fields that overflowed.
+        wide = {}
+        extra = cursor + _CENTRAL_SIZE + name_len
+        extra_end = extra + extra_len
+        while extra < extra_end:
+            need(extra + 4 <= extra_end, "extra field damaged", name)
+            kind, length = read("<HH", extra)
+            need(extra + 4 + length <= extra_end, "extra field damaged", name)
+            if kind == 1:
+                fields = [f for f, v in (("usize", usize), ("csize", csize), ("offset", offset)) if v == _U32]
+                need(length == 8 * len(fields), "ZIP64 extra field damaged", name)
+                for k, f in enumerate(fields):
+                    wide[f] = read("<Q", extra + 4 + 8 * k)[0]
+            extra += 4 + length
+        usize, csize, offset = wide.get("usize", usize), wide.get("csize", csize), wide.get("offset", offset)
+        need(_U32 not in (usize, csize, offset) or len(wide) > 0, "ZIP64 extra field missing", name)
+        need(usize == csize, "stored record whose sizes differ", name)
+        cursor = extra_end + comment_len
+
+        # Local header: same name, flags, method; records tile the file in order.
+        need(offset == tile, "local header offset damaged", name)
+        (sig, l_version, l_flags, l_method, l_time, l_date, l_crc, l_csize, l_usize, l_name_len,
+         l_extra_len) = read("<IHHHHHIIIHH", offset)
+        need(sig == _ZIP["local_header_signature"], "local header missing or damaged", name)
+        need(bytes(view[offset + _LOCAL_SIZE:offset + _LOCAL_SIZE + l_name_len]) == raw_name,
+             "name in the local header differs from the directory", name)
+        need((l_version, l_flags, l_method, l_time, l_date) == (version, flags, method, mtime, mdate),
+             "local header differs from the directory", name)
+        if flags & 0x08:
+            need(l_crc in (0, crc) and l_csize in (0, _U32, csize) and l_usize in (0, _U32, usize),
+                 "local header sizes or CRC damaged", name)
+        else:
+            need(l_crc == crc and l_csize in (_U32, csize) and l_usize in (_U32, usize),
+                 "local header sizes or CRC damaged", name)
+        start = offset + _LOCAL_SIZE + l_name_len + l_extra_len
+        stop = start + csize
+        need(stop <= cd_offset, "payload runs past the central directory", name)
+        with view[start:stop] as payload:
+            actual = _C.checkpoint_crc32(payload)
+        need(actual == crc, f"CRC mismatch: directory says {crc:08x}, payload has {actual:08x}", name)
+        tile = stop
+        if flags & 0x08:  # data descriptor: optional signature, CRC, sizes (64-bit for ZIP64 records)
+            if read("<I", tile)[0] == _ZIP["descriptor_signature"]:
+                tile += 4
+            fmt = "<IQQ" if wide else "<III"
+            need(read(fmt, tile) == (crc, csize, usize), "data descriptor damaged", name)
+            tile += struct.calcsize(fmt)
+    need(cursor == cd_end, "central directory size disagrees with its entries")
+    need(tile == cd_offset, "bytes between the last record and the central directory")
