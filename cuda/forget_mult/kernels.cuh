@@ -24,6 +24,8 @@
 
 #include <cstdint>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 #include <type_traits>
 
 #include "common/launch.hpp"
@@ -34,6 +36,13 @@ namespace qrnn::cuda::kernels {
 template <typename T> struct MathOf { using type = float; };
 template <> struct MathOf<double> { using type = double; };
 template <typename T> using Math = typename MathOf<T>::type;
+
+// The CUDA storage type of a DType.
+template <DType D> struct StorageOf { using type = float; };
+template <> struct StorageOf<DType::float64> { using type = double; };
+template <> struct StorageOf<DType::bfloat16> { using type = __nv_bfloat16; };
+template <> struct StorageOf<DType::float16> { using type = __half; };
+template <DType D> using Storage = typename StorageOf<D>::type;
 
 // ---- Packs of V elements, moved as one memory access ----------------------------
 
@@ -222,6 +231,12 @@ __device__ __forceinline__ Column column_of(int64_t col, int64_t batch, int64_t 
     return c;
 }
 
+// The column of a thread of a one-dimensional grid (the serial and the gate kernels).
+template <int V, typename Params>
+__device__ __forceinline__ Column thread_column(const Params& p, int64_t vectors_per_row) {
+    return column_of<V>(int64_t(blockIdx.x) * blockDim.x + threadIdx.x, p.batch, p.hidden, vectors_per_row);
+}
+
 template <typename T, typename ViewT>
 __device__ __forceinline__ auto column_ptr(const ViewT& v, const Column& c) {
     using P = std::conditional_t<std::is_const_v<std::remove_pointer_t<decltype(v.data)>>, const T*, T*>;
@@ -245,8 +260,7 @@ template <typename T, int V, int U>
 __global__ void __launch_bounds__(detail::kSerialThreads, 1)
 forward_serial(const ForgetMultForwardParams p, const int64_t vectors_per_row) {
     using M = Math<T>;
-    const Column c = column_of<V>(int64_t(blockIdx.x) * blockDim.x + threadIdx.x, p.batch, p.hidden,
-                                  vectors_per_row);
+    const Column c = thread_column<V>(p, vectors_per_row);
     if (c.n == 0) return;
     const T* f_next = column_ptr<T>(p.f, c);  // the next step to load
     const T* x_next = column_ptr<T>(p.x, c);
@@ -257,15 +271,15 @@ forward_serial(const ForgetMultForwardParams p, const int64_t vectors_per_row) {
     load_state(p.h0, p.h0_dtype, c.b, c.j0, c.n, state);
 
     Pack<T, V> fbuf[U], xbuf[U];
+    auto load_next = [&](int i) {
+        fbuf[i] = load_pack<T, V>(f_next, c.n, p.f.stride_h);
+        xbuf[i] = load_pack<T, V>(x_next, c.n, p.x.stride_h);
+        f_next += p.f.stride_t;
+        x_next += p.x.stride_t;
+    };
 #pragma unroll
-    for (int i = 0; i < U; ++i) {
-        if (i < steps) {
-            fbuf[i] = load_pack<T, V>(f_next, c.n, p.f.stride_h);
-            xbuf[i] = load_pack<T, V>(x_next, c.n, p.x.stride_h);
-            f_next += p.f.stride_t;
-            x_next += p.x.stride_t;
-        }
-    }
+    for (int i = 0; i < U; ++i)
+        if (i < steps) load_next(i);
     for (int64_t t0 = 0; t0 < steps; t0 += U) {
 #pragma unroll
         for (int i = 0; i < U; ++i) {
@@ -274,12 +288,7 @@ forward_serial(const ForgetMultForwardParams p, const int64_t vectors_per_row) {
                 M fv[V], xv[V];
                 unpack(fbuf[i], fv);
                 unpack(xbuf[i], xv);
-                if (t + U < steps) {
-                    fbuf[i] = load_pack<T, V>(f_next, c.n, p.f.stride_h);
-                    xbuf[i] = load_pack<T, V>(x_next, c.n, p.x.stride_h);
-                    f_next += p.f.stride_t;
-                    x_next += p.x.stride_t;
-                }
+                if (t + U < steps) load_next(i);
 #pragma unroll
                 for (int k = 0; k < V; ++k) state[k] = fv[k] * xv[k] + (M(1) - fv[k]) * state[k];
                 store_pack(h_out, pack_of<T, V>(state), c.n, p.h.stride_h);
@@ -289,43 +298,83 @@ forward_serial(const ForgetMultForwardParams p, const int64_t vectors_per_row) {
     }
 }
 
-// ---- Forward, chunked in time --------------------------------------------------------
+// ---- What the chunked kernels share ---------------------------------------------------
 //
-// Block = kChunkLanes (or kNarrowChunkLanes) columns (threadIdx.x) x C chunks of U steps (threadIdx.y). The
-// block walks the sequence in spans of C * U steps; per span every thread
-//   1. loads its chunk (U steps of f, x) into registers,
+// Block = kChunkLanes (or kNarrowChunkLanes) columns (threadIdx.x) x C chunks of U steps
+// (threadIdx.y). The block walks the sequence in spans of C * U steps; per span every thread
+//   1. loads its chunk (U steps) into registers,
 //   2. summarises it as s' = a s + b from a zero state, into shared memory,
 //   3. composes the summaries of the earlier chunks onto the span's incoming state,
-//   4. replays its chunk from registers with that start state, storing h;
-// the last chunk's final state is the next span's incoming state. f and x are read
-// from memory once, h written once. Shared memory: a and b per thread, plus the
+//   4. replays its chunk from registers with that start state, storing its outputs;
+// the last chunk's final state is the next span's incoming state. Inputs are read from
+// memory once, outputs written once. Shared memory: a and b per thread, plus the
 // incoming state double-buffered by span parity (so one barrier pair per span).
+template <typename M, int V>
+struct ChunkSummaries {
+    int lane, lanes, chunk, chunks;
+    M *sum_a, *sum_b, *carry;  // carry: [2][V][lanes]
+
+    __device__ __forceinline__ explicit ChunkSummaries(unsigned char* smem)
+        : lane(threadIdx.x), lanes(blockDim.x), chunk(threadIdx.y), chunks(blockDim.y),
+          sum_a(reinterpret_cast<M*>(smem)), sum_b(sum_a + chunks * V * lanes), carry(sum_b + chunks * V * lanes) {}
+
+    __device__ __forceinline__ int at(int q, int k) const { return slot(q, k, V, lane, lanes); }
+
+    // The state entering the first span (set by chunk 0 of the column).
+    __device__ __forceinline__ void start(const M (&state)[V]) {
+#pragma unroll
+        for (int k = 0; k < V; ++k) carry[at(0, k)] = state[k];
+    }
+
+    // Publishes this chunk's summary and sets `state` to what enters the chunk. `later`:
+    // not the first span, whose summaries others may still be reading.
+    __device__ __forceinline__ void enter(bool later, int parity, const M (&a)[V], const M (&b)[V], M (&state)[V]) {
+        if (later) __syncthreads();
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+            sum_a[at(chunk, k)] = a[k];
+            sum_b[at(chunk, k)] = b[k];
+        }
+        __syncthreads();  // summaries (and the incoming state) are visible
+#pragma unroll
+        for (int k = 0; k < V; ++k) state[k] = carry[at(parity, k)];
+        for (int q = 0; q < chunk; ++q) {
+#pragma unroll
+            for (int k = 0; k < V; ++k) state[k] = sum_a[at(q, k)] * state[k] + sum_b[at(q, k)];
+        }
+    }
+
+    // The last chunk's final state enters the next span.
+    __device__ __forceinline__ void pass_on(int parity, const M (&state)[V]) {
+        if (chunk != chunks - 1) return;
+#pragma unroll
+        for (int k = 0; k < V; ++k) carry[at(parity ^ 1, k)] = state[k];
+    }
+};
+
+// ---- Forward, chunked in time --------------------------------------------------------
+
 template <typename T, int V, int U>
 __global__ void __launch_bounds__(detail::kChunkLanes * detail::kMaxChunks, 1)
 forward_chunked(const ForgetMultForwardParams p, const int64_t vectors_per_row) {
     using M = Math<T>;
     extern __shared__ __align__(16) unsigned char smem_bytes[];
-    const int lane = threadIdx.x, lanes = blockDim.x, chunk = threadIdx.y, chunks = blockDim.y;
-    M* sum_a = reinterpret_cast<M*>(smem_bytes);
-    M* sum_b = sum_a + chunks * V * lanes;
-    M* carry = sum_b + chunks * V * lanes;  // [2][V][lanes]
-
-    const Column c = column_of<V>(int64_t(blockIdx.x) * lanes + lane, p.batch, p.hidden, vectors_per_row);
+    ChunkSummaries<M, V> sums(smem_bytes);
+    const Column c = column_of<V>(int64_t(blockIdx.x) * sums.lanes + sums.lane, p.batch, p.hidden, vectors_per_row);
     const T* f = column_ptr<T>(p.f, c);
     const T* x = column_ptr<T>(p.x, c);
     T* h = column_ptr<T>(p.h, c);
     const int64_t seq_len = p.seq_len;
 
-    if (chunk == 0) {
+    if (sums.chunk == 0) {
         M h0[V];
         load_state(p.h0, p.h0_dtype, c.b, c.j0, c.n, h0);
-#pragma unroll
-        for (int k = 0; k < V; ++k) carry[slot(0, k, V, lane, lanes)] = h0[k];
+        sums.start(h0);
     }
-    const int64_t span = int64_t(chunks) * U;
+    const int64_t span = int64_t(sums.chunks) * U;
     int parity = 0;
     for (int64_t t_span = 0; t_span < seq_len; t_span += span, parity ^= 1) {
-        const int64_t t_begin = t_span + int64_t(chunk) * U;
+        const int64_t t_begin = t_span + int64_t(sums.chunk) * U;
         const int64_t left = seq_len - t_begin;
         const int steps = left <= 0 ? 0 : (left < U ? int(left) : U);
 
@@ -359,22 +408,8 @@ forward_chunked(const ForgetMultForwardParams p, const int64_t vectors_per_row) 
                 }
             }
         }
-        if (t_span > 0) __syncthreads();  // everyone is done reading the previous span's summaries
-#pragma unroll
-        for (int k = 0; k < V; ++k) {
-            sum_a[slot(chunk, k, V, lane, lanes)] = a[k];
-            sum_b[slot(chunk, k, V, lane, lanes)] = b[k];
-        }
-        __syncthreads();  // summaries (and the incoming state) are visible
-
         M state[V];
-#pragma unroll
-        for (int k = 0; k < V; ++k) state[k] = carry[slot(parity, k, V, lane, lanes)];
-        for (int q = 0; q < chunk; ++q) {
-#pragma unroll
-            for (int k = 0; k < V; ++k)
-                state[k] = sum_a[slot(q, k, V, lane, lanes)] * state[k] + sum_b[slot(q, k, V, lane, lanes)];
-        }
+        sums.enter(t_span > 0, parity, a, b, state);
         T* h_out = h + t_begin * p.h.stride_t;
 #pragma unroll
         for (int i = 0; i < U; ++i) {
@@ -388,10 +423,35 @@ forward_chunked(const ForgetMultForwardParams p, const int64_t vectors_per_row) 
                 h_out += p.h.stride_t;
             }
         }
-        if (chunk == chunks - 1) {  // a full span when another one follows
+        sums.pass_on(parity, state);
+    }
+}
+
+// ---- Backward ------------------------------------------------------------------------
+
+// One backward step of a column: with g = carry + dh, dx = f g, df = (x - h[t-1]) g, and
+// the carry leaves as g - f g.
+template <typename M, int V>
+__device__ __forceinline__ void backward_step(const M (&fv)[V], const M (&xv)[V], const M (&gv)[V],
+                                              const M (&hv)[V], M (&carry)[V], M (&dxv)[V], M (&dfv)[V]) {
 #pragma unroll
-            for (int k = 0; k < V; ++k) carry[slot(parity ^ 1, k, V, lane, lanes)] = state[k];
-        }
+    for (int k = 0; k < V; ++k) {
+        const M g = carry[k] + gv[k];
+        dxv[k] = fv[k] * g;
+        dfv[k] = (xv[k] - hv[k]) * g;
+        carry[k] = g - fv[k] * g;
+    }
+}
+
+// h[t-1] of a step: its loaded pack, or h0 at t = 0.
+template <typename T, int V>
+__device__ __forceinline__ void previous_h(bool from_pack, const Pack<T, V>& pack, const Math<T> (&h0)[V],
+                                           Math<T> (&out)[V]) {
+    if (from_pack) {
+        unpack(pack, out);
+    } else {
+#pragma unroll
+        for (int k = 0; k < V; ++k) out[k] = h0[k];
     }
 }
 
@@ -403,8 +463,7 @@ template <typename T, int V, int U>
 __global__ void __launch_bounds__(detail::kSerialThreads, 1)
 backward_serial(const ForgetMultBackwardParams p, const int64_t vectors_per_row) {
     using M = Math<T>;
-    const Column c = column_of<V>(int64_t(blockIdx.x) * blockDim.x + threadIdx.x, p.batch, p.hidden,
-                                  vectors_per_row);
+    const Column c = thread_column<V>(p, vectors_per_row);
     if (c.n == 0) return;
     const int64_t last = p.seq_len - 1;
     const T* f_next = column_ptr<T>(p.f, c) + last * p.f.stride_t;  // the next step to load
@@ -420,22 +479,21 @@ backward_serial(const ForgetMultBackwardParams p, const int64_t vectors_per_row)
     for (int k = 0; k < V; ++k) carry[k] = M(0);
 
     Pack<T, V> fbuf[U], xbuf[U], gbuf[U], hbuf[U];
-#pragma unroll
-    for (int i = 0; i < U; ++i) {
-        const int64_t t = last - i;
-        if (t >= 0) {
-            fbuf[i] = load_pack<T, V>(f_next, c.n, p.f.stride_h);
-            xbuf[i] = load_pack<T, V>(x_next, c.n, p.x.stride_h);
-            gbuf[i] = load_pack<T, V>(g_next, c.n, p.grad_h.stride_h);
-            f_next -= p.f.stride_t;
-            x_next -= p.x.stride_t;
-            g_next -= p.grad_h.stride_t;
-            if (t >= 1) {
-                hbuf[i] = load_pack<T, V>(h_next, c.n, p.h.stride_h);
-                h_next -= p.h.stride_t;
-            }
+    auto load_next = [&](int i, int64_t t) {  // step t into slot i
+        fbuf[i] = load_pack<T, V>(f_next, c.n, p.f.stride_h);
+        xbuf[i] = load_pack<T, V>(x_next, c.n, p.x.stride_h);
+        gbuf[i] = load_pack<T, V>(g_next, c.n, p.grad_h.stride_h);
+        f_next -= p.f.stride_t;
+        x_next -= p.x.stride_t;
+        g_next -= p.grad_h.stride_t;
+        if (t >= 1) {
+            hbuf[i] = load_pack<T, V>(h_next, c.n, p.h.stride_h);
+            h_next -= p.h.stride_t;
         }
-    }
+    };
+#pragma unroll
+    for (int i = 0; i < U; ++i)
+        if (last - i >= 0) load_next(i, last - i);
     for (int64_t t0 = last; t0 >= 0; t0 -= U) {
 #pragma unroll
         for (int i = 0; i < U; ++i) {
@@ -445,33 +503,10 @@ backward_serial(const ForgetMultBackwardParams p, const int64_t vectors_per_row)
                 unpack(fbuf[i], fv);
                 unpack(xbuf[i], xv);
                 unpack(gbuf[i], gv);
-                if (t >= 1) {
-                    unpack(hbuf[i], hv);
-                } else {
-#pragma unroll
-                    for (int k = 0; k < V; ++k) hv[k] = h0[k];
-                }
-                const int64_t ahead = t - U;
-                if (ahead >= 0) {
-                    fbuf[i] = load_pack<T, V>(f_next, c.n, p.f.stride_h);
-                    xbuf[i] = load_pack<T, V>(x_next, c.n, p.x.stride_h);
-                    gbuf[i] = load_pack<T, V>(g_next, c.n, p.grad_h.stride_h);
-                    f_next -= p.f.stride_t;
-                    x_next -= p.x.stride_t;
-                    g_next -= p.grad_h.stride_t;
-                    if (ahead >= 1) {
-                        hbuf[i] = load_pack<T, V>(h_next, c.n, p.h.stride_h);
-                        h_next -= p.h.stride_t;
-                    }
-                }
+                previous_h(t >= 1, hbuf[i], h0, hv);
+                if (t - U >= 0) load_next(i, t - U);
                 M dxv[V], dfv[V];
-#pragma unroll
-                for (int k = 0; k < V; ++k) {
-                    const M g = carry[k] + gv[k];
-                    dxv[k] = fv[k] * g;
-                    dfv[k] = (xv[k] - hv[k]) * g;
-                    carry[k] = g - fv[k] * g;
-                }
+                backward_step(fv, xv, gv, hv, carry, dxv, dfv);
                 store_pack(dx_out, pack_of<T, V>(dxv), c.n, p.grad_x.stride_h);
                 store_pack(df_out, pack_of<T, V>(dfv), c.n, p.grad_f.stride_h);
                 dx_out -= p.grad_x.stride_t;
@@ -491,12 +526,8 @@ __global__ void __launch_bounds__(detail::kChunkLanes * detail::kMaxChunks, 1)
 backward_chunked(const ForgetMultBackwardParams p, const int64_t vectors_per_row) {
     using M = Math<T>;
     extern __shared__ __align__(16) unsigned char smem_bytes[];
-    const int lane = threadIdx.x, lanes = blockDim.x, chunk = threadIdx.y, chunks = blockDim.y;
-    M* sum_a = reinterpret_cast<M*>(smem_bytes);
-    M* sum_b = sum_a + chunks * V * lanes;
-    M* carry_in = sum_b + chunks * V * lanes;  // [2][V][lanes]
-
-    const Column c = column_of<V>(int64_t(blockIdx.x) * lanes + lane, p.batch, p.hidden, vectors_per_row);
+    ChunkSummaries<M, V> sums(smem_bytes);
+    const Column c = column_of<V>(int64_t(blockIdx.x) * sums.lanes + sums.lane, p.batch, p.hidden, vectors_per_row);
     const T* f = column_ptr<T>(p.f, c);
     const T* x = column_ptr<T>(p.x, c);
     const T* h = column_ptr<T>(p.h, c);
@@ -504,14 +535,16 @@ backward_chunked(const ForgetMultBackwardParams p, const int64_t vectors_per_row
     T* df = column_ptr<T>(p.grad_f, c);
     T* dx = column_ptr<T>(p.grad_x, c);
 
-    if (chunk == 0) {
+    if (sums.chunk == 0) {
+        M zero[V];
 #pragma unroll
-        for (int k = 0; k < V; ++k) carry_in[slot(0, k, V, lane, lanes)] = M(0);
+        for (int k = 0; k < V; ++k) zero[k] = M(0);
+        sums.start(zero);
     }
-    const int64_t span = int64_t(chunks) * U;
+    const int64_t span = int64_t(sums.chunks) * U;
     int parity = 0;
     for (int64_t t_end = p.seq_len; t_end > 0; t_end -= span, parity ^= 1) {
-        const int64_t top = t_end - 1 - int64_t(chunk) * U;  // this chunk's latest step
+        const int64_t top = t_end - 1 - int64_t(sums.chunk) * U;  // this chunk's latest step
         const int steps = top < 0 ? 0 : (top + 1 < U ? int(top + 1) : U);
         const bool has_first_step = steps > 0 && top - steps + 1 == 0;
 
@@ -552,22 +585,8 @@ backward_chunked(const ForgetMultBackwardParams p, const int64_t vectors_per_row
                 }
             }
         }
-        if (t_end < p.seq_len) __syncthreads();  // everyone is done reading the previous span's summaries
-#pragma unroll
-        for (int k = 0; k < V; ++k) {
-            sum_a[slot(chunk, k, V, lane, lanes)] = a[k];
-            sum_b[slot(chunk, k, V, lane, lanes)] = b[k];
-        }
-        __syncthreads();
-
         M carry[V];
-#pragma unroll
-        for (int k = 0; k < V; ++k) carry[k] = carry_in[slot(parity, k, V, lane, lanes)];
-        for (int q = 0; q < chunk; ++q) {
-#pragma unroll
-            for (int k = 0; k < V; ++k)
-                carry[k] = sum_a[slot(q, k, V, lane, lanes)] * carry[k] + sum_b[slot(q, k, V, lane, lanes)];
-        }
+        sums.enter(t_end < p.seq_len, parity, a, b, carry);
         M h0[V];
         if (has_first_step) {
             load_state(p.h0, p.h0_dtype, c.b, c.j0, c.n, h0);
@@ -584,33 +603,75 @@ backward_chunked(const ForgetMultBackwardParams p, const int64_t vectors_per_row
                 unpack(fbuf[i], fv);
                 unpack(xbuf[i], xv);
                 unpack(gbuf[i], gv);
-                if (top - i >= 1) {
-                    unpack(hbuf[i], hv);
-                } else {
-#pragma unroll
-                    for (int k = 0; k < V; ++k) hv[k] = h0[k];
-                }
+                previous_h(top - i >= 1, hbuf[i], h0, hv);
                 M dxv[V], dfv[V];
-#pragma unroll
-                for (int k = 0; k < V; ++k) {
-                    const M g = carry[k] + gv[k];
-                    dxv[k] = fv[k] * g;
-                    dfv[k] = (xv[k] - hv[k]) * g;
-                    carry[k] = g - fv[k] * g;
-                }
+                backward_step(fv, xv, gv, hv, carry, dxv, dfv);
                 store_pack(dx_out, pack_of<T, V>(dxv), c.n, p.grad_x.stride_h);
                 store_pack(df_out, pack_of<T, V>(dfv), c.n, p.grad_f.stride_h);
                 dx_out -= p.grad_x.stride_t;
                 df_out -= p.grad_f.stride_t;
             }
         }
-        if (chunk == chunks - 1) {
-#pragma unroll
-            for (int k = 0; k < V; ++k) carry_in[slot(parity ^ 1, k, V, lane, lanes)] = carry[k];
-        }
+        sums.pass_on(parity, carry);
         if (has_first_step && p.grad_h0.data != nullptr)
             store_state(p.grad_h0, p.h0_dtype, c.b, c.j0, c.n, carry);
     }
 }
+
+// ---- Which kernel runs a plan: host code shared by the launchers and the host emulator ----
+
+// Calls run(kernel, shape) with the kernel of `Kernels` (ForgetMultKernels below, or
+// GateKernels) and the grid that run `p` with `plan`, storage T.
+template <typename Kernels, typename T, typename Params, typename Run>
+void run_plan(const Params& p, const LaunchPlan& plan, Run&& runner) {
+    detail::dispatch_width<Kernels::template widest<T>>(plan.vector_width, [&](auto v) {
+        Kernels::template run<T, decltype(v)::value>(p, plan, runner);
+    });
+}
+
+// Calls use(kernel, kernel or nullptr) for every kernel of `Kernels` for storage T: each
+// direction and width.
+template <typename Kernels, typename T, typename Use>
+void for_each_kernel(Use&& use) {
+    detail::for_each_width<Kernels::template widest<T>>([&](auto v) {
+        Kernels::template of<T, decltype(v)::value>(static_cast<const typename Kernels::Forward*>(nullptr), use);
+        Kernels::template of<T, decltype(v)::value>(static_cast<const typename Kernels::Backward*>(nullptr), use);
+    });
+}
+
+struct ForgetMultKernels {
+    using Forward = ForgetMultForwardParams;
+    using Backward = ForgetMultBackwardParams;
+    static constexpr detail::KernelFamily family = detail::KernelFamily::forget_mult;
+    static constexpr const char* name(const Forward*) { return "qrnn::cuda::forget_mult_forward"; }
+    static constexpr const char* name(const Backward*) { return "qrnn::cuda::forget_mult_backward"; }
+    template <typename T>
+    static constexpr int widest = 16 / int(sizeof(T));  // packs of 16 bytes
+
+    // use(serial, chunked) of one direction; chunked is nullptr for packs over 4 bytes.
+    template <typename T, int V, typename Use>
+    static void of(const Forward*, Use&& use) {
+        constexpr int U = detail::forward_steps(int(sizeof(T)) * V);
+        if constexpr (V <= detail::chunked_max_width(int(sizeof(T)))) use(forward_serial<T, V, U>, forward_chunked<T, V, U>);
+        else use(forward_serial<T, V, U>, nullptr);
+    }
+    template <typename T, int V, typename Use>
+    static void of(const Backward*, Use&& use) {
+        constexpr int U = detail::backward_steps(int(sizeof(T)) * V);
+        if constexpr (V <= detail::chunked_max_width(int(sizeof(T)))) use(backward_serial<T, V, U>, backward_chunked<T, V, U>);
+        else use(backward_serial<T, V, U>, nullptr);
+    }
+
+    // The serial kernel for one chunk, else the chunked one.
+    template <typename T, int V, typename Params, typename Run>
+    static void run(const Params& p, const LaunchPlan& plan, Run&& runner) {
+        const detail::LaunchShape s = detail::launch_shape(p.batch, p.hidden, V, plan.chunks, sizeof(Math<T>));
+        of<T, V>(&p, [&](auto serial, auto chunked) {
+            if (s.chunks == 1) return runner(serial, s);
+            if constexpr (!std::is_null_pointer_v<decltype(chunked)>) return runner(chunked, s);
+            throw std::logic_error("qrnn::cuda: no chunked ForgetMult kernel for vector width " + std::to_string(V));
+        });
+    }
+};
 
 }  // namespace qrnn::cuda::kernels

@@ -44,9 +44,6 @@ QRNN_FAST_ENTRY(cuda_qrnn_gates_forward_width, qrnn_gates_forward, 0, false,
 QRNN_FAST_ENTRY(cuda_qrnn_gates_backward_width, qrnn_gates_backward, 0, false,
                 return cuda::LaunchPlan{cuda::qrnn_gates_backward_vector_width(p), 1})
 
-const void* cptr(uintptr_t p) { return reinterpret_cast<const void*>(p); }
-void* mptr(uintptr_t p) { return reinterpret_cast<void*>(p); }
-
 }  // namespace
 
 void bind_cuda(py::module_& m) {
@@ -74,22 +71,6 @@ void bind_cuda(py::module_& m) {
         d["chunked"] = int(cuda::Schedule::chunked);
         return d;
     }, "{name: code} of qrnn::cuda::Schedule, the last argument of the ForgetMult launchers");
-    // The original one-thread-per-column float32 design, for the GPU benchmark only.
-    m.def("cuda_baseline_forget_mult_forward",
-          [](uintptr_t f, uintptr_t x, uintptr_t h_with_h0, int64_t T, int64_t B, int64_t H, uintptr_t stream) {
-              cuda::bench::baseline_forget_mult_forward(
-                  static_cast<const float*>(cptr(f)), static_cast<const float*>(cptr(x)),
-                  static_cast<float*>(mptr(h_with_h0)), T, B, H, mptr(stream));
-          });
-    m.def("cuda_baseline_forget_mult_backward",
-          [](uintptr_t f, uintptr_t x, uintptr_t h_with_h0, uintptr_t grad_h, uintptr_t grad_f, uintptr_t grad_x,
-             uintptr_t grad_h0, int64_t T, int64_t B, int64_t H, uintptr_t stream) {
-              cuda::bench::baseline_forget_mult_backward(
-                  static_cast<const float*>(cptr(f)), static_cast<const float*>(cptr(x)),
-                  static_cast<const float*>(cptr(h_with_h0)), static_cast<const float*>(cptr(grad_h)),
-                  static_cast<float*>(mptr(grad_f)), static_cast<float*>(mptr(grad_x)),
-                  static_cast<float*>(mptr(grad_h0)), T, B, H, mptr(stream));
-          });
 }
 
 }  // namespace qrnn::bindings
