@@ -393,21 +393,7 @@ forward_chunked(const ForgetMultForwardParams p, const int64_t vectors_per_row) 
             }
         }
         M a[V], b[V];
-#pragma unroll
-        for (int k = 0; k < V; ++k) a[k] = M(1), b[k] = M(0);
-#pragma unroll
-        for (int i = 0; i < U; ++i) {
-            if (i < steps) {
-                M fv[V], xv[V];
-                unpack(fbuf[i], fv);
-                unpack(xbuf[i], xv);
-#pragma unroll
-                for (int k = 0; k < V; ++k) {
-                    b[k] = fv[k] * xv[k] + (M(1) - fv[k]) * b[k];
-                    a[k] = a[k] - fv[k] * a[k];
-                }
-            }
-        }
+        summarise(steps, fbuf, xbuf, [](M fv, M xv, M bv) { return fv * xv + (M(1) - fv) * bv; }, a, b);
         M state[V];
         sums.enter(t_span > 0, parity, a, b, state);
         T* h_out = h + t_begin * p.h.stride_t;
@@ -429,29 +415,66 @@ forward_chunked(const ForgetMultForwardParams p, const int64_t vectors_per_row) 
 
 // ---- Backward ------------------------------------------------------------------------
 
+// A backward rolling buffer: slot i holds one step's f, x, grad_h and h[t-1] packs.
+template <typename T, int V, int U>
+struct BackwardSlots {
+    Pack<T, V> f[U], x[U], g[U], h[U];
+
+    // Slot i widened; h[t-1] from its pack, or h0 at t = 0 (`has_prev` false).
+    __device__ __forceinline__ void unpack_slot(int i, bool has_prev, const Math<T> (&h0)[V], Math<T> (&fv)[V],
+                                                Math<T> (&xv)[V], Math<T> (&gv)[V], Math<T> (&hv)[V]) const {
+        unpack(f[i], fv);
+        unpack(x[i], xv);
+        unpack(g[i], gv);
+        if (has_prev) {
+            unpack(h[i], hv);
+        } else {
+#pragma unroll
+            for (int k = 0; k < V; ++k) hv[k] = h0[k];
+        }
+    }
+};
+
 // One backward step of a column: with g = carry + dh, dx = f g, df = (x - h[t-1]) g, and
-// the carry leaves as g - f g.
-template <typename M, int V>
-__device__ __forceinline__ void backward_step(const M (&fv)[V], const M (&xv)[V], const M (&gv)[V],
-                                              const M (&hv)[V], M (&carry)[V], M (&dxv)[V], M (&dfv)[V]) {
+// the carry leaves as g - f g. Stores dx and df, then moves both outputs one step back.
+template <typename T, int V>
+__device__ __forceinline__ void backward_step(const ForgetMultBackwardParams& p, int n, const Math<T> (&fv)[V],
+                                              const Math<T> (&xv)[V], const Math<T> (&gv)[V],
+                                              const Math<T> (&hv)[V], Math<T> (&carry)[V], T*& dx_out,
+                                              T*& df_out) {
+    Math<T> dxv[V], dfv[V];
 #pragma unroll
     for (int k = 0; k < V; ++k) {
-        const M g = carry[k] + gv[k];
+        const Math<T> g = carry[k] + gv[k];
         dxv[k] = fv[k] * g;
         dfv[k] = (xv[k] - hv[k]) * g;
         carry[k] = g - fv[k] * g;
     }
+    store_pack(dx_out, pack_of<T, V>(dxv), n, p.grad_x.stride_h);
+    store_pack(df_out, pack_of<T, V>(dfv), n, p.grad_f.stride_h);
+    dx_out -= p.grad_x.stride_t;
+    df_out -= p.grad_f.stride_t;
 }
 
-// h[t-1] of a step: its loaded pack, or h0 at t = 0.
-template <typename T, int V>
-__device__ __forceinline__ void previous_h(bool from_pack, const Pack<T, V>& pack, const Math<T> (&h0)[V],
-                                           Math<T> (&out)[V]) {
-    if (from_pack) {
-        unpack(pack, out);
-    } else {
+// The summary s' = a s + b of a chunk's first `steps` slots, from a = 1, b = 0: each step
+// maps s to (1 - f) s + ..., b by step(f, y, b) with y the slot's other input.
+template <typename T, int V, int U, typename Step>
+__device__ __forceinline__ void summarise(int steps, const Pack<T, V> (&fbuf)[U], const Pack<T, V> (&ybuf)[U],
+                                          Step step, Math<T> (&a)[V], Math<T> (&b)[V]) {
 #pragma unroll
-        for (int k = 0; k < V; ++k) out[k] = h0[k];
+    for (int k = 0; k < V; ++k) a[k] = Math<T>(1), b[k] = Math<T>(0);
+#pragma unroll
+    for (int i = 0; i < U; ++i) {
+        if (i < steps) {
+            Math<T> fv[V], yv[V];
+            unpack(fbuf[i], fv);
+            unpack(ybuf[i], yv);
+#pragma unroll
+            for (int k = 0; k < V; ++k) {
+                b[k] = step(fv[k], yv[k], b[k]);
+                a[k] = a[k] - fv[k] * a[k];
+            }
+        }
     }
 }
 
@@ -478,16 +501,16 @@ backward_serial(const ForgetMultBackwardParams p, const int64_t vectors_per_row)
 #pragma unroll
     for (int k = 0; k < V; ++k) carry[k] = M(0);
 
-    Pack<T, V> fbuf[U], xbuf[U], gbuf[U], hbuf[U];
+    BackwardSlots<T, V, U> buf;
     auto load_next = [&](int i, int64_t t) {  // step t into slot i
-        fbuf[i] = load_pack<T, V>(f_next, c.n, p.f.stride_h);
-        xbuf[i] = load_pack<T, V>(x_next, c.n, p.x.stride_h);
-        gbuf[i] = load_pack<T, V>(g_next, c.n, p.grad_h.stride_h);
+        buf.f[i] = load_pack<T, V>(f_next, c.n, p.f.stride_h);
+        buf.x[i] = load_pack<T, V>(x_next, c.n, p.x.stride_h);
+        buf.g[i] = load_pack<T, V>(g_next, c.n, p.grad_h.stride_h);
         f_next -= p.f.stride_t;
         x_next -= p.x.stride_t;
         g_next -= p.grad_h.stride_t;
         if (t >= 1) {
-            hbuf[i] = load_pack<T, V>(h_next, c.n, p.h.stride_h);
+            buf.h[i] = load_pack<T, V>(h_next, c.n, p.h.stride_h);
             h_next -= p.h.stride_t;
         }
     };
@@ -500,17 +523,9 @@ backward_serial(const ForgetMultBackwardParams p, const int64_t vectors_per_row)
             const int64_t t = t0 - i;
             if (t >= 0) {
                 M fv[V], xv[V], gv[V], hv[V];
-                unpack(fbuf[i], fv);
-                unpack(xbuf[i], xv);
-                unpack(gbuf[i], gv);
-                previous_h(t >= 1, hbuf[i], h0, hv);
+                buf.unpack_slot(i, t >= 1, h0, fv, xv, gv, hv);
                 if (t - U >= 0) load_next(i, t - U);
-                M dxv[V], dfv[V];
-                backward_step(fv, xv, gv, hv, carry, dxv, dfv);
-                store_pack(dx_out, pack_of<T, V>(dxv), c.n, p.grad_x.stride_h);
-                store_pack(df_out, pack_of<T, V>(dfv), c.n, p.grad_f.stride_h);
-                dx_out -= p.grad_x.stride_t;
-                df_out -= p.grad_f.stride_t;
+                backward_step(p, c.n, fv, xv, gv, hv, carry, dx_out, df_out);
             }
         }
     }
@@ -548,7 +563,7 @@ backward_chunked(const ForgetMultBackwardParams p, const int64_t vectors_per_row
         const int steps = top < 0 ? 0 : (top + 1 < U ? int(top + 1) : U);
         const bool has_first_step = steps > 0 && top - steps + 1 == 0;
 
-        Pack<T, V> fbuf[U], xbuf[U], gbuf[U], hbuf[U];
+        BackwardSlots<T, V, U> buf;
         {
             const T* f_next = f + top * p.f.stride_t;
             const T* x_next = x + top * p.x.stride_t;
@@ -557,10 +572,10 @@ backward_chunked(const ForgetMultBackwardParams p, const int64_t vectors_per_row
 #pragma unroll
             for (int i = 0; i < U; ++i) {
                 if (i < steps) {
-                    fbuf[i] = load_pack<T, V>(f_next, c.n, p.f.stride_h);
-                    gbuf[i] = load_pack<T, V>(g_next, c.n, p.grad_h.stride_h);
-                    xbuf[i] = load_pack<T, V>(x_next, c.n, p.x.stride_h);
-                    if (top - i >= 1) hbuf[i] = load_pack<T, V>(h_next, c.n, p.h.stride_h);
+                    buf.f[i] = load_pack<T, V>(f_next, c.n, p.f.stride_h);
+                    buf.g[i] = load_pack<T, V>(g_next, c.n, p.grad_h.stride_h);
+                    buf.x[i] = load_pack<T, V>(x_next, c.n, p.x.stride_h);
+                    if (top - i >= 1) buf.h[i] = load_pack<T, V>(h_next, c.n, p.h.stride_h);
                     f_next -= p.f.stride_t;
                     g_next -= p.grad_h.stride_t;
                     x_next -= p.x.stride_t;
@@ -569,22 +584,10 @@ backward_chunked(const ForgetMultBackwardParams p, const int64_t vectors_per_row
             }
         }
         M a[V], b[V];
-#pragma unroll
-        for (int k = 0; k < V; ++k) a[k] = M(1), b[k] = M(0);
-#pragma unroll
-        for (int i = 0; i < U; ++i) {
-            if (i < steps) {
-                M fv[V], gv[V];
-                unpack(fbuf[i], fv);
-                unpack(gbuf[i], gv);
-#pragma unroll
-                for (int k = 0; k < V; ++k) {
-                    const M g = b[k] + gv[k];
-                    b[k] = g - fv[k] * g;
-                    a[k] = a[k] - fv[k] * a[k];
-                }
-            }
-        }
+        summarise(steps, buf.f, buf.g, [](M fv, M gv, M bv) {
+            const M g = bv + gv;
+            return g - fv * g;
+        }, a, b);
         M carry[V];
         sums.enter(t_end < p.seq_len, parity, a, b, carry);
         M h0[V];
@@ -600,16 +603,8 @@ backward_chunked(const ForgetMultBackwardParams p, const int64_t vectors_per_row
         for (int i = 0; i < U; ++i) {
             if (i < steps) {
                 M fv[V], xv[V], gv[V], hv[V];
-                unpack(fbuf[i], fv);
-                unpack(xbuf[i], xv);
-                unpack(gbuf[i], gv);
-                previous_h(top - i >= 1, hbuf[i], h0, hv);
-                M dxv[V], dfv[V];
-                backward_step(fv, xv, gv, hv, carry, dxv, dfv);
-                store_pack(dx_out, pack_of<T, V>(dxv), c.n, p.grad_x.stride_h);
-                store_pack(df_out, pack_of<T, V>(dfv), c.n, p.grad_f.stride_h);
-                dx_out -= p.grad_x.stride_t;
-                df_out -= p.grad_f.stride_t;
+                buf.unpack_slot(i, top - i >= 1, h0, fv, xv, gv, hv);
+                backward_step(p, c.n, fv, xv, gv, hv, carry, dx_out, df_out);
             }
         }
         sums.pass_on(parity, carry);
@@ -639,10 +634,17 @@ void for_each_kernel(Use&& use) {
     });
 }
 
-struct ForgetMultKernels {
-    using Forward = ForgetMultForwardParams;
-    using Backward = ForgetMultBackwardParams;
-    static constexpr detail::KernelFamily family = detail::KernelFamily::forget_mult;
+// What names a family's kernels (the base of ForgetMultKernels and GateKernels): its
+// parameter structs and which loader set it is.
+template <typename ForwardParams, typename BackwardParams, detail::KernelFamily F>
+struct KernelFamilyOf {
+    using Forward = ForwardParams;
+    using Backward = BackwardParams;
+    static constexpr detail::KernelFamily family = F;
+};
+
+struct ForgetMultKernels
+    : KernelFamilyOf<ForgetMultForwardParams, ForgetMultBackwardParams, detail::KernelFamily::forget_mult> {
     static constexpr const char* name(const Forward*) { return "qrnn::cuda::forget_mult_forward"; }
     static constexpr const char* name(const Backward*) { return "qrnn::cuda::forget_mult_backward"; }
     template <typename T>

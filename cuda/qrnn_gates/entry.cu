@@ -55,22 +55,22 @@ int width_of(const QrnnGatesBackwardParams& p) {
                       d.o});
 }
 
-}  // namespace
-
-void qrnn_gates_forward(const QrnnGatesForwardParams& p, void* stream, int device) {
+template <typename Params>
+void launch(const Params& p, void* stream, int device, const char* what) {
     if (!qrnn::detail::validate_qrnn_gates(p, qrnn::detail::LengthsMemory::device)) return;
     const LaunchPlan plan{width_of(p), 1};
-    const detail::LaunchGuard guard("qrnn::cuda::qrnn_gates_forward", stream, device, p.gates.data,
-                                    detail::KernelFamily::gates, p.dtype);
+    const detail::LaunchGuard guard(what, stream, device, p.gates.data, detail::KernelFamily::gates, p.dtype);
     detail::launch_of_dtype(p, plan, stream);
 }
 
+}  // namespace
+
+void qrnn_gates_forward(const QrnnGatesForwardParams& p, void* stream, int device) {
+    launch(p, stream, device, "qrnn::cuda::qrnn_gates_forward");
+}
+
 void qrnn_gates_backward(const QrnnGatesBackwardParams& p, void* stream, int device) {
-    if (!qrnn::detail::validate_qrnn_gates(p, qrnn::detail::LengthsMemory::device)) return;
-    const LaunchPlan plan{width_of(p), 1};
-    const detail::LaunchGuard guard("qrnn::cuda::qrnn_gates_backward", stream, device, p.gates.data,
-                                    detail::KernelFamily::gates, p.dtype);
-    detail::launch_of_dtype(p, plan, stream);
+    launch(p, stream, device, "qrnn::cuda::qrnn_gates_backward");
 }
 
 int qrnn_gates_forward_vector_width(const QrnnGatesForwardParams& p) {

@@ -69,28 +69,35 @@ __device__ __forceinline__ void zero_pack(T* p, int n, int64_t stride_h) {
     store_pack(p, zero, n, stride_h);
 }
 
-// A rolling buffer of U steps of what both directions load: the gates Z, F (and O) and
-// the zoneout mask (ones when absent).
+// A rolling buffer of U steps of what both directions load for one column: the gates Z,
+// F (and O) and the zoneout mask (ones when absent).
 template <typename T, int V, int U, bool OutputGate>
 struct GateBuffers {
+    const T* gates;
+    const T* mask;  // null when absent
+    int64_t gs;     // gate stride
     Pack<T, V> z[U], f[U], o[U], keep[U];
 
-    // Step t into slot i; gates and mask (null when absent) point at the column.
     template <typename Params>
-    __device__ __forceinline__ void load(int i, const Params& p, const T* gates, const T* mask, int64_t t, int n) {
+    __device__ __forceinline__ GateBuffers(const Params& p, const Column& c)
+        : gates(column_ptr<T>(p.gates, c)), mask(optional_column<T>(p.forget_mask, c)), gs(p.gate_stride) {}
+
+    // Step t into slot i.
+    template <typename Params>
+    __device__ __forceinline__ void load(int i, const Params& p, int64_t t, int n) {
         const T* g = gates + t * p.gates.stride_t;
         z[i] = load_pack<T, V>(g, n, p.gates.stride_h);
-        f[i] = load_pack<T, V>(g + p.gate_stride, n, p.gates.stride_h);
-        if (OutputGate) o[i] = load_pack<T, V>(g + 2 * p.gate_stride, n, p.gates.stride_h);
+        f[i] = load_pack<T, V>(g + gs, n, p.gates.stride_h);
+        if (OutputGate) o[i] = load_pack<T, V>(g + 2 * gs, n, p.gates.stride_h);
         if (mask) keep[i] = load_pack<T, V>(mask + t * p.forget_mask.stride_t, n, p.forget_mask.stride_h);
     }
 
-    __device__ __forceinline__ void unpack_slot(int i, bool has_mask, Math<T> (&zv)[V], Math<T> (&fv)[V],
-                                                Math<T> (&ov)[V], Math<T> (&kv)[V]) const {
+    __device__ __forceinline__ void unpack_slot(int i, Math<T> (&zv)[V], Math<T> (&fv)[V], Math<T> (&ov)[V],
+                                                Math<T> (&kv)[V]) const {
         unpack(z[i], zv);
         unpack(f[i], fv);
         if (OutputGate) unpack(o[i], ov);
-        if (has_mask) {
+        if (mask) {
             unpack(keep[i], kv);
         } else {
 #pragma unroll
@@ -107,8 +114,7 @@ gates_forward(const QrnnGatesForwardParams p, const int64_t vectors_per_row) {
     using M = Math<T>;
     const Column c = thread_column<V>(p, vectors_per_row);
     if (c.n == 0) return;
-    const T* gates = column_ptr<T>(p.gates, c);
-    const T* mask = optional_column<T>(p.forget_mask, c);
+    GateBuffers<T, V, U, OutputGate> buf(p, c);
     T* out = column_ptr<T>(p.output, c);
     T* states = optional_column<T>(p.states, c);
     const int64_t valid = valid_steps(p, c.b);
@@ -117,8 +123,7 @@ gates_forward(const QrnnGatesForwardParams p, const int64_t vectors_per_row) {
     M state[V];
     load_state(p.c0, p.c0_dtype, c.b, c.j0, c.n, state);
 
-    GateBuffers<T, V, U, OutputGate> buf;
-    auto load_step = [&](int slot, int64_t k) { buf.load(slot, p, gates, mask, step_time(k, valid, p.reverse), c.n); };
+    auto load_step = [&](int slot, int64_t k) { buf.load(slot, p, step_time(k, valid, p.reverse), c.n); };
 #pragma unroll
     for (int i = 0; i < U; ++i)
         if (i < valid) load_step(i, i);
@@ -128,7 +133,7 @@ gates_forward(const QrnnGatesForwardParams p, const int64_t vectors_per_row) {
             const int64_t k = k0 + i;
             if (k >= valid) break;
             M z[V], f[V], o[V], keep[V];
-            buf.unpack_slot(i, mask != nullptr, z, f, o, keep);
+            buf.unpack_slot(i, z, f, o, keep);
             if (k + U < valid) load_step(i, k + U);
             M h[V];
 #pragma unroll
@@ -160,8 +165,7 @@ gates_backward(const QrnnGatesBackwardParams p, const int64_t vectors_per_row) {
     using M = Math<T>;
     const Column c = thread_column<V>(p, vectors_per_row);
     if (c.n == 0) return;
-    const T* gates = column_ptr<T>(p.gates, c);
-    const T* mask = optional_column<T>(p.forget_mask, c);
+    GateBuffers<T, V, U, OutputGate> buf(p, c);
     const T* states = column_ptr<T>(p.states, c);
     const T* dout = optional_column<T>(p.grad_output, c);
     T* dgates = column_ptr<T>(p.grad_gates, c);
@@ -178,11 +182,10 @@ gates_backward(const QrnnGatesBackwardParams p, const int64_t vectors_per_row) {
     load_state(p.grad_c_n, p.c_n_dtype, c.b, c.j0, c.n, carry);
     load_state(p.c0, p.c0_dtype, c.b, c.j0, c.n, c0);
 
-    GateBuffers<T, V, U, OutputGate> buf;
     Pack<T, V> dbuf[U], cbuf[U];
     auto load_step = [&](int slot, int64_t k) {  // step k's G, mask and output gradient, and c[k - 1]
         const int64_t t = step_time(k, valid, p.reverse);
-        buf.load(slot, p, gates, mask, t, c.n);
+        buf.load(slot, p, t, c.n);
         if (dout) dbuf[slot] = load_pack<T, V>(dout + t * p.grad_output.stride_t, c.n, p.grad_output.stride_h);
         if (k >= 1) cbuf[slot] = load_pack<T, V>(states + step_time(k - 1, valid, p.reverse) * p.states.stride_t, c.n,
                                                 p.states.stride_h);
@@ -196,7 +199,7 @@ gates_backward(const QrnnGatesBackwardParams p, const int64_t vectors_per_row) {
             const int64_t k = k0 - i;
             if (k < 0) break;
             M z[V], f[V], o[V], keep[V], dh[V], cp[V];
-            buf.unpack_slot(i, mask != nullptr, z, f, o, keep);
+            buf.unpack_slot(i, z, f, o, keep);
             if (dout) {
                 unpack(dbuf[i], dh);
             } else {
@@ -240,10 +243,7 @@ gates_backward(const QrnnGatesBackwardParams p, const int64_t vectors_per_row) {
 
 // ---- The kernels as the launchers and the emulator pick them (run_plan) ----------------
 
-struct GateKernels {
-    using Forward = QrnnGatesForwardParams;
-    using Backward = QrnnGatesBackwardParams;
-    static constexpr detail::KernelFamily family = detail::KernelFamily::gates;
+struct GateKernels : KernelFamilyOf<QrnnGatesForwardParams, QrnnGatesBackwardParams, detail::KernelFamily::gates> {
     static constexpr const char* name(const Forward*) { return "qrnn::cuda::qrnn_gates_forward"; }
     static constexpr const char* name(const Backward*) { return "qrnn::cuda::qrnn_gates_backward"; }
     template <typename T>

@@ -76,6 +76,17 @@ inline Row<M> read_row(const T* src, int64_t stride, int64_t n, M* buffer) {
 template <typename T>
 constexpr bool converts_inline = std::is_same_v<T, bfloat16>;
 
+// z = tanh(Z), s = sigmoid(F) and o = sigmoid(O) (1 without the output gate) of unit j.
+template <typename TG, typename M, bool OutputGate>
+inline void activations(const TG* gz, const TG* gf, const TG* go, int64_t j, int64_t sg, M& z, M& s, M& o) {
+    if constexpr (OutputGate) {
+        tanh_sigmoid_sigmoid(load<TG, M>(gz, j, sg), load<TG, M>(gf, j, sg), load<TG, M>(go, j, sg), z, s, o);
+    } else {
+        tanh_sigmoid(load<TG, M>(gz, j, sg), load<TG, M>(gf, j, sg), z, s);
+        o = M(1);
+    }
+}
+
 // c = f z + (1 - f) c; h = o c (or c). Strides are 1 except for strided float storage.
 // The gates (TG) and the output (TH) are read and written in their storage type: float
 // rows, or bfloat16 converted inside this loop (a shift in, a rounding select out, both
@@ -85,11 +96,8 @@ inline void forward_math(const TG* __restrict__ gz, const TG* __restrict__ gf, c
                          int64_t sg, const M* __restrict__ keep, int64_t sk, M scale, M* __restrict__ c,
                          TH* __restrict__ h, int64_t sh, int64_t n) {
     for (int64_t j = 0; j < n; ++j) {
-        M z, s, o = M(1);
-        if constexpr (OutputGate)
-            tanh_sigmoid_sigmoid(load<TG, M>(gz, j, sg), load<TG, M>(gf, j, sg), load<TG, M>(go, j, sg), z, s, o);
-        else
-            tanh_sigmoid(load<TG, M>(gz, j, sg), load<TG, M>(gf, j, sg), z, s);
+        M z, s, o;
+        activations<TG, M, OutputGate>(gz, gf, go, j, sg, z, s, o);
         const M f = s * keep[j * sk] * scale;
         const M cj = f * z + (M(1) - f) * c[j];
         c[j] = cj;
@@ -108,11 +116,8 @@ inline void backward_math(const TG* __restrict__ gz, const TG* __restrict__ gf, 
                           M* __restrict__ grad, TO* __restrict__ dz, TO* __restrict__ df, TO* __restrict__ dout,
                           int64_t sdg, int64_t n) {
     for (int64_t j = 0; j < n; ++j) {
-        M z, s, o = M(1);
-        if constexpr (OutputGate)
-            tanh_sigmoid_sigmoid(load<TG, M>(gz, j, sg), load<TG, M>(gf, j, sg), load<TG, M>(go, j, sg), z, s, o);
-        else
-            tanh_sigmoid(load<TG, M>(gz, j, sg), load<TG, M>(gf, j, sg), z, s);
+        M z, s, o;
+        activations<TG, M, OutputGate>(gz, gf, go, j, sg, z, s, o);
         const M kf = keep[j * sk] * scale;
         const M f = s * kf;
         const M cp = cprev[j * sc];
@@ -213,8 +218,7 @@ void gates_forward_items(const QrnnGatesForwardParams& p, int64_t begin, int64_t
     const int64_t ss = Contig ? 1 : p.states.stride_h;
     Scratch<M> s(block, chunks.most);
     for (int64_t first = begin; first < end; first += chunks.per_chunk) {
-        const int64_t count = chunks.count(first, end);
-        const int64_t max_valid = describe_items(p, block, first, count, s.items);
+        const int64_t count = chunks.count(first, end), max_valid = describe_items(p, block, first, count, s.items);
         for (int64_t i = 0; i < count; ++i) {
             const Item& it = s.items[i];
             load_state(p.c0, p.c0_dtype, it.b, it.j0, it.n, &s.state[i * block]);
@@ -269,8 +273,7 @@ void gates_backward_items(const QrnnGatesBackwardParams& p, int64_t begin, int64
     const int64_t sdg = Contig ? 1 : p.grad_gates.stride_h;
     Scratch<M> s(block, chunks.most);
     for (int64_t first = begin; first < end; first += chunks.per_chunk) {
-        const int64_t count = chunks.count(first, end);
-        const int64_t max_valid = describe_items(p, block, first, count, s.items);
+        const int64_t count = chunks.count(first, end), max_valid = describe_items(p, block, first, count, s.items);
         for (int64_t i = 0; i < count; ++i) {
             const Item& it = s.items[i];
             load_state(p.grad_c_n, p.c_n_dtype, it.b, it.j0, it.n, &s.state[i * block]);

@@ -21,7 +21,7 @@ from .. import ops, ops_cuda
 from .common import Result, measure_interleaved
 
 try:  # built with the CUDA kernels only
-    from . import _baseline
+    from . import _baseline  # type: ignore[attr-defined]  # compiled extension, no stub: mypy looks for an attribute
 except ImportError:
     _baseline = None
 

@@ -1,5 +1,6 @@
-// The start of a kernel test's main(), shared by the kernel tests: ctest runs each once per
-// instruction set, forced through QRNN_SIMD (generic|avx2|avx512).
+// What the kernel tests (ForgetMult, fused gates) share: the start of main(), since ctest
+// runs each once per instruction set forced through QRNN_SIMD (generic|avx2|avx512), and
+// the size checks every kernel entry point makes.
 #pragma once
 
 #include <qrnn/forget_mult.hpp>
@@ -7,7 +8,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <random>
+#include <stdexcept>
 #include <string>
 
 #include "test_arrays.hpp"
@@ -44,6 +47,15 @@ inline int start_kernel_test(const char* test_name) {
     rng.seed(seed);
     std::printf("%s: kernels %s, seed %llu\n", test_name, level.c_str(), (unsigned long long)seed);
     return 0;
+}
+
+// make() gives valid parameters that call(p) accepts; a negative size must throw naming it.
+template <typename Make, typename Call>
+void check_size_arguments(Make make, Call call, int64_t negative_batch) {
+    CHECK_NOTHROW(call(make()));
+    { auto p = make(); p.seq_len = -1; CHECK_THROWS(call(p), std::invalid_argument, "seq_len"); }
+    { auto p = make(); p.batch = negative_batch; CHECK_THROWS(call(p), std::invalid_argument, "batch"); }
+    { auto p = make(); p.hidden = std::numeric_limits<int64_t>::min(); CHECK_THROWS(call(p), std::invalid_argument, "hidden"); }
 }
 
 }  // namespace qrnn_test
