@@ -143,15 +143,17 @@ struct Item : RowItem {
     int64_t valid;
 };
 
-// Fills items[0, count) for items first, first + 1, ...; returns their longest walk.
-template <typename Params>
-inline int64_t describe_items(const Params& p, int64_t block, int64_t first, int64_t count, Item* items) {
+// Fills items[0, count) for items first, first + 1, ... and loads each one's c0 (zeros
+// when absent) into its row of `c0_rows`; returns their longest walk.
+template <typename Params, typename M>
+inline int64_t start_items(const Params& p, int64_t block, int64_t first, int64_t count, Item* items, M* c0_rows) {
     int64_t max_valid = 0;
     for (int64_t i = 0; i < count; ++i) {
         Item& it = items[i];
         describe_rows(p.hidden, block, first + i, 1, &it);
         it.valid = p.lengths ? p.lengths[it.b * p.lengths_stride] : p.seq_len;
         max_valid = std::max(max_valid, it.valid);
+        load_state(p.c0, p.c0_dtype, it.b, it.j0, it.n, &c0_rows[i * block]);
     }
     return max_valid;
 }
@@ -218,11 +220,8 @@ void gates_forward_items(const QrnnGatesForwardParams& p, int64_t begin, int64_t
     const int64_t ss = Contig ? 1 : p.states.stride_h;
     Scratch<M> s(block, chunks.most);
     for (int64_t first = begin; first < end; first += chunks.per_chunk) {
-        const int64_t count = chunks.count(first, end), max_valid = describe_items(p, block, first, count, s.items);
-        for (int64_t i = 0; i < count; ++i) {
-            const Item& it = s.items[i];
-            load_state(p.c0, p.c0_dtype, it.b, it.j0, it.n, &s.state[i * block]);
-        }
+        const int64_t count = chunks.count(first, end);
+        const int64_t max_valid = start_items(p, block, first, count, s.items, s.state);  // c: c0
         for (int64_t k = 0; k < max_valid; ++k) {
             for (int64_t i = 0; i < count; ++i) {
                 const Item& it = s.items[i];
@@ -273,11 +272,11 @@ void gates_backward_items(const QrnnGatesBackwardParams& p, int64_t begin, int64
     const int64_t sdg = Contig ? 1 : p.grad_gates.stride_h;
     Scratch<M> s(block, chunks.most);
     for (int64_t first = begin; first < end; first += chunks.per_chunk) {
-        const int64_t count = chunks.count(first, end), max_valid = describe_items(p, block, first, count, s.items);
+        const int64_t count = chunks.count(first, end);
+        const int64_t max_valid = start_items(p, block, first, count, s.items, s.state2);
         for (int64_t i = 0; i < count; ++i) {
             const Item& it = s.items[i];
-            load_state(p.grad_c_n, p.c_n_dtype, it.b, it.j0, it.n, &s.state[i * block]);
-            load_state(p.c0, p.c0_dtype, it.b, it.j0, it.n, &s.state2[i * block]);
+            load_state(p.grad_c_n, p.c_n_dtype, it.b, it.j0, it.n, &s.state[i * block]);  // the running gradient
             for (int64_t t = it.valid; t < p.seq_len; ++t) {
                 T* row = row_at<T>(p.grad_gates, t, it);
                 for (int k = 0; k < n_gates; ++k) zero_row(row + k * dgs, it.n, sdg);
