@@ -5,6 +5,9 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
 
 #include "qrnn/dtype.hpp"
 #include "qrnn/forget_mult.hpp"
@@ -46,12 +49,13 @@ struct LaunchShape {
     int64_t shared_bytes = 0;
 };
 
-inline LaunchShape launch_shape(int64_t batch, int64_t hidden, int vector_width, int chunks, int64_t math_size) {
+inline LaunchShape launch_shape(int64_t batch, int64_t hidden, int vector_width, int chunks, int64_t math_size,
+                                int serial_threads = kSerialThreads) {
     LaunchShape s;
     s.vectors_per_row = (hidden + vector_width - 1) / vector_width;
     const int64_t columns = batch * s.vectors_per_row;
     if (chunks <= 1) {
-        s.lanes = kSerialThreads;
+        s.lanes = serial_threads;
     } else {
         const int64_t wide_blocks = (columns + kChunkLanes - 1) / kChunkLanes;
         s.lanes = wide_blocks < kMinChunkedBlocks ? kNarrowChunkLanes : kChunkLanes;
@@ -89,14 +93,50 @@ inline bool vectorisable(int width, int64_t elem_size, int64_t T, int64_t B, int
     return any_unit_stride;
 }
 
-// One launcher per storage dtype, each in its own translation unit; they launch the
-// plan's kernel on `stream` and throw std::runtime_error if the launch fails.
-template <DType D> void launch_forward(const ForgetMultForwardParams& p, const LaunchPlan& plan, void* stream);
-template <DType D> void launch_backward(const ForgetMultBackwardParams& p, const LaunchPlan& plan, void* stream);
+// Calls fn(std::integral_constant<int, V>{}) for `width`, one of the vector widths the
+// kernels are compiled for: every power of two from `Widest` down to 1.
+template <int Widest, typename Fn>
+void dispatch_width(int width, Fn&& fn) {
+    if (width == Widest) return fn(std::integral_constant<int, Widest>{});
+    if constexpr (Widest > 1) {
+        return dispatch_width<Widest / 2>(width, fn);
+    } else {
+        throw std::logic_error("qrnn::cuda: no kernel for vector width " + std::to_string(width));
+    }
+}
 
-// The fused gate launchers (qrnn_gates/<dtype>.cu): `width` hidden units per thread.
-template <DType D> void launch_gates_forward(const QrnnGatesForwardParams& p, int width, void* stream);
-template <DType D> void launch_gates_backward(const QrnnGatesBackwardParams& p, int width, void* stream);
+// Calls fn(std::integral_constant<int, V>{}) for every width dispatch_width<Widest> accepts.
+template <int Widest, typename Fn>
+void for_each_width(Fn&& fn) {
+    fn(std::integral_constant<int, Widest>{});
+    if constexpr (Widest > 1) for_each_width<Widest / 2>(fn);
+}
+
+// Calls fn(std::integral_constant<DType, D>{}) for a valid `dtype`.
+template <typename Fn>
+decltype(auto) by_dtype(DType dtype, Fn&& fn) {
+    switch (dtype) {
+        case DType::float64: return fn(std::integral_constant<DType, DType::float64>{});
+        case DType::bfloat16: return fn(std::integral_constant<DType, DType::bfloat16>{});
+        case DType::float16: return fn(std::integral_constant<DType, DType::float16>{});
+        case DType::float32: break;
+    }
+    return fn(std::integral_constant<DType, DType::float32>{});
+}
+
+// One launcher per op, direction and storage dtype, the dtypes each in their own
+// translation unit (<family>/<dtype>.cu); they launch the plan's kernel on `stream` and throw
+// std::runtime_error if the launch fails. The gate kernels have no chunked schedule.
+template <DType D> void launch(const ForgetMultForwardParams& p, const LaunchPlan& plan, void* stream);
+template <DType D> void launch(const ForgetMultBackwardParams& p, const LaunchPlan& plan, void* stream);
+template <DType D> void launch(const QrnnGatesForwardParams& p, const LaunchPlan& plan, void* stream);
+template <DType D> void launch(const QrnnGatesBackwardParams& p, const LaunchPlan& plan, void* stream);
+
+// Launches `p` with `plan` on the launcher of its dtype.
+template <typename Params>
+void launch_of_dtype(const Params& p, const LaunchPlan& plan, void* stream) {
+    by_dtype(p.dtype, [&](auto dtype) { launch<decltype(dtype)::value>(p, plan, stream); });
+}
 
 // Throws std::runtime_error naming `what` if the last launch failed (defined in
 // forget_mult/entry.cu, which owns the CUDA runtime error handling).
@@ -105,14 +145,14 @@ void check_launch(const char* what);
 // driver-version errors name the driver found and the one needed.
 void check_cuda(int error, const char* what);
 
-// Loads every kernel of one dtype (cudaFuncGetAttributes on each: with lazy loading, the
-// CUDA >= 12.2 default, a kernel is otherwise loaded at its first launch, which drivers
-// older than 12.3 cannot do during a CUDA graph capture). Per-dtype translation units.
-template <DType D> void load_kernels();
-template <DType D> void load_gates_kernels();
-
 // Which kernels a launch needs loaded: ForgetMult's or the gates' of one dtype, or none.
 enum class KernelFamily : int { none = -1, forget_mult = 0, gates = 1 };
+
+// Loads every kernel of one family and dtype (cudaFuncGetAttributes on each: with lazy
+// loading, the CUDA >= 12.2 default, a kernel is otherwise loaded at its first launch,
+// which drivers older than 12.3 cannot do during a CUDA graph capture). Per-dtype
+// translation units.
+template <DType D, KernelFamily F> void load_kernels();
 
 // What every launching entry point (`what`) does first (forget_mult/entry.cu): once per
 // process, check that the driver can run this build's CUDA runtime; make `device` current

@@ -1,5 +1,5 @@
 // ForgetMult CUDA launchers for bfloat16 storage: one translation unit per dtype, so the
 // kernels of different dtypes compile in parallel.
-#include "forget_mult/launch.cuh"
+#include "common/launch.cuh"
 
-QRNN_DEFINE_CUDA_LAUNCHERS(qrnn::DType::bfloat16, __nv_bfloat16)
+QRNN_DEFINE_CUDA_LAUNCHERS(qrnn::DType::bfloat16, ForgetMultKernels)

@@ -114,14 +114,11 @@ std::mutex loading;
 using Loader = void (*)();
 
 Loader loader_of(KernelFamily family, DType dtype) {
-    const bool fm = family == KernelFamily::forget_mult;
-    switch (dtype) {
-        case DType::float32: return fm ? load_kernels<DType::float32> : load_gates_kernels<DType::float32>;
-        case DType::float64: return fm ? load_kernels<DType::float64> : load_gates_kernels<DType::float64>;
-        case DType::bfloat16: return fm ? load_kernels<DType::bfloat16> : load_gates_kernels<DType::bfloat16>;
-        case DType::float16: return fm ? load_kernels<DType::float16> : load_gates_kernels<DType::float16>;
-    }
-    return nullptr;
+    return by_dtype(dtype, [&](auto d) -> Loader {
+        constexpr DType D = decltype(d)::value;
+        return family == KernelFamily::forget_mult ? load_kernels<D, KernelFamily::forget_mult>
+                                                   : load_kernels<D, KernelFamily::gates>;
+    });
 }
 
 // Once per device and kernel set: load the set's kernels while no capture is running.
@@ -206,12 +203,7 @@ void forget_mult_forward(const ForgetMultForwardParams& p, void* stream, Schedul
     const LaunchPlan plan = plan_of(p, schedule);
     const detail::LaunchGuard guard("qrnn::cuda::forget_mult_forward", stream, device, p.f.data,
                                     detail::KernelFamily::forget_mult, p.dtype);
-    switch (p.dtype) {
-        case DType::float32: return detail::launch_forward<DType::float32>(p, plan, stream);
-        case DType::float64: return detail::launch_forward<DType::float64>(p, plan, stream);
-        case DType::bfloat16: return detail::launch_forward<DType::bfloat16>(p, plan, stream);
-        case DType::float16: return detail::launch_forward<DType::float16>(p, plan, stream);
-    }
+    detail::launch_of_dtype(p, plan, stream);
 }
 
 void forget_mult_backward(const ForgetMultBackwardParams& p, void* stream, Schedule schedule, int device) {
@@ -223,12 +215,7 @@ void forget_mult_backward(const ForgetMultBackwardParams& p, void* stream, Sched
     const detail::LaunchGuard guard("qrnn::cuda::forget_mult_backward", stream, device,
                                     p.seq_len > 0 ? p.f.data : p.grad_h0.data, detail::KernelFamily::forget_mult,
                                     p.dtype);
-    switch (p.dtype) {
-        case DType::float32: return detail::launch_backward<DType::float32>(p, plan, stream);
-        case DType::float64: return detail::launch_backward<DType::float64>(p, plan, stream);
-        case DType::bfloat16: return detail::launch_backward<DType::bfloat16>(p, plan, stream);
-        case DType::float16: return detail::launch_backward<DType::float16>(p, plan, stream);
-    }
+    detail::launch_of_dtype(p, plan, stream);
 }
 
 LaunchPlan forget_mult_forward_plan(const ForgetMultForwardParams& p, Schedule schedule) {

@@ -1,5 +1,5 @@
 // ForgetMult CUDA launchers for float32 storage: one translation unit per dtype, so the
 // kernels of different dtypes compile in parallel.
-#include "forget_mult/launch.cuh"
+#include "common/launch.cuh"
 
-QRNN_DEFINE_CUDA_LAUNCHERS(qrnn::DType::float32, float)
+QRNN_DEFINE_CUDA_LAUNCHERS(qrnn::DType::float32, ForgetMultKernels)

@@ -55,32 +55,22 @@ int width_of(const QrnnGatesBackwardParams& p) {
                       d.o});
 }
 
+template <typename Params>
+void launch(const Params& p, void* stream, int device, const char* what) {
+    if (!qrnn::detail::validate_qrnn_gates(p, qrnn::detail::LengthsMemory::device)) return;
+    const LaunchPlan plan{width_of(p), 1};
+    const detail::LaunchGuard guard(what, stream, device, p.gates.data, detail::KernelFamily::gates, p.dtype);
+    detail::launch_of_dtype(p, plan, stream);
+}
+
 }  // namespace
 
 void qrnn_gates_forward(const QrnnGatesForwardParams& p, void* stream, int device) {
-    if (!qrnn::detail::validate_qrnn_gates(p, qrnn::detail::LengthsMemory::device)) return;
-    const int width = width_of(p);
-    const detail::LaunchGuard guard("qrnn::cuda::qrnn_gates_forward", stream, device, p.gates.data,
-                                    detail::KernelFamily::gates, p.dtype);
-    switch (p.dtype) {
-        case DType::float32: return detail::launch_gates_forward<DType::float32>(p, width, stream);
-        case DType::float64: return detail::launch_gates_forward<DType::float64>(p, width, stream);
-        case DType::bfloat16: return detail::launch_gates_forward<DType::bfloat16>(p, width, stream);
-        case DType::float16: return detail::launch_gates_forward<DType::float16>(p, width, stream);
-    }
+    launch(p, stream, device, "qrnn::cuda::qrnn_gates_forward");
 }
 
 void qrnn_gates_backward(const QrnnGatesBackwardParams& p, void* stream, int device) {
-    if (!qrnn::detail::validate_qrnn_gates(p, qrnn::detail::LengthsMemory::device)) return;
-    const int width = width_of(p);
-    const detail::LaunchGuard guard("qrnn::cuda::qrnn_gates_backward", stream, device, p.gates.data,
-                                    detail::KernelFamily::gates, p.dtype);
-    switch (p.dtype) {
-        case DType::float32: return detail::launch_gates_backward<DType::float32>(p, width, stream);
-        case DType::float64: return detail::launch_gates_backward<DType::float64>(p, width, stream);
-        case DType::bfloat16: return detail::launch_gates_backward<DType::bfloat16>(p, width, stream);
-        case DType::float16: return detail::launch_gates_backward<DType::float16>(p, width, stream);
-    }
+    launch(p, stream, device, "qrnn::cuda::qrnn_gates_backward");
 }
 
 int qrnn_gates_forward_vector_width(const QrnnGatesForwardParams& p) {

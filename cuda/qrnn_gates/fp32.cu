@@ -1,5 +1,6 @@
 // Fused QRNN gate launchers for float32 storage: one translation unit per dtype, so the
 // kernels of different dtypes compile in parallel.
-#include "qrnn_gates/launch.cuh"
+#include "common/launch.cuh"
+#include "qrnn_gates/kernels.cuh"
 
-QRNN_DEFINE_CUDA_GATES_LAUNCHERS(qrnn::DType::float32, float)
+QRNN_DEFINE_CUDA_LAUNCHERS(qrnn::DType::float32, GateKernels)

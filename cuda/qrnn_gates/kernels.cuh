@@ -69,11 +69,42 @@ __device__ __forceinline__ void zero_pack(T* p, int n, int64_t stride_h) {
     store_pack(p, zero, n, stride_h);
 }
 
-template <typename T, int V>
-__device__ __forceinline__ void unit_values(Math<T> (&out)[V]) {
+// A rolling buffer of U steps of what both directions load for one column: the gates Z,
+// F (and O) and the zoneout mask (ones when absent).
+template <typename T, int V, int U, bool OutputGate>
+struct GateBuffers {
+    const T* gates;
+    const T* mask;  // null when absent
+    int64_t gs;     // gate stride
+    Pack<T, V> z[U], f[U], o[U], keep[U];
+
+    template <typename Params>
+    __device__ __forceinline__ GateBuffers(const Params& p, const Column& c)
+        : gates(column_ptr<T>(p.gates, c)), mask(optional_column<T>(p.forget_mask, c)), gs(p.gate_stride) {}
+
+    // Step t into slot i.
+    template <typename Params>
+    __device__ __forceinline__ void load(int i, const Params& p, int64_t t, int n) {
+        const T* g = gates + t * p.gates.stride_t;
+        z[i] = load_pack<T, V>(g, n, p.gates.stride_h);
+        f[i] = load_pack<T, V>(g + gs, n, p.gates.stride_h);
+        if (OutputGate) o[i] = load_pack<T, V>(g + 2 * gs, n, p.gates.stride_h);
+        if (mask) keep[i] = load_pack<T, V>(mask + t * p.forget_mask.stride_t, n, p.forget_mask.stride_h);
+    }
+
+    __device__ __forceinline__ void unpack_slot(int i, Math<T> (&zv)[V], Math<T> (&fv)[V], Math<T> (&ov)[V],
+                                                Math<T> (&kv)[V]) const {
+        unpack(z[i], zv);
+        unpack(f[i], fv);
+        if (OutputGate) unpack(o[i], ov);
+        if (mask) {
+            unpack(keep[i], kv);
+        } else {
 #pragma unroll
-    for (int k = 0; k < V; ++k) out[k] = Math<T>(1);
-}
+            for (int k = 0; k < V; ++k) kv[k] = Math<T>(1);
+        }
+    }
+};
 
 // ---- Forward ------------------------------------------------------------------------
 
@@ -81,28 +112,18 @@ template <typename T, int V, int U, bool OutputGate>
 __global__ void __launch_bounds__(kGatesThreads, 1)
 gates_forward(const QrnnGatesForwardParams p, const int64_t vectors_per_row) {
     using M = Math<T>;
-    const Column c = column_of<V>(int64_t(blockIdx.x) * blockDim.x + threadIdx.x, p.batch, p.hidden,
-                                  vectors_per_row);
+    const Column c = thread_column<V>(p, vectors_per_row);
     if (c.n == 0) return;
-    const T* gates = column_ptr<T>(p.gates, c);
-    const T* mask = optional_column<T>(p.forget_mask, c);
+    GateBuffers<T, V, U, OutputGate> buf(p, c);
     T* out = column_ptr<T>(p.output, c);
     T* states = optional_column<T>(p.states, c);
-    const int64_t gs = p.gate_stride, valid = valid_steps(p, c.b);
+    const int64_t valid = valid_steps(p, c.b);
     const M scale = M(p.forget_scale);
 
     M state[V];
     load_state(p.c0, p.c0_dtype, c.b, c.j0, c.n, state);
 
-    Pack<T, V> zbuf[U], fbuf[U], obuf[U], kbuf[U];
-    auto load_step = [&](int slot, int64_t k) {
-        const int64_t t = step_time(k, valid, p.reverse);
-        const T* g = gates + t * p.gates.stride_t;
-        zbuf[slot] = load_pack<T, V>(g, c.n, p.gates.stride_h);
-        fbuf[slot] = load_pack<T, V>(g + gs, c.n, p.gates.stride_h);
-        if (OutputGate) obuf[slot] = load_pack<T, V>(g + 2 * gs, c.n, p.gates.stride_h);
-        if (mask) kbuf[slot] = load_pack<T, V>(mask + t * p.forget_mask.stride_t, c.n, p.forget_mask.stride_h);
-    };
+    auto load_step = [&](int slot, int64_t k) { buf.load(slot, p, step_time(k, valid, p.reverse), c.n); };
 #pragma unroll
     for (int i = 0; i < U; ++i)
         if (i < valid) load_step(i, i);
@@ -112,10 +133,7 @@ gates_forward(const QrnnGatesForwardParams p, const int64_t vectors_per_row) {
             const int64_t k = k0 + i;
             if (k >= valid) break;
             M z[V], f[V], o[V], keep[V];
-            unpack(zbuf[i], z);
-            unpack(fbuf[i], f);
-            if (OutputGate) unpack(obuf[i], o);
-            if (mask) unpack(kbuf[i], keep); else unit_values<T, V>(keep);
+            buf.unpack_slot(i, z, f, o, keep);
             if (k + U < valid) load_step(i, k + U);
             M h[V];
 #pragma unroll
@@ -145,15 +163,13 @@ template <typename T, int V, int U, bool OutputGate>
 __global__ void __launch_bounds__(kGatesThreads, 1)
 gates_backward(const QrnnGatesBackwardParams p, const int64_t vectors_per_row) {
     using M = Math<T>;
-    const Column c = column_of<V>(int64_t(blockIdx.x) * blockDim.x + threadIdx.x, p.batch, p.hidden,
-                                  vectors_per_row);
+    const Column c = thread_column<V>(p, vectors_per_row);
     if (c.n == 0) return;
-    const T* gates = column_ptr<T>(p.gates, c);
-    const T* mask = optional_column<T>(p.forget_mask, c);
+    GateBuffers<T, V, U, OutputGate> buf(p, c);
     const T* states = column_ptr<T>(p.states, c);
     const T* dout = optional_column<T>(p.grad_output, c);
     T* dgates = column_ptr<T>(p.grad_gates, c);
-    const int64_t gs = p.gate_stride, dgs = p.grad_gate_stride, valid = valid_steps(p, c.b);
+    const int64_t dgs = p.grad_gate_stride, valid = valid_steps(p, c.b);
     const M scale = M(p.forget_scale);
 
     for (int64_t t = valid; t < p.seq_len; ++t) {  // padding steps have zero gradients
@@ -166,14 +182,10 @@ gates_backward(const QrnnGatesBackwardParams p, const int64_t vectors_per_row) {
     load_state(p.grad_c_n, p.c_n_dtype, c.b, c.j0, c.n, carry);
     load_state(p.c0, p.c0_dtype, c.b, c.j0, c.n, c0);
 
-    Pack<T, V> zbuf[U], fbuf[U], obuf[U], kbuf[U], dbuf[U], cbuf[U];
+    Pack<T, V> dbuf[U], cbuf[U];
     auto load_step = [&](int slot, int64_t k) {  // step k's G, mask and output gradient, and c[k - 1]
         const int64_t t = step_time(k, valid, p.reverse);
-        const T* g = gates + t * p.gates.stride_t;
-        zbuf[slot] = load_pack<T, V>(g, c.n, p.gates.stride_h);
-        fbuf[slot] = load_pack<T, V>(g + gs, c.n, p.gates.stride_h);
-        if (OutputGate) obuf[slot] = load_pack<T, V>(g + 2 * gs, c.n, p.gates.stride_h);
-        if (mask) kbuf[slot] = load_pack<T, V>(mask + t * p.forget_mask.stride_t, c.n, p.forget_mask.stride_h);
+        buf.load(slot, p, t, c.n);
         if (dout) dbuf[slot] = load_pack<T, V>(dout + t * p.grad_output.stride_t, c.n, p.grad_output.stride_h);
         if (k >= 1) cbuf[slot] = load_pack<T, V>(states + step_time(k - 1, valid, p.reverse) * p.states.stride_t, c.n,
                                                 p.states.stride_h);
@@ -187,10 +199,7 @@ gates_backward(const QrnnGatesBackwardParams p, const int64_t vectors_per_row) {
             const int64_t k = k0 - i;
             if (k < 0) break;
             M z[V], f[V], o[V], keep[V], dh[V], cp[V];
-            unpack(zbuf[i], z);
-            unpack(fbuf[i], f);
-            if (OutputGate) unpack(obuf[i], o);
-            if (mask) unpack(kbuf[i], keep); else unit_values<T, V>(keep);
+            buf.unpack_slot(i, z, f, o, keep);
             if (dout) {
                 unpack(dbuf[i], dh);
             } else {
@@ -231,5 +240,33 @@ gates_backward(const QrnnGatesBackwardParams p, const int64_t vectors_per_row) {
     }
     if (p.grad_c0.data) store_state(p.grad_c0, p.c0_dtype, c.b, c.j0, c.n, carry);
 }
+
+// ---- The kernels as the launchers and the emulator pick them (run_plan) ----------------
+
+struct GateKernels : KernelFamilyOf<QrnnGatesForwardParams, QrnnGatesBackwardParams, detail::KernelFamily::gates> {
+    static constexpr const char* name(const Forward*) { return "qrnn::cuda::qrnn_gates_forward"; }
+    static constexpr const char* name(const Backward*) { return "qrnn::cuda::qrnn_gates_backward"; }
+    template <typename T>
+    static constexpr int widest = gates_max_width(int(sizeof(T)));
+
+    // use(with the output gate, without) of one direction.
+    template <typename T, int V, typename Use>
+    static void of(const Forward*, Use&& use) {
+        constexpr int U = gates_forward_steps(int(sizeof(T)) * V);
+        use(gates_forward<T, V, U, true>, gates_forward<T, V, U, false>);
+    }
+    template <typename T, int V, typename Use>
+    static void of(const Backward*, Use&& use) {
+        constexpr int U = gates_backward_steps(int(sizeof(T)) * V);
+        use(gates_backward<T, V, U, true>, gates_backward<T, V, U, false>);
+    }
+
+    // One thread per (batch row, vector of hidden units), kGatesThreads per block.
+    template <typename T, int V, typename Params, typename Run>
+    static void run(const Params& p, const LaunchPlan&, Run&& runner) {
+        const detail::LaunchShape s = detail::launch_shape(p.batch, p.hidden, V, 1, 0, kGatesThreads);
+        of<T, V>(&p, [&](auto with_gate, auto without_gate) { p.output_gate ? runner(with_gate, s) : runner(without_gate, s); });
+    }
+};
 
 }  // namespace qrnn::cuda::kernels

@@ -104,19 +104,29 @@ PyObject* fast_call(PyObject* const* argv, Py_ssize_t nargs, bool may_release_gi
     return nullptr;
 }
 
-// Defines `fn(PyObject*, argv, nargs)` as a fast call of list `List` with `Extra` trailing integers.
-#define QRNN_FAST_ENTRY(fn, List, Extra, release_gil, ...)                                          \
-    PyObject* fn(PyObject*, PyObject* const* argv, Py_ssize_t nargs) {                               \
-        return ::qrnn::bindings::fast_call<::qrnn::args::List, Extra>(                              \
-            argv, nargs, release_gil, [&](const auto& p, const auto& call) { __VA_ARGS__; });         \
-    }
+// Defines fast call `fn`: Python name "fn", docstring `doc`, the numbers of list `List`
+// then `Extra` trailing integers; `...` is its body (params `p`, the parsed `call`).
+#define QRNN_FAST_ENTRY(fn, List, Extra, release_gil, doc, ...)                                   \
+    struct fn {                                                                                    \
+        static constexpr const char* name = #fn;                                                   \
+        static constexpr const char* help = doc;                                                   \
+        static PyObject* run(PyObject*, PyObject* const* argv, Py_ssize_t nargs) {                 \
+            return ::qrnn::bindings::fast_call<::qrnn::args::List, Extra>(                         \
+                argv, nargs, release_gil, [&](const auto& p, const auto& call) { __VA_ARGS__; });  \
+        }                                                                                          \
+    };
 
-// Adds METH_FASTCALL function `Fn` to the module as `name`, in the same one-line style as
-// pybind11's m.def (the method record lives as long as the module: one per function).
-template <PyObject* (*Fn)(PyObject*, PyObject* const*, Py_ssize_t)>
-void def_fast(py::module_& m, const char* name, const char* doc) {
-    static PyMethodDef def{name, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Fn)), METH_FASTCALL, doc};
-    m.add_object(name, py::reinterpret_steal<py::object>(PyCFunction_NewEx(&def, nullptr, m.ptr())));
+// Adds the METH_FASTCALL functions of QRNN_FAST_ENTRY `Entries` to the module (each method
+// record lives as long as the module: one per function).
+template <typename... Entries>
+void def_fast(py::module_& m) {
+    auto def_one = [&m](auto entry) {
+        using Entry = decltype(entry);
+        static PyMethodDef def{Entry::name, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&Entry::run)),
+                               METH_FASTCALL, Entry::help};
+        m.add_object(Entry::name, py::reinterpret_steal<py::object>(PyCFunction_NewEx(&def, nullptr, m.ptr())));
+    };
+    (def_one(Entries{}), ...);
 }
 
 // The binders of each subsystem, called once by module.cpp.

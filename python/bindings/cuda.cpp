@@ -25,48 +25,40 @@ cuda::Schedule schedule_of(int64_t code) {
 void* stream_of(int64_t handle) { return reinterpret_cast<void*>(static_cast<uintptr_t>(handle)); }
 
 QRNN_FAST_ENTRY(cuda_forget_mult_forward, forget_mult_forward, 3, false,
+                "cuda_forget_mult_forward(<forget_mult_forward's fields>, stream, schedule, device): launch on stream "
+                "(a cudaStream_t) of device (made current for the launch); schedule: a code of cuda_schedules()",
                 cuda::forget_mult_forward(p, stream_of(call.extra(0)), schedule_of(call.extra(1)),
                                           int(call.extra(2))))
 QRNN_FAST_ENTRY(cuda_forget_mult_backward, forget_mult_backward, 3, false,
+                "cuda_forget_mult_backward(<forget_mult_backward's fields>, stream, schedule, device)",
                 cuda::forget_mult_backward(p, stream_of(call.extra(0)), schedule_of(call.extra(1)),
                                            int(call.extra(2))))
 QRNN_FAST_ENTRY(cuda_qrnn_gates_forward, qrnn_gates_forward, 2, false,
+                "cuda_qrnn_gates_forward(<qrnn_gates_forward's fields>, stream, device): lengths in device memory",
                 cuda::qrnn_gates_forward(p, stream_of(call.extra(0)), int(call.extra(1))))
 QRNN_FAST_ENTRY(cuda_qrnn_gates_backward, qrnn_gates_backward, 2, false,
+                "cuda_qrnn_gates_backward(<qrnn_gates_backward's fields>, stream, device)",
                 cuda::qrnn_gates_backward(p, stream_of(call.extra(0)), int(call.extra(1))))
 // Host-only: what a launch would use, for tests and the emulator.
 QRNN_FAST_ENTRY(cuda_forget_mult_forward_plan, forget_mult_forward, 1, false,
+                "cuda_forget_mult_forward_plan(<fields>, schedule) -> (vector_width, chunks), host-only",
                 return cuda::forget_mult_forward_plan(p, schedule_of(call.extra(0))))
 QRNN_FAST_ENTRY(cuda_forget_mult_backward_plan, forget_mult_backward, 1, false,
+                "cuda_forget_mult_backward_plan(<fields>, schedule) -> (vector_width, chunks), host-only",
                 return cuda::forget_mult_backward_plan(p, schedule_of(call.extra(0))))
 QRNN_FAST_ENTRY(cuda_qrnn_gates_forward_width, qrnn_gates_forward, 0, false,
+                "cuda_qrnn_gates_forward_width(<fields>) -> (vector_width, 1), host-only",
                 return cuda::LaunchPlan{cuda::qrnn_gates_forward_vector_width(p), 1})
 QRNN_FAST_ENTRY(cuda_qrnn_gates_backward_width, qrnn_gates_backward, 0, false,
+                "cuda_qrnn_gates_backward_width(<fields>) -> (vector_width, 1), host-only",
                 return cuda::LaunchPlan{cuda::qrnn_gates_backward_vector_width(p), 1})
-
-const void* cptr(uintptr_t p) { return reinterpret_cast<const void*>(p); }
-void* mptr(uintptr_t p) { return reinterpret_cast<void*>(p); }
 
 }  // namespace
 
 void bind_cuda(py::module_& m) {
-    def_fast<cuda_forget_mult_forward>(m, "cuda_forget_mult_forward",
-        "cuda_forget_mult_forward(<forget_mult_forward's fields>, stream, schedule, device): launch on stream "
-        "(a cudaStream_t) of device (made current for the launch); schedule: a code of cuda_schedules()");
-    def_fast<cuda_forget_mult_backward>(m, "cuda_forget_mult_backward",
-        "cuda_forget_mult_backward(<forget_mult_backward's fields>, stream, schedule, device)");
-    def_fast<cuda_qrnn_gates_forward>(m, "cuda_qrnn_gates_forward",
-        "cuda_qrnn_gates_forward(<qrnn_gates_forward's fields>, stream, device): lengths in device memory");
-    def_fast<cuda_qrnn_gates_backward>(m, "cuda_qrnn_gates_backward",
-        "cuda_qrnn_gates_backward(<qrnn_gates_backward's fields>, stream, device)");
-    def_fast<cuda_forget_mult_forward_plan>(m, "cuda_forget_mult_forward_plan",
-        "cuda_forget_mult_forward_plan(<fields>, schedule) -> (vector_width, chunks), host-only");
-    def_fast<cuda_forget_mult_backward_plan>(m, "cuda_forget_mult_backward_plan",
-        "cuda_forget_mult_backward_plan(<fields>, schedule) -> (vector_width, chunks), host-only");
-    def_fast<cuda_qrnn_gates_forward_width>(m, "cuda_qrnn_gates_forward_width",
-        "cuda_qrnn_gates_forward_width(<fields>) -> (vector_width, 1), host-only");
-    def_fast<cuda_qrnn_gates_backward_width>(m, "cuda_qrnn_gates_backward_width",
-        "cuda_qrnn_gates_backward_width(<fields>) -> (vector_width, 1), host-only");
+    def_fast<cuda_forget_mult_forward, cuda_forget_mult_backward, cuda_qrnn_gates_forward, cuda_qrnn_gates_backward,
+             cuda_forget_mult_forward_plan, cuda_forget_mult_backward_plan, cuda_qrnn_gates_forward_width,
+             cuda_qrnn_gates_backward_width>(m);
     m.def("cuda_schedules", [] {
         py::dict d;
         d["auto"] = int(cuda::Schedule::automatic);
@@ -74,22 +66,6 @@ void bind_cuda(py::module_& m) {
         d["chunked"] = int(cuda::Schedule::chunked);
         return d;
     }, "{name: code} of qrnn::cuda::Schedule, the last argument of the ForgetMult launchers");
-    // The original one-thread-per-column float32 design, for the GPU benchmark only.
-    m.def("cuda_baseline_forget_mult_forward",
-          [](uintptr_t f, uintptr_t x, uintptr_t h_with_h0, int64_t T, int64_t B, int64_t H, uintptr_t stream) {
-              cuda::bench::baseline_forget_mult_forward(
-                  static_cast<const float*>(cptr(f)), static_cast<const float*>(cptr(x)),
-                  static_cast<float*>(mptr(h_with_h0)), T, B, H, mptr(stream));
-          });
-    m.def("cuda_baseline_forget_mult_backward",
-          [](uintptr_t f, uintptr_t x, uintptr_t h_with_h0, uintptr_t grad_h, uintptr_t grad_f, uintptr_t grad_x,
-             uintptr_t grad_h0, int64_t T, int64_t B, int64_t H, uintptr_t stream) {
-              cuda::bench::baseline_forget_mult_backward(
-                  static_cast<const float*>(cptr(f)), static_cast<const float*>(cptr(x)),
-                  static_cast<const float*>(cptr(h_with_h0)), static_cast<const float*>(cptr(grad_h)),
-                  static_cast<float*>(mptr(grad_f)), static_cast<float*>(mptr(grad_x)),
-                  static_cast<float*>(mptr(grad_h0)), T, B, H, mptr(stream));
-          });
 }
 
 }  // namespace qrnn::bindings

@@ -11,14 +11,15 @@ namespace qrnn::bindings {
 namespace {
 
 // Each takes its list's numbers, then num_threads; large work runs without the GIL.
-QRNN_FAST_ENTRY(forget_mult_forward, forget_mult_forward, 1, true,
-                qrnn::cpu::forget_mult_forward(p, int(call.extra(0))))
-QRNN_FAST_ENTRY(forget_mult_backward, forget_mult_backward, 1, true,
-                qrnn::cpu::forget_mult_backward(p, int(call.extra(0))))
-QRNN_FAST_ENTRY(qrnn_gates_forward, qrnn_gates_forward, 1, true,
-                qrnn::cpu::qrnn_gates_forward(p, int(call.extra(0))))
-QRNN_FAST_ENTRY(qrnn_gates_backward, qrnn_gates_backward, 1, true,
-                qrnn::cpu::qrnn_gates_backward(p, int(call.extra(0))))
+#define QRNN_CPU_ENTRY(kernel, what)                                                            \
+    QRNN_FAST_ENTRY(kernel, kernel, 1, true,                                                    \
+                    #kernel "(<kernel_fields()['" #kernel "']>, num_threads): " what,           \
+                    qrnn::cpu::kernel(p, int(call.extra(0))))
+QRNN_CPU_ENTRY(forget_mult_forward, "CPU ForgetMult forward")
+QRNN_CPU_ENTRY(forget_mult_backward, "CPU ForgetMult backward")
+QRNN_CPU_ENTRY(qrnn_gates_forward, "fused QRNN gates forward")
+QRNN_CPU_ENTRY(qrnn_gates_backward, "fused QRNN gates backward")
+#undef QRNN_CPU_ENTRY
 
 // {list name: ((kind, field), ...)}: the argument lists qrnn.ops builds its calls from.
 py::dict kernel_fields() {
@@ -45,14 +46,7 @@ py::dict dtype_codes() {
 }  // namespace
 
 void bind_kernels(py::module_& m) {
-    def_fast<forget_mult_forward>(m, "forget_mult_forward",
-        "forget_mult_forward(<kernel_fields()['forget_mult_forward']>, num_threads): CPU ForgetMult forward");
-    def_fast<forget_mult_backward>(m, "forget_mult_backward",
-        "forget_mult_backward(<kernel_fields()['forget_mult_backward']>, num_threads): CPU ForgetMult backward");
-    def_fast<qrnn_gates_forward>(m, "qrnn_gates_forward",
-        "qrnn_gates_forward(<kernel_fields()['qrnn_gates_forward']>, num_threads): fused QRNN gates forward");
-    def_fast<qrnn_gates_backward>(m, "qrnn_gates_backward",
-        "qrnn_gates_backward(<kernel_fields()['qrnn_gates_backward']>, num_threads): fused QRNN gates backward");
+    def_fast<forget_mult_forward, forget_mult_backward, qrnn_gates_forward, qrnn_gates_backward>(m);
     m.def("kernel_fields", &kernel_fields,
           "{kernel: ((kind, field), ...)}: the parameter list each kernel entry point takes, in order");
     m.def("dtype_codes", &dtype_codes, "{dtype name: code} of qrnn::DType");

@@ -28,6 +28,7 @@
 
 #include "test_arrays.hpp"
 #include "test_check.hpp"
+#include "test_kernels.hpp"
 
 using qrnn::DType;
 using qrnn::bfloat16;
@@ -90,6 +91,21 @@ std::string describe(const char* dir, const char* dtype, const char* state_dtype
            " threads=" + std::to_string(threads);
 }
 
+// The fields forward and backward share: sizes, dtypes, f, x and h0 (absent unless has_h0).
+template <typename Params, typename T, typename S>
+Params params_of(Shape s, Strided<T>& f, Strided<T>& x, Strided<S>& h0, bool has_h0) {
+    Params p;
+    p.seq_len = s.T;
+    p.batch = s.B;
+    p.hidden = s.H;
+    p.dtype = qrnn::dtype_of<T>::value;
+    p.f = f.cview3();
+    p.x = x.cview3();
+    if (has_h0) p.h0 = h0.cview2();
+    p.h0_dtype = qrnn::dtype_of<S>::value;
+    return p;
+}
+
 // T: sequence dtype; S: h0 / grad_h0 dtype (T, or float for a 16-bit T).
 template <typename T, typename S>
 void forward_case(Shape s, const Layout& in, const Layout& out, bool has_h0, int threads) {
@@ -99,15 +115,7 @@ void forward_case(Shape s, const Layout& in, const Layout& out, bool has_h0, int
     f.fill_random(0.05, 0.95);
     x.fill_random(-2, 2);
     h0.fill_random(-1, 1);
-    qrnn::ForgetMultForwardParams p;
-    p.seq_len = s.T;
-    p.batch = s.B;
-    p.hidden = s.H;
-    p.dtype = qrnn::dtype_of<T>::value;
-    p.f = f.cview3();
-    p.x = x.cview3();
-    if (has_h0) p.h0 = h0.cview2();
-    p.h0_dtype = qrnn::dtype_of<S>::value;
+    auto p = params_of<qrnn::ForgetMultForwardParams>(s, f, x, h0, has_h0);
     p.h = h.view3();
     CHECK_NOTHROW(qrnn::cpu::forget_mult_forward(p, threads));
     const auto ref = reference_forward<T, S>(f, x, has_h0 ? &h0 : nullptr);
@@ -125,16 +133,8 @@ void backward_case(Shape s, const Layout& in, const Layout& out, bool has_h0, bo
     h.fill_random(-1, 1);  // any h: the backward formulas hold for whatever forward output is given
     h0.fill_random(-1, 1);
     grad_h.fill_random(-1, 1);
-    qrnn::ForgetMultBackwardParams p;
-    p.seq_len = s.T;
-    p.batch = s.B;
-    p.hidden = s.H;
-    p.dtype = qrnn::dtype_of<T>::value;
-    p.f = f.cview3();
-    p.x = x.cview3();
+    auto p = params_of<qrnn::ForgetMultBackwardParams>(s, f, x, h0, has_h0);
     p.h = h.cview3();
-    if (has_h0) p.h0 = h0.cview2();
-    p.h0_dtype = qrnn::dtype_of<S>::value;
     p.grad_h = grad_h.cview3();
     p.grad_f = grad_f.view3();
     p.grad_x = grad_x.view3();
@@ -262,12 +262,9 @@ void invalid_arguments() {
         p.grad_f = {buf + 8, 4, 2, 1}; p.grad_x = {buf + 16, 4, 2, 1};
         return p;
     };
-    CHECK_NOTHROW(forget_mult_forward(fwd()));
+    check_size_arguments(fwd, [](const qrnn::ForgetMultForwardParams& p) { forget_mult_forward(p); }, -3);
     CHECK_NOTHROW(forget_mult_backward(bwd()));
 
-    { auto p = fwd(); p.seq_len = -1; CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "seq_len"); }
-    { auto p = fwd(); p.batch = -3; CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "batch"); }
-    { auto p = fwd(); p.hidden = std::numeric_limits<int64_t>::min(); CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "hidden"); }
     { auto p = fwd(); p.f.data = nullptr; CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "f"); }
     { auto p = fwd(); p.x.data = nullptr; CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "x"); }
     { auto p = fwd(); p.h.data = nullptr; CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "h"); }
@@ -368,35 +365,12 @@ void concurrent_callers() {
     CHECK(wrong == 0);
 }
 
-bool cpu_has(const std::string& isa) {
-#if defined(__x86_64__) || defined(_M_X64)
-    __builtin_cpu_init();
-    if (isa == "avx2") return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-    if (isa == "avx512")
-        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-#endif
-    return isa == "generic";
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
     threaded_only = argc > 1 && std::string(argv[1]) == "--threaded-only";
-    const char* forced = std::getenv("QRNN_SIMD");
-    const std::string want = forced ? forced : "";
-    const std::string level = qrnn::cpu::simd_level();
-    CHECK(std::string(qrnn::build_info().simd) == level);
-    if (!want.empty() && level != want) {
-        if (!cpu_has(want)) {
-            std::printf("skipped: QRNN_SIMD=%s but this CPU lacks it (dispatches to %s)\n", want.c_str(), level.c_str());
-            return 77;
-        }
-        CHECK_MSG(false, "QRNN_SIMD=" + want + " was not honoured: the kernels use " + level);
-    }
-    const uint64_t seed = std::random_device{}();
-    rng.seed(seed);
-    std::printf("test_forget_mult: kernels %s, seed %llu\n", level.c_str(), (unsigned long long)seed);
+    CHECK(std::string(qrnn::build_info().simd) == qrnn::cpu::simd_level());
+    if (start_kernel_test("test_forget_mult") == 77) return 77;
 
     all_dtypes();
     if (!threaded_only) {

@@ -23,6 +23,7 @@
 
 #include "test_arrays.hpp"
 #include "test_check.hpp"
+#include "test_kernels.hpp"
 
 using qrnn::DType;
 using namespace qrnn_test;
@@ -87,6 +88,27 @@ struct Case {
     double c0_at(int64_t b, int64_t j) const { return o.c0 ? c0.at2(b, j) : 0.0; }
     size_t idx(int64_t t, int64_t b, int64_t j) const { return size_t((t * B + b) * H + j); }
 
+    // The fields forward and backward share: sizes, dtypes, gates, mask, c0, lengths, direction.
+    template <typename Params>
+    Params params() {
+        Params p;
+        p.seq_len = T_;
+        p.batch = B;
+        p.hidden = H;
+        p.dtype = qrnn::dtype_of<T>::value;
+        p.output_gate = o.output_gate;
+        p.gates = gates.cview3();
+        p.gate_stride = H * gates.stride[2];
+        if (o.mask) p.forget_mask = mask.cview3();
+        p.forget_scale = o.scale;
+        if (o.c0) p.c0 = c0.cview2();
+        p.c0_dtype = qrnn::dtype_of<S>::value;
+        p.lengths = lengths_ptr();
+        p.lengths_stride = lengths_stride;
+        p.reverse = o.reverse;
+        return p;
+    }
+
     // Double-precision forward: output, states and the final state.
     void reference_forward(std::vector<double>& out, std::vector<double>& st, std::vector<double>& c_n) const {
         out.assign(size_t(T_ * B * H), 0.0);
@@ -114,21 +136,7 @@ void forward_case(int64_t T_, int64_t B, int64_t H, const Layout& in, const Layo
     Case<T, S> c(T_, B, H, in, o);
     Strided<T> output(T_, B, H, out), states(T_, B, H, out);
     Strided<S> c_n(1, B, H, out);
-    qrnn::QrnnGatesForwardParams p;
-    p.seq_len = T_;
-    p.batch = B;
-    p.hidden = H;
-    p.dtype = qrnn::dtype_of<T>::value;
-    p.output_gate = o.output_gate;
-    p.gates = c.gates.cview3();
-    p.gate_stride = H * c.gates.stride[2];
-    if (o.mask) p.forget_mask = c.mask.cview3();
-    p.forget_scale = o.scale;
-    if (o.c0) p.c0 = c.c0.cview2();
-    p.c0_dtype = qrnn::dtype_of<S>::value;
-    p.lengths = c.lengths_ptr();
-    p.lengths_stride = c.lengths_stride;
-    p.reverse = o.reverse;
+    auto p = c.template params<qrnn::QrnnGatesForwardParams>();
     p.output = output.view3();
     p.states = states.view3();
     if (o.c_n) p.c_n = c_n.view2();
@@ -159,21 +167,7 @@ void backward_case(int64_t T_, int64_t B, int64_t H, const Layout& in, const Lay
     grad_c_n.fill_random(-1, 1);
     Strided<T> grad_gates(T_, B, c.n_gates * H, out);
 
-    qrnn::QrnnGatesBackwardParams p;
-    p.seq_len = T_;
-    p.batch = B;
-    p.hidden = H;
-    p.dtype = qrnn::dtype_of<T>::value;
-    p.output_gate = o.output_gate;
-    p.gates = c.gates.cview3();
-    p.gate_stride = H * c.gates.stride[2];
-    if (o.mask) p.forget_mask = c.mask.cview3();
-    p.forget_scale = o.scale;
-    if (o.c0) p.c0 = c.c0.cview2();
-    p.c0_dtype = qrnn::dtype_of<S>::value;
-    p.lengths = c.lengths_ptr();
-    p.lengths_stride = c.lengths_stride;
-    p.reverse = o.reverse;
+    auto p = c.template params<qrnn::QrnnGatesBackwardParams>();
     p.states = states.cview3();
     if (o.grad_output) p.grad_output = grad_output.cview3();
     if (o.grad_c_n) p.grad_c_n = grad_c_n.cview2();
@@ -269,11 +263,8 @@ void invalid_arguments() {
         p.grad_gates = {dg, 12, 6, 1}; p.grad_gate_stride = 2;
         return p;
     };
-    CHECK_NOTHROW(qrnn_gates_forward(fwd()));
+    check_size_arguments(fwd, [](const qrnn::QrnnGatesForwardParams& p) { qrnn_gates_forward(p); }, -1);
     CHECK_NOTHROW(qrnn_gates_backward(bwd()));
-    { auto p = fwd(); p.seq_len = -1; CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "seq_len"); }
-    { auto p = fwd(); p.batch = -1; CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "batch"); }
-    { auto p = fwd(); p.hidden = std::numeric_limits<int64_t>::min(); CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "hidden"); }
     { auto p = fwd(); p.gates.data = nullptr; CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "gates"); }
     { auto p = fwd(); p.output.data = nullptr; CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "output"); }
     { auto p = fwd(); p.gate_stride = max; CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "gates"); }
@@ -322,34 +313,11 @@ void empty_sequence_huge_batch() {
     ::alarm(0);
 }
 
-bool cpu_has(const std::string& isa) {
-#if defined(__x86_64__) || defined(_M_X64)
-    __builtin_cpu_init();
-    if (isa == "avx2") return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-    if (isa == "avx512")
-        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-#endif
-    return isa == "generic";
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
     const bool threaded_only = argc > 1 && std::string(argv[1]) == "--threaded-only";
-    const char* forced = std::getenv("QRNN_SIMD");
-    const std::string want = forced ? forced : "";
-    const std::string level = qrnn::cpu::simd_level();
-    if (!want.empty() && level != want) {
-        if (!cpu_has(want)) {
-            std::printf("skipped: QRNN_SIMD=%s but this CPU lacks it\n", want.c_str());
-            return 77;
-        }
-        CHECK_MSG(false, "QRNN_SIMD=" + want + " was not honoured: the kernels use " + level);
-    }
-    const uint64_t seed = std::random_device{}();
-    rng.seed(seed);
-    std::printf("test_qrnn_gates: kernels %s, seed %llu\n", level.c_str(), (unsigned long long)seed);
+    if (start_kernel_test("test_qrnn_gates") == 77) return 77;
     if (threaded_only) {
         for (const Options& o : kOptionSets) {
             forward_case<float, float>(9, 6, 700, kBatchFirst, kTimeMajor, o, 4);

@@ -182,86 +182,15 @@ void run_grid(void (*kernel)(Params, int64_t), const Params& p, const detail::La
     }
 }
 
-template <typename T, int V>
-void forward_width(const ForgetMultForwardParams& p, int chunks) {
-    constexpr int U = detail::forward_steps(int(sizeof(T)) * V);
-    const auto s = detail::launch_shape(p.batch, p.hidden, V, chunks, sizeof(kernels::Math<T>));
-    if (s.chunks == 1) return run_grid(kernels::forward_serial<T, V, U>, p, s);
-    if constexpr (V <= detail::chunked_max_width(int(sizeof(T))))
-        return run_grid(kernels::forward_chunked<T, V, U>, p, s);
-    throw std::runtime_error("no chunked kernel for this width");
-}
-
-template <typename T, int V>
-void backward_width(const ForgetMultBackwardParams& p, int chunks) {
-    constexpr int U = detail::backward_steps(int(sizeof(T)) * V);
-    const auto s = detail::launch_shape(p.batch, p.hidden, V, chunks, sizeof(kernels::Math<T>));
-    if (s.chunks == 1) return run_grid(kernels::backward_serial<T, V, U>, p, s);
-    if constexpr (V <= detail::chunked_max_width(int(sizeof(T))))
-        return run_grid(kernels::backward_chunked<T, V, U>, p, s);
-    throw std::runtime_error("no chunked kernel for this width");
-}
-
-// The widths the CUDA build compiles: 16, 8, 4 bytes per pack (when over one element), 1.
-template <typename T, typename Fn>
-void by_width(int width, Fn&& fn) {
-    constexpr int widest = 16 / int(sizeof(T));
-    if (width == widest) return fn(std::integral_constant<int, widest>{});
-    if constexpr (widest / 2 > 1)
-        if (width == widest / 2) return fn(std::integral_constant<int, widest / 2>{});
-    if constexpr (widest / 4 > 1)
-        if (width == widest / 4) return fn(std::integral_constant<int, widest / 4>{});
-    if (width == 1) return fn(std::integral_constant<int, 1>{});
-    throw std::runtime_error("no kernel for this vector width");
-}
-
-template <typename Fn>
-void by_dtype(int dtype, Fn&& fn) {
-    switch (DType(dtype)) {
-        case DType::float32: return fn(float{});
-        case DType::float64: return fn(double{});
-        case DType::bfloat16: return fn(__nv_bfloat16{});
-        case DType::float16: return fn(__half{});
-    }
-    throw std::runtime_error("bad dtype");
-}
-
-// The grid qrnn_gates/launch.cuh launches: blocks of kGatesThreads threads, one per
-// (batch row, vector of hidden units).
-template <typename Params>
-detail::LaunchShape gates_shape(const Params& p, int width) {
-    detail::LaunchShape s;
-    s.vectors_per_row = (p.hidden + width - 1) / width;
-    s.lanes = kernels::kGatesThreads;
-    s.blocks = (p.batch * s.vectors_per_row + s.lanes - 1) / s.lanes;
-    return s;
-}
-
-template <typename T, int V>
-void gates_forward_width(const QrnnGatesForwardParams& p) {
-    constexpr int U = kernels::gates_forward_steps(int(sizeof(T)) * V);
-    const auto s = gates_shape(p, V);
-    if (p.output_gate) return run_grid(kernels::gates_forward<T, V, U, true>, p, s);
-    return run_grid(kernels::gates_forward<T, V, U, false>, p, s);
-}
-
-template <typename T, int V>
-void gates_backward_width(const QrnnGatesBackwardParams& p) {
-    constexpr int U = kernels::gates_backward_steps(int(sizeof(T)) * V);
-    const auto s = gates_shape(p, V);
-    if (p.output_gate) return run_grid(kernels::gates_backward<T, V, U, true>, p, s);
-    return run_grid(kernels::gates_backward<T, V, U, false>, p, s);
-}
-
-// The gate kernels' widths: 8 and 4 bytes per pack (when over one element), 1.
-template <typename T, typename Fn>
-void by_gates_width(int width, Fn&& fn) {
-    constexpr int widest = kernels::gates_max_width(int(sizeof(T)));
-    if (width == widest) return fn(std::integral_constant<int, widest>{});
-    if constexpr (widest / 2 > 1)
-        if (width == widest / 2) return fn(std::integral_constant<int, widest / 2>{});
-    if (width == 1) return fn(std::integral_constant<int, 1>{});
-    throw std::runtime_error("no gate kernel for this vector width");
+// Runs `p` as the launcher of its dtype would launch it with `plan` (kernels::run_plan
+// picks the kernel and grid).
+template <typename Kernels, typename Params>
+void run_plan(const Params& p, const LaunchPlan& plan) {
+    if (int(p.dtype) < 0 || int(p.dtype) > 3) throw std::runtime_error("bad dtype");
+    detail::by_dtype(p.dtype, [&](auto dtype) {
+        kernels::run_plan<Kernels, kernels::Storage<decltype(dtype)::value>>(
+            p, plan, [&](auto kernel, const detail::LaunchShape& s) { run_grid(kernel, p, s); });
+    });
 }
 
 // Runs `body`, reporting an exception as 1 after printing it (ctypes sees no C++ exceptions).
@@ -286,41 +215,26 @@ extern "C" {
 
 int qrnn_emulate_forward(const int64_t* ints, const double* reals, int vector_width, int chunks) {
     return report("qrnn_emulate_forward", [&] {
-        const auto p = args::forget_mult_forward::read(ints, reals);
-        by_dtype(int(p.dtype), [&](auto t) {
-            using TT = decltype(t);
-            by_width<TT>(vector_width, [&](auto v) { forward_width<TT, decltype(v)::value>(p, chunks); });
-        });
+        run_plan<kernels::ForgetMultKernels>(args::forget_mult_forward::read(ints, reals), {vector_width, chunks});
     });
 }
 
 int qrnn_emulate_backward(const int64_t* ints, const double* reals, int vector_width, int chunks) {
     return report("qrnn_emulate_backward", [&] {
-        const auto p = args::forget_mult_backward::read(ints, reals);
-        by_dtype(int(p.dtype), [&](auto t) {
-            using TT = decltype(t);
-            by_width<TT>(vector_width, [&](auto v) { backward_width<TT, decltype(v)::value>(p, chunks); });
-        });
+        run_plan<kernels::ForgetMultKernels>(args::forget_mult_backward::read(ints, reals), {vector_width, chunks});
     });
 }
 
+// The gate kernels have no chunked schedule: `chunks` is ignored.
 int qrnn_emulate_gates_forward(const int64_t* ints, const double* reals, int vector_width, int /*chunks*/) {
     return report("qrnn_emulate_gates_forward", [&] {
-        const auto p = args::qrnn_gates_forward::read(ints, reals);
-        by_dtype(int(p.dtype), [&](auto t) {
-            using TT = decltype(t);
-            by_gates_width<TT>(vector_width, [&](auto v) { gates_forward_width<TT, decltype(v)::value>(p); });
-        });
+        run_plan<kernels::GateKernels>(args::qrnn_gates_forward::read(ints, reals), {vector_width, 1});
     });
 }
 
 int qrnn_emulate_gates_backward(const int64_t* ints, const double* reals, int vector_width, int /*chunks*/) {
     return report("qrnn_emulate_gates_backward", [&] {
-        const auto p = args::qrnn_gates_backward::read(ints, reals);
-        by_dtype(int(p.dtype), [&](auto t) {
-            using TT = decltype(t);
-            by_gates_width<TT>(vector_width, [&](auto v) { gates_backward_width<TT, decltype(v)::value>(p); });
-        });
+        run_plan<kernels::GateKernels>(args::qrnn_gates_backward::read(ints, reals), {vector_width, 1});
     });
 }
 

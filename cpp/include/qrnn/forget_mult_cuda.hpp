@@ -65,22 +65,6 @@ QRNN_API LaunchPlan forget_mult_forward_plan(const ForgetMultForwardParams& para
 QRNN_API LaunchPlan forget_mult_backward_plan(const ForgetMultBackwardParams& params,
                                               Schedule schedule = Schedule::automatic);
 
-namespace bench {
-
-// Benchmark baseline only (never used by the ops): the original pytorch-qrnn kernel
-// design, one thread per (batch, hidden) column, float32 only, 32-bit offsets, an
-// output buffer of seq_len + 1 rows whose row 0 holds h0 and from which h[t-1] is
-// re-read every step. Contiguous time-major arrays; `h_with_h0` is
-// (seq_len + 1, batch, hidden). The backward writes grad_f, grad_x and grad_h0
-// (batch, hidden) from grad_h, carrying the running gradient in double.
-QRNN_API void baseline_forget_mult_forward(const float* f, const float* x, float* h_with_h0,
-                                           int64_t seq_len, int64_t batch, int64_t hidden, void* stream);
-QRNN_API void baseline_forget_mult_backward(const float* f, const float* x, const float* h_with_h0,
-                                            const float* grad_h, float* grad_f, float* grad_x,
-                                            float* grad_h0, int64_t seq_len, int64_t batch,
-                                            int64_t hidden, void* stream);
-
-}  // namespace bench
 }  // namespace qrnn::cuda
 
 #endif  // QRNN_WITH_CUDA

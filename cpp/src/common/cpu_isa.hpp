@@ -1,6 +1,6 @@
 // Which instruction set the CPU kernels run on here, chosen once per process. Every
 // kernel family (ForgetMult, fused QRNN gates) keeps one table per instruction set and
-// indexes it by this choice, so they always agree.
+// indexes it by this choice (common/isa_table.hpp), so they always agree.
 #pragma once
 
 namespace qrnn::cpu {
@@ -18,17 +18,6 @@ inline const char* isa_name(Isa isa) {
         case Isa::generic: break;
     }
     return "generic";
-}
-
-// The entry of a per-instruction-set table of kernels for the selected set.
-template <typename Table>
-const Table& select_table(const Table& generic, const Table* avx2, const Table* avx512) {
-    switch (selected_isa()) {
-        case Isa::avx512: return *avx512;
-        case Isa::avx2: return *avx2;
-        case Isa::generic: break;
-    }
-    return generic;
 }
 
 }  // namespace qrnn::cpu

@@ -13,6 +13,7 @@
 #include <immintrin.h>
 #endif
 
+#include "common/cpu_work_items.hpp"
 #include "qrnn/dtype.hpp"
 #include "qrnn/view.hpp"
 
@@ -130,6 +131,10 @@ template <typename V>
 inline int64_t row_offset(const V& v, int64_t t, const RowItem& it) {
     return t * v.stride_t + it.b * v.stride_b + it.j0 * v.stride_h;
 }
+
+// Item `it`'s row at time t of a strided view, as T (const for a ConstView3).
+template <typename T, typename V>
+inline auto row_at(const V& v, int64_t t, const RowItem& it) { return at<T>(v.data, row_offset(v, t, it)); }
 
 template <typename T>
 constexpr bool is_16bit = std::is_same_v<T, bfloat16> || std::is_same_v<T, float16>;

@@ -30,4 +30,15 @@ inline int64_t row_items(int64_t batch, int64_t hidden) {
     return batch * ((hidden + block - 1) / block);
 }
 
+// How a thread walks its items [begin, end): chunks of consecutive items, together at most
+// kChunkUnits hidden units; `most` items in the largest (what its scratch must hold).
+struct ItemChunks {
+    int64_t block, per_chunk, most;
+    ItemChunks(int64_t hidden, int64_t begin, int64_t end)
+        : block(row_block(hidden)), per_chunk(std::max<int64_t>(1, kChunkUnits / block)),
+          most(std::min(per_chunk, end - begin)) {}
+    // Items in the chunk starting at item `first`.
+    int64_t count(int64_t first, int64_t end) const { return std::min(per_chunk, end - first); }
+};
+
 }  // namespace qrnn::cpu

@@ -3,10 +3,11 @@
 #include <string>
 
 #include "common/check.hpp"
-#include "forget_mult/check.hpp"
 #include "common/cpu_isa.hpp"
-#include "forget_mult/table.hpp"
+#include "common/cpu_work_items.hpp"
+#include "common/isa_table.hpp"
 #include "common/parallel.hpp"
+#include "forget_mult/check.hpp"
 #include "qrnn/forget_mult.hpp"
 
 namespace qrnn::cpu {
@@ -14,22 +15,27 @@ namespace {
 
 using detail::fail;
 
-const KernelTable& selected() {
-#if defined(QRNN_HAVE_X86_KERNELS)
-    static const KernelTable& table = select_table(generic::table, &avx2::table, &avx512::table);
-#else
-    static const KernelTable& table = generic::table;
-#endif
-    return table;
-}
+const auto& selected() { return selected_table<ForgetMultForwardParams, ForgetMultBackwardParams>(); }
 
-// The fixed entry points' time stride batch * hidden, computed only once the sizes are
-// known to be valid (a product that overflows int64 is undefined behaviour).
-int64_t contiguous_time_stride(int64_t seq_len, int64_t batch, int64_t hidden, const char* what) {
+// The fixed entry points' float32 parameters: f, x and h0 of contiguous time-major arrays.
+// The time stride batch * hidden is computed only once the sizes are known to be valid (a
+// product that overflows int64 is undefined behaviour).
+template <typename Params>
+Params contiguous_params(const float* f, const float* x, const float* h0, int64_t seq_len, int64_t batch,
+                         int64_t hidden, const char* what) {
     detail::check_size("seq_len", seq_len);
     detail::check_size("batch", batch);
     detail::check_size("hidden", hidden);
-    return detail::checked_numel(1, batch, hidden, what);
+    const int64_t st = detail::checked_numel(1, batch, hidden, what);
+    Params p;
+    p.seq_len = seq_len;
+    p.batch = batch;
+    p.hidden = hidden;
+    p.dtype = DType::float32;
+    p.f = {f, st, hidden, 1};
+    p.x = {x, st, hidden, 1};
+    p.h0 = {h0, hidden, 1};
+    return p;
 }
 
 }  // namespace
@@ -58,32 +64,17 @@ void forget_mult_backward(const ForgetMultBackwardParams& p, int num_threads) {
 
 void forget_mult(const float* f, const float* x, const float* h0, float* h,
                  int64_t seq_len, int64_t batch, int64_t hidden) {
-    const int64_t st = contiguous_time_stride(seq_len, batch, hidden, "forget_mult");
-    ForgetMultForwardParams p;
-    p.seq_len = seq_len;
-    p.batch = batch;
-    p.hidden = hidden;
-    p.dtype = DType::float32;
-    p.f = {f, st, hidden, 1};
-    p.x = {x, st, hidden, 1};
-    p.h0 = {h0, hidden, 1};
-    p.h = {h, st, hidden, 1};
+    auto p = contiguous_params<ForgetMultForwardParams>(f, x, h0, seq_len, batch, hidden, "forget_mult");
+    p.h = {h, p.f.stride_t, hidden, 1};
     forget_mult_forward(p, 0);
 }
 
 void forget_mult_backward(const float* f, const float* x, const float* h0, const float* h,
                           const float* grad_h, float* grad_f, float* grad_x, float* grad_h0,
                           int64_t seq_len, int64_t batch, int64_t hidden) {
-    const int64_t st = contiguous_time_stride(seq_len, batch, hidden, "forget_mult_backward");
-    ForgetMultBackwardParams p;
-    p.seq_len = seq_len;
-    p.batch = batch;
-    p.hidden = hidden;
-    p.dtype = DType::float32;
-    p.f = {f, st, hidden, 1};
-    p.x = {x, st, hidden, 1};
+    auto p = contiguous_params<ForgetMultBackwardParams>(f, x, h0, seq_len, batch, hidden, "forget_mult_backward");
+    const int64_t st = p.f.stride_t;
     p.h = {h, st, hidden, 1};
-    p.h0 = {h0, hidden, 1};
     p.grad_h = {grad_h, st, hidden, 1};
     p.grad_f = {grad_f, st, hidden, 1};
     p.grad_x = {grad_x, st, hidden, 1};

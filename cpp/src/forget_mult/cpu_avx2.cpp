@@ -1,3 +1,3 @@
 // ForgetMult kernels compiled for one instruction set (avx2); flags come from CMake.
 #define QRNN_ISA avx2
-#include "forget_mult/isa.hpp"
+#include "forget_mult/kernels.hpp"

@@ -1,22 +1,15 @@
 // CPU entry points of the fused QRNN gate kernels: validate every field, then split the
 // (batch row, hidden block) items over threads on the selected instruction set.
-#include "common/cpu_isa.hpp"
+#include "common/cpu_work_items.hpp"
+#include "common/isa_table.hpp"
 #include "common/parallel.hpp"
 #include "qrnn/qrnn_gates.hpp"
 #include "qrnn_gates/check.hpp"
-#include "qrnn_gates/table.hpp"
 
 namespace qrnn::cpu {
 namespace {
 
-const GatesKernelTable& selected() {
-#if defined(QRNN_HAVE_X86_KERNELS)
-    static const GatesKernelTable& table = select_table(generic::gates_table, &avx2::gates_table, &avx512::gates_table);
-#else
-    static const GatesKernelTable& table = generic::gates_table;
-#endif
-    return table;
-}
+const auto& selected() { return selected_table<QrnnGatesForwardParams, QrnnGatesBackwardParams>(); }
 
 // Splits the (batch row, hidden block) items over threads.
 template <typename Params, typename Kernel>

@@ -1,3 +1,3 @@
 // Fused QRNN gate kernels compiled for one instruction set (avx512); flags come from CMake.
 #define QRNN_ISA avx512
-#include "qrnn_gates/isa.hpp"
+#include "qrnn_gates/kernels.hpp"

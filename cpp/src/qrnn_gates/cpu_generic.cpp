@@ -1,3 +1,3 @@
 // Fused QRNN gate kernels compiled for one instruction set (generic); flags come from CMake.
 #define QRNN_ISA generic
-#include "qrnn_gates/isa.hpp"
+#include "qrnn_gates/kernels.hpp"

@@ -1,5 +1,6 @@
 // Fused QRNN gate kernels (activations + ForgetMult + output gate), templated over the
-// storage type and compiled once per instruction set inside namespace QRNN_ISA.
+// storage type and compiled once per instruction set inside namespace QRNN_ISA (qrnn_gates/
+// cpu_<isa>.cpp); its end instantiates that set's table (common/isa_table.hpp).
 //
 // Work is split into items = (batch row, block of hidden units) walked in chunks, like
 // ForgetMult (common/cpu_work_items.hpp). Each item walks its sequence's valid steps serially
@@ -13,17 +14,10 @@
 // inputs (zoneout mask, output gradient) read from a row of ones / zeros.
 #pragma once
 
-#include <algorithm>
-#include <cstdint>
-#include <type_traits>
-
 #include "common/cpu_kernel_common.hpp"
 #include "common/cpu_math.hpp"
-#include "qrnn_gates/table.hpp"
-
-#ifndef QRNN_ISA
-#error "define QRNN_ISA before including qrnn_gates/kernels.hpp"
-#endif
+#include "common/isa_table.hpp"
+#include "qrnn/qrnn_gates.hpp"
 
 namespace qrnn::cpu::QRNN_ISA {
 
@@ -82,6 +76,17 @@ inline Row<M> read_row(const T* src, int64_t stride, int64_t n, M* buffer) {
 template <typename T>
 constexpr bool converts_inline = std::is_same_v<T, bfloat16>;
 
+// z = tanh(Z), s = sigmoid(F) and o = sigmoid(O) (1 without the output gate) of unit j.
+template <typename TG, typename M, bool OutputGate>
+inline void activations(const TG* gz, const TG* gf, const TG* go, int64_t j, int64_t sg, M& z, M& s, M& o) {
+    if constexpr (OutputGate) {
+        tanh_sigmoid_sigmoid(load<TG, M>(gz, j, sg), load<TG, M>(gf, j, sg), load<TG, M>(go, j, sg), z, s, o);
+    } else {
+        tanh_sigmoid(load<TG, M>(gz, j, sg), load<TG, M>(gf, j, sg), z, s);
+        o = M(1);
+    }
+}
+
 // c = f z + (1 - f) c; h = o c (or c). Strides are 1 except for strided float storage.
 // The gates (TG) and the output (TH) are read and written in their storage type: float
 // rows, or bfloat16 converted inside this loop (a shift in, a rounding select out, both
@@ -91,11 +96,8 @@ inline void forward_math(const TG* __restrict__ gz, const TG* __restrict__ gf, c
                          int64_t sg, const M* __restrict__ keep, int64_t sk, M scale, M* __restrict__ c,
                          TH* __restrict__ h, int64_t sh, int64_t n) {
     for (int64_t j = 0; j < n; ++j) {
-        M z, s, o = M(1);
-        if constexpr (OutputGate)
-            tanh_sigmoid_sigmoid(load<TG, M>(gz, j, sg), load<TG, M>(gf, j, sg), load<TG, M>(go, j, sg), z, s, o);
-        else
-            tanh_sigmoid(load<TG, M>(gz, j, sg), load<TG, M>(gf, j, sg), z, s);
+        M z, s, o;
+        activations<TG, M, OutputGate>(gz, gf, go, j, sg, z, s, o);
         const M f = s * keep[j * sk] * scale;
         const M cj = f * z + (M(1) - f) * c[j];
         c[j] = cj;
@@ -114,11 +116,8 @@ inline void backward_math(const TG* __restrict__ gz, const TG* __restrict__ gf, 
                           M* __restrict__ grad, TO* __restrict__ dz, TO* __restrict__ df, TO* __restrict__ dout,
                           int64_t sdg, int64_t n) {
     for (int64_t j = 0; j < n; ++j) {
-        M z, s, o = M(1);
-        if constexpr (OutputGate)
-            tanh_sigmoid_sigmoid(load<TG, M>(gz, j, sg), load<TG, M>(gf, j, sg), load<TG, M>(go, j, sg), z, s, o);
-        else
-            tanh_sigmoid(load<TG, M>(gz, j, sg), load<TG, M>(gf, j, sg), z, s);
+        M z, s, o;
+        activations<TG, M, OutputGate>(gz, gf, go, j, sg, z, s, o);
         const M kf = keep[j * sk] * scale;
         const M f = s * kf;
         const M cp = cprev[j * sc];
@@ -144,15 +143,17 @@ struct Item : RowItem {
     int64_t valid;
 };
 
-// Fills items[0, count) for items first, first + 1, ...; returns their longest walk.
-template <typename Params>
-inline int64_t describe_items(const Params& p, int64_t block, int64_t first, int64_t count, Item* items) {
+// Fills items[0, count) for items first, first + 1, ... and loads each one's c0 (zeros
+// when absent) into its row of `c0_rows`; returns their longest walk.
+template <typename Params, typename M>
+inline int64_t start_items(const Params& p, int64_t block, int64_t first, int64_t count, Item* items, M* c0_rows) {
     int64_t max_valid = 0;
     for (int64_t i = 0; i < count; ++i) {
         Item& it = items[i];
         describe_rows(p.hidden, block, first + i, 1, &it);
         it.valid = p.lengths ? p.lengths[it.b * p.lengths_stride] : p.seq_len;
         max_valid = std::max(max_valid, it.valid);
+        load_state(p.c0, p.c0_dtype, it.b, it.j0, it.n, &c0_rows[i * block]);
     }
     return max_valid;
 }
@@ -178,52 +179,68 @@ struct Scratch {
     M* row(int k) { return rows + k * block; }
 };
 
+// What the forward and the backward read alike at a step: the gate rows and the zoneout
+// mask (a row of ones when absent), in place or widened into the scratch rows 0 to 3.
+template <typename T, typename M, bool Contig, bool OutputGate>
+struct StepInputs {
+    int64_t gs, sg, sk;
+    M scale;
+    template <typename Params>
+    explicit StepInputs(const Params& p)
+        : gs(p.gate_stride), sg(Contig ? 1 : p.gates.stride_h), sk(Contig ? 1 : p.forget_mask.stride_h),
+          scale(M(p.forget_scale)) {}
+
+    template <typename Params>
+    Row<M> keep(const Params& p, int64_t t, const Item& it, Scratch<M>& s) const {
+        return p.forget_mask.data ? read_row<T, M>(row_at<T>(p.forget_mask, t, it), sk, it.n, s.row(3))
+                                  : Row<M>{s.ones, 1};
+    }
+
+    // Z, F and O of gate row g, widened (O is Z's row without the output gate).
+    struct Widened {
+        Row<M> z, f, o;
+    };
+    Widened widened(const T* g, int64_t n, Scratch<M>& s) const {
+        const Row<M> z = read_row<T, M>(g, sg, n, s.row(0));
+        const Row<M> f = read_row<T, M>(g + gs, sg, n, s.row(1));
+        return {z, f, OutputGate ? read_row<T, M>(g + 2 * gs, sg, n, s.row(2)) : z};
+    }
+};
+
 // ---- Forward ------------------------------------------------------------------------
 
 template <typename T, bool Contig, bool OutputGate>
 void gates_forward_items(const QrnnGatesForwardParams& p, int64_t begin, int64_t end) {
     using M = typename math_type<T>::type;
     constexpr bool in_place = std::is_same_v<T, M>;
-    const int64_t block = row_block(p.hidden);
-    const int64_t per_chunk = std::max<int64_t>(1, kChunkUnits / block);
-    const int64_t gs = p.gate_stride;
-    const M scale = M(p.forget_scale);
-    const bool has_mask = p.forget_mask.data != nullptr;
-    const int64_t sg = Contig ? 1 : p.gates.stride_h;
-    const int64_t sk = Contig ? 1 : p.forget_mask.stride_h;
+    const ItemChunks chunks(p.hidden, begin, end);
+    const int64_t block = chunks.block;
+    const StepInputs<T, M, Contig, OutputGate> in(p);
     const int64_t so = Contig ? 1 : p.output.stride_h;
     const int64_t ss = Contig ? 1 : p.states.stride_h;
-    Scratch<M> s(block, std::min(per_chunk, end - begin));
-    for (int64_t first = begin; first < end; first += per_chunk) {
-        const int64_t count = std::min(per_chunk, end - first);
-        const int64_t max_valid = describe_items(p, block, first, count, s.items);
-        for (int64_t i = 0; i < count; ++i) {
-            const Item& it = s.items[i];
-            load_state(p.c0, p.c0_dtype, it.b, it.j0, it.n, &s.state[i * block]);
-        }
+    Scratch<M> s(block, chunks.most);
+    for (int64_t first = begin; first < end; first += chunks.per_chunk) {
+        const int64_t count = chunks.count(first, end);
+        const int64_t max_valid = start_items(p, block, first, count, s.items, s.state);  // c: c0
         for (int64_t k = 0; k < max_valid; ++k) {
             for (int64_t i = 0; i < count; ++i) {
                 const Item& it = s.items[i];
                 if (k >= it.valid) continue;
                 const int64_t t = step_time(k, it.valid, p.reverse), n = it.n;
-                const T* g = at<T>(p.gates.data, row_offset(p.gates, t, it));
-                const Row<M> keep = has_mask ? read_row<T, M>(at<T>(p.forget_mask.data, row_offset(p.forget_mask, t, it)),
-                                                              sk, n, s.row(3))
-                                             : Row<M>{s.ones, 1};
+                const T* g = row_at<T>(p.gates, t, it);
+                const Row<M> keep = in.keep(p, t, it, s);
                 M* c = &s.state[i * block];
-                T* out = at<T>(p.output.data, row_offset(p.output, t, it));
+                T* out = row_at<T>(p.output, t, it);
                 if constexpr (in_place || converts_inline<T>) {
-                    forward_math<T, T, M, OutputGate>(g, g + gs, g + 2 * gs, sg, keep.data, keep.stride, scale, c,
-                                                      out, so, n);
+                    forward_math<T, T, M, OutputGate>(g, g + in.gs, g + 2 * in.gs, in.sg, keep.data, keep.stride,
+                                                      in.scale, c, out, so, n);
                 } else {
-                    const Row<M> z = read_row<T, M>(g, sg, n, s.row(0));
-                    const Row<M> f = read_row<T, M>(g + gs, sg, n, s.row(1));
-                    const Row<M> o = OutputGate ? read_row<T, M>(g + 2 * gs, sg, n, s.row(2)) : z;
-                    forward_math<M, M, M, OutputGate>(z.data, f.data, o.data, 1, keep.data, 1, scale, c, s.row(4), 1,
-                                                      n);
+                    const auto w = in.widened(g, n, s);
+                    forward_math<M, M, M, OutputGate>(w.z.data, w.f.data, w.o.data, 1, keep.data, 1, in.scale, c,
+                                                      s.row(4), 1, n);
                     narrow(s.row(4), n, out, so);
                 }
-                if (p.states.data) narrow(c, n, at<T>(p.states.data, row_offset(p.states, t, it)), ss);
+                if (p.states.data) narrow(c, n, row_at<T>(p.states, t, it), ss);
             }
         }
         for (int64_t i = 0; i < count; ++i) {
@@ -231,8 +248,8 @@ void gates_forward_items(const QrnnGatesForwardParams& p, int64_t begin, int64_t
             if (p.c_n.data) store_state(p.c_n, p.c_n_dtype, it.b, it.j0, it.n, &s.state[i * block]);
             // Padding steps (at or after the sequence's end, either direction): zeros.
             for (int64_t t = it.valid; t < p.seq_len; ++t) {
-                zero_row(at<T>(p.output.data, row_offset(p.output, t, it)), it.n, so);
-                if (p.states.data) zero_row(at<T>(p.states.data, row_offset(p.states, t, it)), it.n, ss);
+                zero_row(row_at<T>(p.output, t, it), it.n, so);
+                if (p.states.data) zero_row(row_at<T>(p.states, t, it), it.n, ss);
             }
         }
     }
@@ -244,27 +261,24 @@ template <typename T, bool Contig, bool OutputGate>
 void gates_backward_items(const QrnnGatesBackwardParams& p, int64_t begin, int64_t end) {
     using M = typename math_type<T>::type;
     constexpr bool in_place = std::is_same_v<T, M>;
-    const int64_t block = row_block(p.hidden);
-    const int64_t per_chunk = std::max<int64_t>(1, kChunkUnits / block);
-    const int64_t gs = p.gate_stride, dgs = p.grad_gate_stride;
+    const ItemChunks chunks(p.hidden, begin, end);
+    const int64_t block = chunks.block;
+    const StepInputs<T, M, Contig, OutputGate> in(p);
+    const int64_t dgs = p.grad_gate_stride;
     const int n_gates = OutputGate ? 3 : 2;
-    const M scale = M(p.forget_scale);
-    const bool has_mask = p.forget_mask.data != nullptr, has_dh = p.grad_output.data != nullptr;
-    const int64_t sg = Contig ? 1 : p.gates.stride_h;
-    const int64_t sk = Contig ? 1 : p.forget_mask.stride_h;
+    const bool has_dh = p.grad_output.data != nullptr;
     const int64_t sc = Contig ? 1 : p.states.stride_h;
     const int64_t sd = Contig ? 1 : p.grad_output.stride_h;
     const int64_t sdg = Contig ? 1 : p.grad_gates.stride_h;
-    Scratch<M> s(block, std::min(per_chunk, end - begin));
-    for (int64_t first = begin; first < end; first += per_chunk) {
-        const int64_t count = std::min(per_chunk, end - first);
-        const int64_t max_valid = describe_items(p, block, first, count, s.items);
+    Scratch<M> s(block, chunks.most);
+    for (int64_t first = begin; first < end; first += chunks.per_chunk) {
+        const int64_t count = chunks.count(first, end);
+        const int64_t max_valid = start_items(p, block, first, count, s.items, s.state2);
         for (int64_t i = 0; i < count; ++i) {
             const Item& it = s.items[i];
-            load_state(p.grad_c_n, p.c_n_dtype, it.b, it.j0, it.n, &s.state[i * block]);
-            load_state(p.c0, p.c0_dtype, it.b, it.j0, it.n, &s.state2[i * block]);
+            load_state(p.grad_c_n, p.c_n_dtype, it.b, it.j0, it.n, &s.state[i * block]);  // the running gradient
             for (int64_t t = it.valid; t < p.seq_len; ++t) {
-                T* row = at<T>(p.grad_gates.data, row_offset(p.grad_gates, t, it));
+                T* row = row_at<T>(p.grad_gates, t, it);
                 for (int k = 0; k < n_gates; ++k) zero_row(row + k * dgs, it.n, sdg);
             }
         }
@@ -274,30 +288,25 @@ void gates_backward_items(const QrnnGatesBackwardParams& p, int64_t begin, int64
                 const Item& it = s.items[i];
                 if (k >= it.valid) continue;
                 const int64_t t = step_time(k, it.valid, p.reverse), n = it.n;
-                const T* g = at<T>(p.gates.data, row_offset(p.gates, t, it));
-                const Row<M> keep = has_mask ? read_row<T, M>(at<T>(p.forget_mask.data, row_offset(p.forget_mask, t, it)),
-                                                              sk, n, s.row(3))
-                                             : Row<M>{s.ones, 1};
+                const T* g = row_at<T>(p.gates, t, it);
+                const Row<M> keep = in.keep(p, t, it, s);
                 // c[t-1]: the saved state of the previous step, or c0 before the first.
                 const Row<M> cprev =
-                    k > 0 ? read_row<T, M>(at<T>(p.states.data, row_offset(p.states, step_time(k - 1, it.valid, p.reverse), it)),
-                                           sc, n, s.row(4))
+                    k > 0 ? read_row<T, M>(row_at<T>(p.states, step_time(k - 1, it.valid, p.reverse), it), sc, n, s.row(4))
                           : Row<M>{&s.state2[i * block], 1};
-                const Row<M> dh = has_dh ? read_row<T, M>(at<T>(p.grad_output.data, row_offset(p.grad_output, t, it)),
-                                                          sd, n, s.row(5))
+                const Row<M> dh = has_dh ? read_row<T, M>(row_at<T>(p.grad_output, t, it), sd, n, s.row(5))
                                          : Row<M>{s.zeros, 1};
                 M* grad = &s.state[i * block];
-                T* dg = at<T>(p.grad_gates.data, row_offset(p.grad_gates, t, it));
+                T* dg = row_at<T>(p.grad_gates, t, it);
                 if constexpr (in_place || converts_inline<T>) {
-                    backward_math<T, T, M, OutputGate>(g, g + gs, g + 2 * gs, sg, keep.data, keep.stride, scale,
-                                                       cprev.data, cprev.stride, dh.data, dh.stride, grad, dg,
-                                                       dg + dgs, dg + 2 * dgs, sdg, n);
+                    backward_math<T, T, M, OutputGate>(g, g + in.gs, g + 2 * in.gs, in.sg, keep.data, keep.stride,
+                                                       in.scale, cprev.data, cprev.stride, dh.data, dh.stride, grad,
+                                                       dg, dg + dgs, dg + 2 * dgs, sdg, n);
                 } else {
-                    const Row<M> z = read_row<T, M>(g, sg, n, s.row(0));
-                    const Row<M> f = read_row<T, M>(g + gs, sg, n, s.row(1));
-                    const Row<M> o = OutputGate ? read_row<T, M>(g + 2 * gs, sg, n, s.row(2)) : z;
-                    backward_math<M, M, M, OutputGate>(z.data, f.data, o.data, 1, keep.data, 1, scale, cprev.data,
-                                                       1, dh.data, 1, grad, s.row(6), s.row(7), s.row(8), 1, n);
+                    const auto w = in.widened(g, n, s);
+                    backward_math<M, M, M, OutputGate>(w.z.data, w.f.data, w.o.data, 1, keep.data, 1, in.scale,
+                                                       cprev.data, 1, dh.data, 1, grad, s.row(6), s.row(7), s.row(8),
+                                                       1, n);
                     // One call per gate, not a loop: GCC would try the gate loop as the
                     // vectorised one and leave the conversions scalar.
                     narrow(s.row(6), n, dg, sdg);
@@ -314,28 +323,37 @@ void gates_backward_items(const QrnnGatesBackwardParams& p, int64_t begin, int64
     }
 }
 
-// ---- Entry points of the table --------------------------------------------------------
+// ---- The table's entry points: contiguous or strided, with or without the output gate ----
 
-template <typename T>
-void gates_forward(const QrnnGatesForwardParams& p, int64_t begin, int64_t end) {
-    const bool contig = p.gates.stride_h == 1 && p.output.stride_h == 1 &&
-                        (!p.forget_mask.data || p.forget_mask.stride_h == 1) &&
-                        (!p.states.data || p.states.stride_h == 1);
-    if (p.output_gate)
-        contig ? gates_forward_items<T, true, true>(p, begin, end) : gates_forward_items<T, false, true>(p, begin, end);
-    else
-        contig ? gates_forward_items<T, true, false>(p, begin, end) : gates_forward_items<T, false, false>(p, begin, end);
-}
+template <>
+struct Kernels<QrnnGatesForwardParams, QrnnGatesBackwardParams> {
+    template <typename T>
+    static void forward(const QrnnGatesForwardParams& p, int64_t begin, int64_t end) {
+        const bool contig = p.gates.stride_h == 1 && p.output.stride_h == 1 &&
+                            (!p.forget_mask.data || p.forget_mask.stride_h == 1) &&
+                            (!p.states.data || p.states.stride_h == 1);
+        if (p.output_gate)
+            contig ? gates_forward_items<T, true, true>(p, begin, end) : gates_forward_items<T, false, true>(p, begin, end);
+        else
+            contig ? gates_forward_items<T, true, false>(p, begin, end)
+                   : gates_forward_items<T, false, false>(p, begin, end);
+    }
 
-template <typename T>
-void gates_backward(const QrnnGatesBackwardParams& p, int64_t begin, int64_t end) {
-    const bool contig = p.gates.stride_h == 1 && p.states.stride_h == 1 && p.grad_gates.stride_h == 1 &&
-                        (!p.forget_mask.data || p.forget_mask.stride_h == 1) &&
-                        (!p.grad_output.data || p.grad_output.stride_h == 1);
-    if (p.output_gate)
-        contig ? gates_backward_items<T, true, true>(p, begin, end) : gates_backward_items<T, false, true>(p, begin, end);
-    else
-        contig ? gates_backward_items<T, true, false>(p, begin, end) : gates_backward_items<T, false, false>(p, begin, end);
-}
+    template <typename T>
+    static void backward(const QrnnGatesBackwardParams& p, int64_t begin, int64_t end) {
+        const bool contig = p.gates.stride_h == 1 && p.states.stride_h == 1 && p.grad_gates.stride_h == 1 &&
+                            (!p.forget_mask.data || p.forget_mask.stride_h == 1) &&
+                            (!p.grad_output.data || p.grad_output.stride_h == 1);
+        if (p.output_gate)
+            contig ? gates_backward_items<T, true, true>(p, begin, end)
+                   : gates_backward_items<T, false, true>(p, begin, end);
+        else
+            contig ? gates_backward_items<T, true, false>(p, begin, end)
+                   : gates_backward_items<T, false, false>(p, begin, end);
+    }
+};
+
+template const KernelTable<QrnnGatesForwardParams, QrnnGatesBackwardParams>&
+kernel_table<QrnnGatesForwardParams, QrnnGatesBackwardParams>();
 
 }  // namespace qrnn::cpu::QRNN_ISA

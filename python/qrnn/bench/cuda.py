@@ -1,7 +1,7 @@
 """ForgetMult on an NVIDIA GPU: the CUDA kernels against a device-to-device copy of the same
 bytes (the memory roofline), float16 against float32, bfloat16 against float16, and float16
-against the original one-thread-per-column float32 design (a baseline kernel kept in the
-library for this benchmark only), and the float16 backward with an expanded grad_h (what
+against the original one-thread-per-column float32 design (baseline kernels built for this
+benchmark only, as qrnn.bench._baseline), and the float16 backward with an expanded grad_h (what
 h.sum() hands it) against a dense one. The fused gate kernels' GPU figures are the layer area's
 (qrnn.bench.layer.gpu). Every target is a ratio of times measured in this run;
 cuda/NOTES.md gives the bytes and bandwidth floor of each shape.
@@ -17,9 +17,14 @@ import torch
 
 import qrnn
 
-from .. import _C, ops
+from .. import ops
 from ..ops import cuda as ops_cuda
 from .common import Result, measure_interleaved
+
+try:  # built with the CUDA kernels only
+    from . import _baseline  # type: ignore[attr-defined]  # compiled extension, no stub: mypy looks for an attribute
+except ImportError:
+    _baseline = None
 
 AREA = "cuda"
 
@@ -86,8 +91,8 @@ def bandwidth(T=512, B=64, H=4096, quick=False) -> list:
 
 
 class _Baseline:
-    """The original design (qrnn::cuda::bench::baseline_forget_mult_*): float32, an output
-    buffer of T + 1 rows with h0 in row 0, one thread per column."""
+    """The original design (qrnn.bench._baseline): float32, an output buffer of T + 1 rows
+    with h0 in row 0, one thread per column."""
 
     def __init__(self, f, x, grad):
         self.f, self.x, self.grad = f, x, grad
@@ -98,12 +103,13 @@ class _Baseline:
         self.grad_h0 = torch.empty(B, H, device=f.device)
 
     def __call__(self):
-        stream = ops_cuda.current_stream_handle(self.f.device.index)
-        _C.cuda_baseline_forget_mult_forward(self.f.data_ptr(), self.x.data_ptr(), self.h.data_ptr(),
-                                             *self.shape, stream)
-        _C.cuda_baseline_forget_mult_backward(self.f.data_ptr(), self.x.data_ptr(), self.h.data_ptr(),
-                                              self.grad.data_ptr(), self.grad_f.data_ptr(), self.grad_x.data_ptr(),
-                                              self.grad_h0.data_ptr(), *self.shape, stream)
+        device = self.f.device.index
+        stream = ops_cuda.current_stream_handle(device)
+        _baseline.forget_mult_forward(self.f.data_ptr(), self.x.data_ptr(), self.h.data_ptr(), *self.shape, stream,
+                                      device)
+        _baseline.forget_mult_backward(self.f.data_ptr(), self.x.data_ptr(), self.h.data_ptr(), self.grad.data_ptr(),
+                                       self.grad_f.data_ptr(), self.grad_x.data_ptr(), self.grad_h0.data_ptr(),
+                                       *self.shape, stream, device)
 
 
 def _check_baseline(T, B, H):
@@ -238,7 +244,7 @@ def run(quick: bool = False) -> list:
     if not torch.cuda.is_available():
         print("cuda benchmarks skipped: no CUDA GPU here (torch.cuda.is_available() is False)")
         return []
-    if not ops_cuda.AVAILABLE:
+    if not ops_cuda.AVAILABLE or _baseline is None:
         print("cuda benchmarks skipped: this build of qrnn has no CUDA kernels (rebuild with QRNN_CUDA=ON)")
         return []
     big = dict(T=128, B=16, H=1024) if quick else {}

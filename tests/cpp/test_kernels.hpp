@@ -1,0 +1,61 @@
+// What the kernel tests (ForgetMult, fused gates) share: the start of main(), since ctest
+// runs each once per instruction set forced through QRNN_SIMD (generic|avx2|avx512), and
+// the size checks every kernel entry point makes.
+#pragma once
+
+#include <qrnn/forget_mult.hpp>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <random>
+#include <stdexcept>
+#include <string>
+
+#include "test_arrays.hpp"
+#include "test_check.hpp"
+
+namespace qrnn_test {
+
+inline bool cpu_has(const std::string& isa) {
+#if defined(__x86_64__) || defined(_M_X64)
+    __builtin_cpu_init();
+    if (isa == "avx2") return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    if (isa == "avx512")
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+#endif
+    return isa == "generic";
+}
+
+// Checks that the kernels run on the instruction set QRNN_SIMD forces, if any, then seeds
+// rng and names the set and seed. Returns 77 (ctest: skipped) only when the CPU really
+// lacks the forced set, else 0.
+inline int start_kernel_test(const char* test_name) {
+    const char* forced = std::getenv("QRNN_SIMD");
+    const std::string want = forced ? forced : "";
+    const std::string level = qrnn::cpu::simd_level();
+    if (!want.empty() && level != want) {
+        if (!cpu_has(want)) {
+            std::printf("skipped: QRNN_SIMD=%s but this CPU lacks it (dispatches to %s)\n", want.c_str(), level.c_str());
+            return 77;
+        }
+        CHECK_MSG(false, "QRNN_SIMD=" + want + " was not honoured: the kernels use " + level);
+    }
+    const uint64_t seed = std::random_device{}();
+    rng.seed(seed);
+    std::printf("%s: kernels %s, seed %llu\n", test_name, level.c_str(), (unsigned long long)seed);
+    return 0;
+}
+
+// make() gives valid parameters that call(p) accepts; a negative size must throw naming it.
+template <typename Make, typename Call>
+void check_size_arguments(Make make, Call call, int64_t negative_batch) {
+    CHECK_NOTHROW(call(make()));
+    { auto p = make(); p.seq_len = -1; CHECK_THROWS(call(p), std::invalid_argument, "seq_len"); }
+    { auto p = make(); p.batch = negative_batch; CHECK_THROWS(call(p), std::invalid_argument, "batch"); }
+    { auto p = make(); p.hidden = std::numeric_limits<int64_t>::min(); CHECK_THROWS(call(p), std::invalid_argument, "hidden"); }
+}
+
+}  // namespace qrnn_test
