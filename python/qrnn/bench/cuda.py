@@ -15,10 +15,9 @@ import traceback
 
 import torch
 
-import qrnn
-
 from .. import ops
 from ..ops import cuda as ops_cuda
+from . import forget_mult as forget_mult_bench
 from .common import Result, measure_interleaved
 
 try:  # built with the CUDA kernels only
@@ -218,26 +217,9 @@ def broadcast_grad(T=512, B=64, H=4096, quick=False) -> list:
 
 
 def eager_overhead(quick=False) -> list:
-    """Per-call time of the eager no-grad path at a tiny shape, against torch.addcmul on the
-    same GPU: both are bound by the CPU side of a launch."""
-    f = torch.rand(1, 1, 128, device="cuda")
-    x = torch.randn(1, 1, 128, device="cuda")
-    a, b, c = (torch.randn(128, device="cuda") for _ in range(3))
-    n = 1000 if quick else 5000
-
-    def loop(fn):
-        def run():
-            for _ in range(n):
-                fn()
-        return run
-
-    with torch.no_grad():
-        t = measure_interleaved({"qrnn": loop(lambda: qrnn.forget_mult(f, x)),
-                                 "addcmul": loop(lambda: torch.addcmul(a, b, c))},
-                                device="cuda", rounds=3 if quick else 7, repeat=1, warmup=1)
-    ratio = t["qrnn"] / t["addcmul"]
-    return [Result(AREA, "eager per-call time vs torch.addcmul, T=1 B=1 H=128, no grad", ratio, "x", None, None,
-                   f"qrnn {t['qrnn'] / n * 1e6:.1f} us, addcmul {t['addcmul'] / n * 1e6:.1f} us")]
+    """The CPU figure's measure on the GPU: both calls are bound by the CPU side of a launch."""
+    ratio, note = forget_mult_bench.eager_call_times("cuda", 1000 if quick else 5000, quick)
+    return [Result(AREA, forget_mult_bench.EAGER_FIGURE, ratio, "x", None, None, note)]
 
 
 def run(quick: bool = False) -> list:
