@@ -32,6 +32,7 @@ from torch.nn.modules import module as _module_mod
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from . import ops
+from .ops.kernel_args import DTYPE_CODES, HALF_DTYPES, state_dtype
 
 __all__ = ["QRNN", "QRNNLayer", "QRNNState", "qrnn_layer"]
 
@@ -151,9 +152,9 @@ def _qrnn_layer(input: Tensor, linear: Optional[nn.Module], weight: Optional[Ten
         source, x_tail_n = input, None
     # Callers pass weight whenever linear is None (the checker cannot relate the two).
     gates = F.linear(source, weight, bias) if linear is None else linear(source)  # type: ignore[arg-type]
-    if c0 is not None and c0.dtype != gates.dtype and not (gates.dtype in ops._HALF_DTYPES
+    if c0 is not None and c0.dtype != gates.dtype and not (gates.dtype in HALF_DTYPES
                                                              and c0.dtype == torch.float32):
-        c0 = c0.to(ops._state_dtype(gates.dtype))
+        c0 = c0.to(state_dtype(gates.dtype))
     forget_mask, forget_scale = None, 1.0
     if zoneout > 0.0:
         if training:
@@ -591,7 +592,7 @@ class QRNN(nn.Module):
         like = next(self.parameters(), None)
         device, dtype = (like.device, like.dtype) if like is not None else (None, torch.get_default_dtype())
         c = torch.zeros(self.num_layers * self.num_directions, batch, self.hidden_size, device=device,
-                        dtype=ops._state_dtype(dtype) if dtype in ops._DTYPE_CODES else dtype)
+                        dtype=state_dtype(dtype) if dtype in DTYPE_CODES else dtype)
         tails = []
         for layer in range(self.num_layers):
             features = self.input_size if layer == 0 else self.hidden_size * self.num_directions

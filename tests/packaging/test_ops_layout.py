@@ -51,5 +51,4 @@ def test_former_names_are_the_same_objects():
         assert getattr(qrnn.kernel_args, name) is getattr(kernel_args, name), name
     assert ops.FORWARD_KERNELS is ops.FORGET_MULT_FORWARD_KERNELS
     assert ops.BACKWARD_KERNELS is ops.FORGET_MULT_BACKWARD_KERNELS
-    assert ops._state_dtype is kernel_args.state_dtype and ops._forward_args is kernel_args.forget_mult_forward
     assert qrnn.forget_mult is ops.forget_mult and qrnn.qrnn_gates is ops.qrnn_gates

@@ -14,7 +14,6 @@ Imports run one way: the family modules import the backends, never the reverse.
   per-device registration).
 """
 
-from . import kernel_args as _kernel_args
 from .checks import (
     check_forget_mult_args,
     check_forget_mult_backward_args,
@@ -45,12 +44,6 @@ __all__ = ["forget_mult", "qrnn_gates", "qrnn_gates_unfused", "has_native_kernel
            "check_qrnn_gates_backward_args", "FORGET_MULT_FORWARD_KERNELS", "FORGET_MULT_BACKWARD_KERNELS",
            "QRNN_GATES_FORWARD_KERNELS", "QRNN_GATES_BACKWARD_KERNELS", "FORWARD_KERNELS", "BACKWARD_KERNELS"]
 
-# Former names, kept working (CHANGELOG): the ForgetMult kernel tables, and the helpers that
-# qrnn.modules and the benchmarks read from qrnn.ops.
+# Former names of the ForgetMult kernel tables, kept working (CHANGELOG).
 FORWARD_KERNELS = FORGET_MULT_FORWARD_KERNELS
 BACKWARD_KERNELS = FORGET_MULT_BACKWARD_KERNELS
-_DTYPE_CODES = _kernel_args.DTYPE_CODES
-_HALF_DTYPES = _kernel_args.HALF_DTYPES
-_state_dtype = _kernel_args.state_dtype
-_forward_args = _kernel_args.forget_mult_forward
-_backward_args = _kernel_args.forget_mult_backward
