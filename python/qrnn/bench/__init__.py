@@ -8,4 +8,5 @@ AREAS = {
     "checkpoint": "checkpoint",
     "train": "train",
     "cuda": "cuda",
+    "recipes": "recipes",
 }
