@@ -41,7 +41,7 @@ FORWARD_MODE_MESSAGE = (
     "call qrnn.{op}, which computes the tangent")
 
 FX_MESSAGE = (
-    "{what}: torch.fx.symbolic_trace is unsupported for qrnn (its layers check shapes and branch on their "
+    "{what}: torch.fx.symbolic_trace is unsupported for qrnn (its layers and ops check shapes and branch on their "
     "arguments, which FX proxies cannot answer). Use torch.export.export(model, args) or torch.compile, whose "
     "graphs hold the qrnn ops, or trace with a torch.fx.Tracer whose is_leaf_module returns True for "
     "qrnn.QRNN and qrnn.QRNNLayer (they then stay single call_module nodes)")
