@@ -167,6 +167,33 @@ def test_vmap_with_unbatched_arguments(make):
         close([g[i] for g in got], as_tuple(s.fn(batched[i], *rest)), what=f"example {i}")
 
 
+@pytest.mark.parametrize("batch_first", [False, True])
+@pytest.mark.parametrize("output_gate", [False, True])
+def test_vmap_rules_cover_every_option(batch_first, output_gate):
+    """Per-sample gradients through both ops with every option: lengths, zoneout mask and
+    scale, reverse, layout, no output gate (an empty states output), forget_mult without h0."""
+    gates_per = (3 if output_gate else 2) * H
+    shape = (B, T) if batch_first else (T, B)
+    gates = torch.randn(3, *shape, gates_per, dtype=DT)
+    mask = torch.randint(0, 2, (3, *shape, H)).to(DT)
+    lengths = torch.tensor([T, 2])
+    f, x = torch.rand(3, *shape, H, dtype=DT), torch.randn(3, *shape, H, dtype=DT)
+
+    def gates_loss(g, m):
+        out, c_n = qrnn.qrnn_gates(g, output_gate=output_gate, forget_mask=m, forget_scale=0.7, lengths=lengths,
+                                   batch_first=batch_first, reverse=True)
+        return out.square().sum() + c_n.sum()
+
+    def forget_mult_loss(f, x):
+        return qrnn.forget_mult(f, x, batch_first=batch_first).square().sum()
+
+    for loss, (a, b) in ((gates_loss, (gates, mask)), (forget_mult_loss, (f, x))):
+        got = vmap(grad(loss))(a, b)
+        for i in range(3):
+            leaf = a[i].clone().requires_grad_(True)
+            close(got[i], torch.autograd.grad(loss(leaf, b[i]), leaf)[0], what=f"{loss.__name__} sample {i}")
+
+
 @subjects
 def test_grad_vjp_jacrev_match_autograd(make):
     s = make()
