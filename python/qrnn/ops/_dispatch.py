@@ -47,7 +47,10 @@ FX_MESSAGE = (
     "qrnn.QRNN and qrnn.QRNNLayer (they then stay single call_module nodes)")
 
 
-def direct_call_allowed(a: Tensor, b: Optional[Tensor], c: Optional[Tensor], d: Optional[Tensor]) -> bool:
+def direct_call_allowed(a: Tensor, b: Optional[Tensor], c: Optional[Tensor], d: Optional[Tensor], *,
+                        _Tensor=Tensor, _compiling=_is_compiling, _function_mode=torch_function_mode,
+                        _dispatch_modes=dispatch_modes, _functorch=_functorch_active, _tracing=_tracing_state,
+                        _forward_ad=_forward_ad, _grad_enabled=torch.is_grad_enabled) -> bool:
     """Whether a call may skip the dispatcher and run the native kernel on ``a``..``d``
     (None where absent): nothing traces it (torch.compile / torch.export, the TorchScript
     tracer, a TorchFunctionMode or TorchDispatchMode, a torch.func transform), nothing
@@ -55,17 +58,18 @@ def direct_call_allowed(a: Tensor, b: Optional[Tensor], c: Optional[Tensor], d: 
     tensor is a plain ``torch.Tensor``: not a subclass (FakeTensor, FX or user subclasses),
     no negative-bit view (e.g. ``complex.conj().imag``: it stores -values, which the op path
     resolves and a raw pointer would not). Meta tensors have no kernel: the caller's lookup
-    sends them to the op. Written as one expression: every test here is paid per call."""
-    if (_is_compiling() or torch_function_mode() or dispatch_modes() or _functorch_active()
-            or _tracing_state() is not None or _forward_ad._current_level >= 0):
+    sends them to the op. Every test here is paid per call: the keyword-only defaults bind
+    each lookup once (local names are cheaper than module globals); never pass them."""
+    if (_compiling() or _function_mode() or _dispatch_modes() or _functorch()
+            or _tracing() is not None or _forward_ad._current_level >= 0):
         return False
-    if torch.is_grad_enabled():
-        return (type(a) is Tensor and not a.requires_grad and not a.is_neg()
-                and (b is None or (type(b) is Tensor and not b.requires_grad and not b.is_neg()))
-                and (c is None or (type(c) is Tensor and not c.requires_grad and not c.is_neg()))
-                and (d is None or (type(d) is Tensor and not d.requires_grad)))
-    return (type(a) is Tensor and not a.is_neg() and (b is None or (type(b) is Tensor and not b.is_neg()))
-            and (c is None or (type(c) is Tensor and not c.is_neg())) and (d is None or type(d) is Tensor))
+    if _grad_enabled():
+        return (type(a) is _Tensor and not a.requires_grad and not a.is_neg()
+                and (b is None or (type(b) is _Tensor and not b.requires_grad and not b.is_neg()))
+                and (c is None or (type(c) is _Tensor and not c.requires_grad and not c.is_neg()))
+                and (d is None or (type(d) is _Tensor and not d.requires_grad)))
+    return (type(a) is _Tensor and not a.is_neg() and (b is None or (type(b) is _Tensor and not b.is_neg()))
+            and (c is None or (type(c) is _Tensor and not c.is_neg())) and (d is None or type(d) is _Tensor))
 
 
 def use_autograd_function() -> bool:
