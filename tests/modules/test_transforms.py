@@ -22,7 +22,10 @@ from torch.utils.flop_counter import FlopCounterMode
 import qrnn
 from conftest import TOLERANCES
 from qrnn.ops import cpu as cpu_backend
+from qrnn.ops._dispatch import register_vmap
 from qrnn.ops._testing import native_kernels
+from qrnn.ops.forget_mult import _forget_mult_vmap
+from qrnn.ops.qrnn_gates import _QrnnGates
 
 DT = torch.float64
 ATOL, RTOL = TOLERANCES[DT]
@@ -302,6 +305,14 @@ def test_double_backward_is_refused_clearly(make):
         torch.autograd.gradgradcheck(s.fn, leaves(s.inputs()))
     with pytest.raises(NotImplementedError, match=r"qrnn\.\w+: double backward"):
         torch.func.hessian(lambda a: as_tuple(s.fn(a, *args[1:]))[0].sum())(args[0].detach())
+
+
+def test_forward_mode_never_reaches_the_fused_gates_function():
+    """qrnn_gates sends forward mode to its unfused form; the fused function refuses it clearly."""
+    gates = torch.randn(T, B, 3 * H, dtype=DT)
+    with pytest.raises(NotImplementedError, match=r"qrnn\.qrnn_gates: no forward-mode AD rule"):
+        jvp(lambda g: _QrnnGates.apply(g, None, None, None, 1.0, True, False, False)[0], (gates,), (gates,))
+    assert register_vmap(qrnn.ops.forget_mult_op, _forget_mult_vmap)  # registering again replaces the rule
 
 
 # ---- legacy tracers ---------------------------------------------------------------------------

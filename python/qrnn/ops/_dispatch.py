@@ -113,9 +113,13 @@ def register_kernel(op, device: str, check: Callable[..., object], kernel: Calla
 
 
 def register_vmap(op, rule: Callable) -> bool:
-    """Give ``op`` a vmap rule (torch.library.register_vmap, torch >= 2.4 as the package needs;
-    the getattr keeps a torch without it importable: vmap then uses torch's per-example
+    """Give the custom op ``op`` a vmap rule (its register_vmap, or torch.library's; the
+    getattrs keep a torch without either importable: vmap then uses torch's per-example
     fallback, which is slow but correct). Returns whether it was registered."""
+    method = getattr(op, "register_vmap", None)  # a custom_op's own method, where it has one
+    if method is not None:
+        method(rule)
+        return True
     register = getattr(torch.library, "register_vmap", None)
     if register is None:
         return False
