@@ -344,7 +344,7 @@ def test_jit_trace_records_the_qrnn_ops(make, mode, tmp_path):
     with torch.no_grad():
         want = as_tuple(s.fn(*fresh))
         close(as_tuple(traced(*fresh)), want, *TOLERANCES[torch.float32], what="traced")
-    if s.module is None:
+    if s.module is None or mode != "no_grad":  # one round trip per module: a process start each
         return
     path = os.path.join(tmp_path, "traced.pt")
     torch.jit.save(traced, path)
