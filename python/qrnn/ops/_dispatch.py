@@ -20,6 +20,10 @@ torch_function_mode = torch._C._is_torch_function_mode_enabled
 dispatch_modes = torch._C._len_torch_dispatch_stack
 _tracing_state = torch._C._get_tracing_state
 _is_compiling = torch.compiler.is_compiling
+# Dynamo folds this one to True while it traces (a plain `return False` otherwise, cheaper than
+# is_compiling); the other tracers (AOTAutograd, non-strict export) run under dispatch modes
+# with fake tensors, which the direct-call rule refuses anyway.
+_is_dynamo_compiling = getattr(torch.compiler, "is_dynamo_compiling", _is_compiling)
 # Any torch.func transform (vmap, grad, jvp, ...) running; the peek is the same test on a
 # torch without the one-call form.
 _functorch_active: Callable[[], bool] = getattr(
@@ -48,7 +52,7 @@ FX_MESSAGE = (
 
 
 def direct_call_allowed(a: Tensor, b: Optional[Tensor], c: Optional[Tensor], d: Optional[Tensor], *,
-                        _Tensor=Tensor, _compiling=_is_compiling, _function_mode=torch_function_mode,
+                        _Tensor=Tensor, _compiling=_is_dynamo_compiling, _function_mode=torch_function_mode,
                         _dispatch_modes=dispatch_modes, _functorch=_functorch_active, _tracing=_tracing_state,
                         _forward_ad=_forward_ad, _grad_enabled=torch.is_grad_enabled) -> bool:
     """Whether a call may skip the dispatcher and run the native kernel on ``a``..``d``
