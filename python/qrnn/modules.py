@@ -32,6 +32,7 @@ from torch.nn.modules import module as _module_mod
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from . import ops
+from .ops._dispatch import refuse_fx_proxy
 from .ops.kernel_args import DTYPE_CODES, HALF_DTYPES, state_dtype
 
 __all__ = ["QRNN", "QRNNLayer", "QRNNState", "qrnn_layer"]
@@ -257,6 +258,11 @@ def _gemm_dtype(linear) -> Optional[torch.dtype]:
 # (export forbids the module mutation; a compiled model is then as if save_prev_x were off).
 _is_exporting = getattr(torch.compiler, "is_exporting", torch.compiler.is_compiling)
 
+# torch.jit.script calls __prepare_scriptable__ on every module before compiling it.
+_SCRIPT_MESSAGE = ("{what}: torch.jit.script cannot compile qrnn's layers (TorchScript cannot compile their "
+                   "Python argument handling); use torch.jit.trace (the traced graph records the qrnn ops; load "
+                   "it where qrnn is imported), torch.export.export or torch.compile")
+
 _UNSET = object()
 # Positional order of today's QRNNLayer after (input_size, hidden_size), and of pytorch-qrnn's
 # (its third argument, save_prev_x, is a bool, which is never a valid window).
@@ -344,6 +350,9 @@ class QRNNLayer(nn.Module):
         """Forget the inputs kept by ``save_prev_x`` (call at the start of a new sequence)."""
         self.prevX = None
 
+    def __prepare_scriptable__(self):
+        raise RuntimeError(_SCRIPT_MESSAGE.format(what="qrnn.QRNNLayer"))
+
     def run(self, input: Tensor, c0: Optional[Tensor] = None, x_tail: Optional[Tensor] = None, *,
             lengths: Optional[Tensor] = None, batch_first: bool = False, reverse: bool = False) -> tuple:
         """:func:`qrnn_layer` with this layer's weights and options: ``(output, c_n, x_tail_n)``.
@@ -373,6 +382,7 @@ class QRNNLayer(nn.Module):
 
     def forward(self, input: Tensor, hx: Union[Tensor, QRNNState, tuple, None] = None,
                 lengths: Optional[Tensor] = None, *, hidden: Union[Tensor, QRNNState, tuple, None] = None):
+        refuse_fx_proxy("qrnn.QRNNLayer", input, hx, hidden)
         if hidden is not None:  # pytorch-qrnn's name for hx
             if hx is not None:
                 raise TypeError("QRNNLayer.forward got both hx and hidden (the same argument)")
@@ -574,6 +584,9 @@ class QRNN(nn.Module):
             s += ", bidirectional=True"
         return s + f", window={self.windows}, zoneout={self.zoneout}, output_gate={self.output_gate}"
 
+    def __prepare_scriptable__(self):
+        raise RuntimeError(_SCRIPT_MESSAGE.format(what="qrnn.QRNN"))
+
     def flatten_parameters(self) -> None:
         """No-op, for code written for cuDNN RNNs (the gate weights are already one GEMM each)."""
 
@@ -603,6 +616,7 @@ class QRNN(nn.Module):
 
     def forward(self, input, hx: Union[Tensor, QRNNState, tuple, None] = None, lengths: Optional[Tensor] = None,
                 *, hidden: Union[Tensor, QRNNState, tuple, None] = None):
+        refuse_fx_proxy("qrnn.QRNN", input, hx, hidden)
         if hidden is not None:  # pytorch-qrnn's name for hx
             if hx is not None:
                 raise TypeError("QRNN.forward got both hx and hidden (the same argument)")

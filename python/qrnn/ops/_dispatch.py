@@ -1,9 +1,12 @@
-"""When the eager paths may skip the dispatcher, and how a device's kernel is registered.
+"""When the eager paths may skip the dispatcher, which route the others take, and how a
+device's kernel is registered.
 
-``qrnn.forget_mult`` and ``qrnn.qrnn_gates`` call a native kernel directly when nothing is
-traced and no gradient is needed: the op machinery costs tens of microseconds per call,
-which dominates small shapes. Otherwise they call the custom op, whose per-device
-registrations (made through :func:`register_kernel`) run the same kernels."""
+``qrnn.forget_mult`` and ``qrnn.qrnn_gates`` call a native kernel directly only when
+:func:`direct_call_allowed` says so (one rule for both families): the op machinery costs
+tens of microseconds per call, which dominates small shapes. Every other call goes where
+PyTorch's machinery sees it: the custom op (autograd, torch.compile, torch.export, the
+TorchScript tracer, modes), or, under torch.func transforms and forward-mode AD, an
+``autograd.Function`` around the same op (:func:`use_autograd_function`)."""
 
 from __future__ import annotations
 
@@ -11,26 +14,94 @@ from typing import Callable, Optional
 
 import torch
 from torch import Tensor
+from torch.autograd import forward_ad as _forward_ad
 
 torch_function_mode = torch._C._is_torch_function_mode_enabled
 dispatch_modes = torch._C._len_torch_dispatch_stack
+_tracing_state = torch._C._get_tracing_state
+_is_compiling = torch.compiler.is_compiling
+# Dynamo folds this one to True while it traces (a plain `return False` otherwise, cheaper than
+# is_compiling); the other tracers (AOTAutograd, non-strict export) run under dispatch modes
+# with fake tensors, which the direct-call rule refuses anyway.
+_is_dynamo_compiling = getattr(torch.compiler, "is_dynamo_compiling", _is_compiling)
+# Any torch.func transform (vmap, grad, jvp, ...) running; the peek is the same test on a
+# torch without the one-call form.
+_functorch_active: Callable[[], bool] = getattr(
+    torch._C, "_are_functorch_transforms_active",
+    lambda: torch._C._functorch.peek_interpreter_stack() is not None)
+
+LEGACY_ONNX_MESSAGE = (
+    "qrnn: torch.onnx.export(..., dynamo=False) (the TorchScript exporter) cannot export qrnn's ops, in any "
+    "grad mode: use qrnn.onnx.export(model, args), or torch.onnx.export(model, args, dynamo=True, "
+    "custom_translation_table=qrnn.onnx.custom_translation_table())")
+
+DOUBLE_BACKWARD_MESSAGE = (
+    "qrnn.{op}: double backward (a gradient of a gradient: create_graph=True then backward again, "
+    "torch.autograd.gradgradcheck, torch.func.hessian, jacfwd of jacrev) is not supported; first derivatives "
+    "are (backward, torch.func.grad/vjp/jacrev, and forward mode: jvp, jacfwd)")
+
+FORWARD_MODE_MESSAGE = (
+    "qrnn.{op}: no forward-mode AD rule (torch.func.jvp, jacfwd, forward_ad dual tensors) on this path; "
+    "call qrnn.{op}, which computes the tangent")
+
+FX_MESSAGE = (
+    "{what}: torch.fx.symbolic_trace is unsupported for qrnn (its layers and ops check shapes and branch on their "
+    "arguments, which FX proxies cannot answer). Use torch.export.export(model, args) or torch.compile, whose "
+    "graphs hold the qrnn ops, or trace with a torch.fx.Tracer whose is_leaf_module returns True for "
+    "qrnn.QRNN and qrnn.QRNNLayer (they then stay single call_module nodes)")
 
 
-def nothing_to_trace() -> bool:
-    """True when no compiler, torch-function mode or dispatch mode needs to see a call
-    (forget_mult inlines the same test: a function call is a visible share of its cost)."""
-    return not (torch.compiler.is_compiling() or torch_function_mode() or dispatch_modes())
+def direct_call_allowed(a: Tensor, b: Optional[Tensor], c: Optional[Tensor], d: Optional[Tensor], *,
+                        _Tensor=Tensor, _compiling=_is_dynamo_compiling, _function_mode=torch_function_mode,
+                        _dispatch_modes=dispatch_modes, _functorch=_functorch_active, _tracing=_tracing_state,
+                        _forward_ad=_forward_ad, _grad_enabled=torch.is_grad_enabled) -> bool:
+    """Whether a call may skip the dispatcher and run the native kernel on ``a``..``d``
+    (None where absent): nothing traces it (torch.compile / torch.export, the TorchScript
+    tracer, a TorchFunctionMode or TorchDispatchMode, a torch.func transform), nothing
+    differentiates it (no tensor that autograd tracks, no forward-mode dual level), and each
+    tensor is a plain ``torch.Tensor``: not a subclass (FakeTensor, FX or user subclasses),
+    no negative-bit view (e.g. ``complex.conj().imag``: it stores -values, which the op path
+    resolves and a raw pointer would not). Meta tensors have no kernel: the caller's lookup
+    sends them to the op. Every test here is paid per call: the keyword-only defaults bind
+    each lookup once (local names are cheaper than module globals); never pass them."""
+    if (_compiling() or _function_mode() or _dispatch_modes() or _functorch()
+            or _tracing() is not None or _forward_ad._current_level >= 0):
+        return False
+    if _grad_enabled():
+        return (type(a) is _Tensor and not a.requires_grad and not a.is_neg()
+                and (b is None or (type(b) is _Tensor and not b.requires_grad and not b.is_neg()))
+                and (c is None or (type(c) is _Tensor and not c.requires_grad and not c.is_neg()))
+                and (d is None or (type(d) is _Tensor and not d.requires_grad)))
+    return (type(a) is _Tensor and not a.is_neg() and (b is None or (type(b) is _Tensor and not b.is_neg()))
+            and (c is None or (type(c) is _Tensor and not c.is_neg())) and (d is None or type(d) is _Tensor))
 
 
-def plain(t: Optional[Tensor], grad_enabled: bool) -> bool:
-    """A plain tensor (no subclass) that autograd does not need to track, or None."""
-    return t is None or (type(t) is Tensor and not (grad_enabled and t.requires_grad))
+def use_autograd_function() -> bool:
+    """Whether a call that is not direct must go through the family's autograd.Function
+    rather than the bare custom op: under torch.func transforms (whose autograd needs a
+    setup_context, which custom_op's generated function lacks) and forward-mode AD (custom
+    ops carry no tangent rule). Never while compiling or TorchScript tracing, whose graphs
+    record the op itself."""
+    return (not _is_compiling() and _tracing_state() is None
+            and (_functorch_active() or _forward_ad._current_level >= 0))
 
 
-def any_negative_bit(a: Tensor, b: Optional[Tensor], c: Optional[Tensor]) -> bool:
-    # A negative-bit view (e.g. complex.conj().imag) stores -values: the dispatcher resolves
-    # it on the op path, the raw pointer of the direct path would not.
-    return a.is_neg() or (b is not None and b.is_neg()) or (c is not None and c.is_neg())
+def forward_mode_active() -> bool:
+    """A forward-mode AD level is open (torch.autograd.forward_ad.dual_level, torch.func.jvp, jacfwd)."""
+    return _forward_ad._current_level >= 0
+
+
+def refuse_legacy_onnx() -> None:
+    """The TorchScript ONNX exporter traces the custom op into a graph it cannot translate
+    (and, before this check, a no-grad trace recorded the kernel's outputs as constants)."""
+    if _tracing_state() is not None and torch.onnx.is_in_onnx_export():
+        raise RuntimeError(LEGACY_ONNX_MESSAGE)
+
+
+def refuse_fx_proxy(what: str, *args) -> None:
+    """A clear error for torch.fx.symbolic_trace, whose proxies stand in for the arguments."""
+    if any(isinstance(arg, torch.fx.Proxy) for arg in args):
+        raise RuntimeError(FX_MESSAGE.format(what=what))
 
 
 def register_kernel(op, device: str, check: Callable[..., object], kernel: Callable) -> None:
@@ -43,3 +114,36 @@ def register_kernel(op, device: str, check: Callable[..., object], kernel: Calla
         return kernel(*args)
 
     op.register_kernel(device, checked)
+
+
+def register_vmap(op, rule: Callable) -> bool:
+    """Give the custom op ``op`` a vmap rule (its register_vmap, or torch.library's; the
+    getattrs keep a torch without either importable: vmap then uses torch's per-example
+    fallback, which is slow but correct). Returns whether it was registered."""
+    method = getattr(op, "register_vmap", None)  # a custom_op's own method, where it has one
+    if method is not None:
+        method(rule)
+        return True
+    register = getattr(torch.library, "register_vmap", None)
+    if register is None:
+        return False
+    register(op, rule)
+    return True
+
+
+def fold_batch(t: Optional[Tensor], in_dim: Optional[int], size: int, batch_dim: int) -> Optional[Tensor]:
+    """A vmapped tensor with its vmapped dimension folded into its ``batch_dim``: the
+    vmapped index becomes the slower part of the batch index (unbatched inputs are expanded
+    first). None stays None."""
+    if t is None:
+        return None
+    if in_dim is None:
+        t = t.unsqueeze(batch_dim).expand(*t.shape[:batch_dim], size, *t.shape[batch_dim:])
+    else:
+        t = t.movedim(in_dim, batch_dim)
+    return t.flatten(batch_dim, batch_dim + 1)
+
+
+def unfold_batch(t: Tensor, size: int, batch_dim: int) -> Tensor:
+    """The inverse of :func:`fold_batch` on an output: its vmapped dimension at ``batch_dim``."""
+    return t.unflatten(batch_dim, (size, t.shape[batch_dim] // size))

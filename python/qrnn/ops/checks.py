@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ._dispatch import refuse_fx_proxy
 from .kernel_args import DTYPE_CODES as _DTYPE_CODES
 from .kernel_args import HALF_DTYPES as _HALF_DTYPES
 
@@ -27,6 +28,7 @@ def check_forget_mult_args(f, x, h0, batch_first) -> None:
     """Raise TypeError/ValueError naming the bad argument; shared by every entry point.
     Written for the common all-good case to touch each tensor attribute once."""
     if not isinstance(f, Tensor):
+        refuse_fx_proxy("qrnn.forget_mult", f)
         raise TypeError(f"forget_mult: f must be a torch.Tensor, got {type(f).__name__}")
     if not isinstance(x, Tensor):
         raise TypeError(f"forget_mult: x must be a torch.Tensor, got {type(x).__name__}")
@@ -85,6 +87,7 @@ def gate_count(output_gate: bool) -> int:
 def check_qrnn_gates_args(gates, c0, forget_mask, forget_scale, lengths, output_gate, batch_first) -> int:
     """Raise TypeError/ValueError naming the bad argument; returns the hidden size."""
     if not isinstance(gates, Tensor):
+        refuse_fx_proxy("qrnn.qrnn_gates", gates)
         raise TypeError(f"qrnn_gates: gates must be a torch.Tensor, got {type(gates).__name__}")
     check_dense("gates", gates, "qrnn_gates")
     for name, flag in (("output_gate", output_gate), ("batch_first", batch_first)):

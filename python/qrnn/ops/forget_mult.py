@@ -14,9 +14,16 @@ from typing import Callable, Optional
 import torch
 from torch import Tensor
 
-from ._dispatch import dispatch_modes as _dispatch_modes
-from ._dispatch import register_kernel
-from ._dispatch import torch_function_mode as _torch_function_mode
+from ._dispatch import (
+    DOUBLE_BACKWARD_MESSAGE,
+    direct_call_allowed,
+    fold_batch,
+    refuse_legacy_onnx,
+    register_kernel,
+    register_vmap,
+    unfold_batch,
+    use_autograd_function,
+)
 from .checks import check_forget_mult_args, check_forget_mult_backward_args
 from .cpu import forget_mult_backward as cpu_backward
 from .cpu import forget_mult_forward as cpu_forward
@@ -86,7 +93,121 @@ def _backward(ctx, grad_h):
     return grad_f, grad_x, (grad_h0 if h0 is not None else None), None
 
 
+def _no_double_backward(ctx, *grads):
+    raise NotImplementedError(DOUBLE_BACKWARD_MESSAGE.format(op="forget_mult"))
+
+
 forget_mult_op.register_autograd(_backward, setup_context=_setup_context)
+forget_mult_backward_op.register_autograd(_no_double_backward)
+
+
+# ---- torch.func and forward-mode AD ---------------------------------------------------------
+# custom_op's own autograd function has no setup_context (torch.func refuses it) and no
+# tangent rule; under those transforms qrnn.forget_mult calls the op through these instead.
+
+
+class _ForgetMultBackward(torch.autograd.Function):
+    """forget_mult_backward_op as torch.func sees it: differentiating it again is refused."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(grad_h, f, x, h, h0, batch_first):
+        return forget_mult_backward_op(grad_h, f, x, h, h0, batch_first)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise NotImplementedError(DOUBLE_BACKWARD_MESSAGE.format(op="forget_mult"))
+
+    @staticmethod
+    def jvp(ctx, *tangents):
+        raise NotImplementedError(DOUBLE_BACKWARD_MESSAGE.format(op="forget_mult"))
+
+
+def _linear_scan(a: Tensor, f: Tensor, batch_first: bool) -> Tensor:
+    """``e[t] = a[t] + (1 - f[t]) * e[t-1]``, ``e[-1] = 0``, on the backward kernel: it runs
+    ``c[s] = g[s] + (1 - F[s+1]) * c[s+1]`` backwards in time and returns ``c * (X - H[s-1])``
+    as grad_f, so with time flipped, ``F[s] = f[T-s]``, ``X = 1`` and ``H = 0`` it is e."""
+    time = 1 if batch_first else 0
+    T = f.shape[time]
+    g = a.flip(time)
+    shifted = torch.cat([f.narrow(time, 0, 1), f.narrow(time, 1, T - 1).flip(time)], time)
+    c, _, _ = _ForgetMultBackward.apply(g, shifted, torch.ones_like(a), torch.zeros_like(a), None, batch_first)
+    return c.flip(time)
+
+
+def _tangent(f, x, h, h0, df, dx, dh0, batch_first: bool) -> Tensor:
+    """The tangent of h: ``dh[t] = f[t] dx[t] + df[t] (x[t] - h[t-1]) + (1 - f[t]) dh[t-1]``,
+    the same first-order recurrence (decay 1 - f) with an additive input."""
+    time = 1 if batch_first else 0
+    T = f.shape[time]
+    if T == 0 or (df is None and dx is None and dh0 is None):
+        return torch.zeros_like(f)
+    a = f * dx if dx is not None else torch.zeros_like(f)
+    if df is not None:
+        start = (h0.to(f.dtype) if h0 is not None else f.new_zeros(f.shape[1 - time], f.shape[2])).unsqueeze(time)
+        h_prev = torch.cat([start, h.narrow(time, 0, T - 1)], time)
+        a = a + df * (x - h_prev)
+    if dh0 is not None:  # the initial tangent enters through the first step's decay
+        first = a.narrow(time, 0, 1) + ((1 - f.narrow(time, 0, 1)) * dh0.unsqueeze(time)).to(f.dtype)
+        a = torch.cat([first, a.narrow(time, 1, T - 1)], time)
+    return _linear_scan(a, f, batch_first)
+
+
+class _ForgetMult(torch.autograd.Function):
+    """qrnn::forget_mult with a setup_context (torch.func), a tangent rule (forward-mode AD)
+    and vmap through the ops' vmap rules."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(f, x, h0, batch_first):
+        return forget_mult_op(f, x, h0, batch_first)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        f, x, h0, batch_first = inputs
+        ctx.save_for_backward(f, x, output, h0)
+        ctx.save_for_forward(f, x, output, h0)
+        ctx.batch_first = batch_first
+
+    @staticmethod
+    def backward(ctx, grad_h):
+        f, x, h, h0 = ctx.saved_tensors
+        grad_f, grad_x, grad_h0 = _ForgetMultBackward.apply(grad_h, f, x, h, h0, ctx.batch_first)
+        return grad_f, grad_x, (grad_h0 if h0 is not None else None), None
+
+    @staticmethod
+    def jvp(ctx, df, dx, dh0, _):
+        f, x, h, h0 = ctx.saved_tensors
+        return _tangent(f, x, h, h0, df, dx, dh0, ctx.batch_first)
+
+
+def _forget_mult_vmap(info, in_dims, f, x, h0, batch_first):
+    # The kernels take any batch: the vmapped dimension becomes part of it.
+    f_dim, x_dim, h0_dim, _ = in_dims
+    size, batch = info.batch_size, (0 if batch_first else 1)
+    h = forget_mult_op(fold_batch(f, f_dim, size, batch), fold_batch(x, x_dim, size, batch),
+                       fold_batch(h0, h0_dim, size, 0), batch_first)
+    return unfold_batch(h, size, batch), batch
+
+
+def _forget_mult_backward_vmap(info, in_dims, grad_h, f, x, h, h0, batch_first):
+    size, batch = info.batch_size, (0 if batch_first else 1)
+    folded = [fold_batch(t, d, size, batch) for t, d in zip((grad_h, f, x, h), in_dims)]
+    grad_f, grad_x, grad_h0 = forget_mult_backward_op(*folded, fold_batch(h0, in_dims[4], size, 0), batch_first)
+    if h0 is None:
+        return (unfold_batch(grad_f, size, batch), unfold_batch(grad_x, size, batch), grad_h0), (batch, batch, None)
+    return ((unfold_batch(grad_f, size, batch), unfold_batch(grad_x, size, batch), unfold_batch(grad_h0, size, 0)),
+            (batch, batch, 0))
+
+
+register_vmap(forget_mult_op, _forget_mult_vmap)
+register_vmap(forget_mult_backward_op, _forget_mult_backward_vmap)
 
 
 def _set_native_kernels(device: str, forward: Optional[Callable], backward: Optional[Callable]) -> tuple:
@@ -130,14 +251,12 @@ def forget_mult(f: Tensor, x: Tensor, h0: Optional[Tensor] = None, *, batch_firs
         ``h0``; works under ``torch.compile(fullgraph=True)``.
     """
     check_forget_mult_args(f, x, h0, batch_first)
-    grad = torch.is_grad_enabled()
-    if (type(f) is Tensor and type(x) is Tensor
-            and (h0 is None or (type(h0) is Tensor and not (grad and h0.requires_grad)))
-            and not (grad and (f.requires_grad or x.requires_grad))
-            and not (torch.compiler.is_compiling() or _torch_function_mode() or _dispatch_modes())
-            and not (f.is_neg() or x.is_neg() or (h0 is not None and h0.is_neg()))):
+    if direct_call_allowed(f, x, h0, None):
         # Direct call: the dispatcher and autograd machinery would cost more than the kernel.
         kernel = _cpu_forward if f.is_cpu else FORGET_MULT_FORWARD_KERNELS.get(f.device.type)
         if kernel is not None:  # none for meta tensors (the op's fake impl serves them) or the fallback's devices
             return kernel(f, x, h0, batch_first)
+    if use_autograd_function():
+        return _ForgetMult.apply(f, x, h0, batch_first)
+    refuse_legacy_onnx()
     return forget_mult_op(f, x, h0, batch_first)

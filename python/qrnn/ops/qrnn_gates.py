@@ -17,7 +17,18 @@ from typing import Callable, Optional
 import torch
 from torch import Tensor
 
-from ._dispatch import any_negative_bit, nothing_to_trace, plain, register_kernel
+from ._dispatch import (
+    DOUBLE_BACKWARD_MESSAGE,
+    FORWARD_MODE_MESSAGE,
+    direct_call_allowed,
+    fold_batch,
+    forward_mode_active,
+    refuse_legacy_onnx,
+    register_kernel,
+    register_vmap,
+    unfold_batch,
+    use_autograd_function,
+)
 from .checks import check_qrnn_gates_args, check_qrnn_gates_backward_args, gate_count
 from .cpu import qrnn_gates_backward as cpu_backward
 from .cpu import qrnn_gates_forward as cpu_forward
@@ -117,7 +128,95 @@ def _gates_backward(ctx, grad_output, grad_c_n, _grad_states):
     return grad_gates, (grad_c0 if c0 is not None else None), None, None, None, None, None, None
 
 
+def _no_double_backward(ctx, *grads):
+    raise NotImplementedError(DOUBLE_BACKWARD_MESSAGE.format(op="qrnn_gates"))
+
+
 qrnn_gates_op.register_autograd(_gates_backward, setup_context=_gates_setup_context)
+qrnn_gates_backward_op.register_autograd(_no_double_backward)
+
+
+# ---- torch.func ---------------------------------------------------------------------------------
+# custom_op's own autograd function has no setup_context, which torch.func requires; under
+# its transforms qrnn.qrnn_gates calls the op through these. Forward mode takes the
+# unfused form (PyTorch ops around qrnn.forget_mult, whose tangent rule runs the kernels).
+
+
+class _QrnnGatesBackward(torch.autograd.Function):
+    """qrnn_gates_backward_op as torch.func sees it: differentiating it again is refused."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(*args):
+        return qrnn_gates_backward_op(*args)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise NotImplementedError(DOUBLE_BACKWARD_MESSAGE.format(op="qrnn_gates"))
+
+    @staticmethod
+    def jvp(ctx, *tangents):
+        raise NotImplementedError(DOUBLE_BACKWARD_MESSAGE.format(op="qrnn_gates"))
+
+
+class _QrnnGates(torch.autograd.Function):
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(gates, c0, forget_mask, lengths, forget_scale, output_gate, batch_first, reverse):
+        return qrnn_gates_op(gates, c0, forget_mask, lengths, forget_scale, output_gate, batch_first, reverse)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        _gates_setup_context(ctx, inputs, output)
+
+    @staticmethod
+    def backward(ctx, grad_output, grad_c_n, _grad_states):
+        gates, states, c0, forget_mask, lengths = ctx.saved_tensors
+        if grad_output is None and grad_c_n is None:
+            return (None,) * 8
+        grad_gates, grad_c0 = _QrnnGatesBackward.apply(grad_output, grad_c_n, gates, states, c0, forget_mask,
+                                                       lengths, *ctx.options)
+        return grad_gates, (grad_c0 if c0 is not None else None), None, None, None, None, None, None
+
+    @staticmethod
+    def jvp(ctx, *tangents):  # qrnn_gates sends forward mode to the unfused form, never here
+        raise NotImplementedError(FORWARD_MODE_MESSAGE.format(op="qrnn_gates"))
+
+
+def _gates_vmap(info, in_dims, gates, c0, forget_mask, lengths, forget_scale, output_gate, batch_first, reverse):
+    # The kernels take any batch: the vmapped dimension becomes part of it.
+    size, batch = info.batch_size, (0 if batch_first else 1)
+    g_dim, c0_dim, mask_dim, lengths_dim = in_dims[:4]
+    output, c_n, states = qrnn_gates_op(
+        fold_batch(gates, g_dim, size, batch), fold_batch(c0, c0_dim, size, 0),
+        fold_batch(forget_mask, mask_dim, size, batch), fold_batch(lengths, lengths_dim, size, 0),
+        forget_scale, output_gate, batch_first, reverse)
+    if not output_gate:  # states is an empty placeholder
+        return (unfold_batch(output, size, batch), unfold_batch(c_n, size, 0), states), (batch, 0, None)
+    return ((unfold_batch(output, size, batch), unfold_batch(c_n, size, 0), unfold_batch(states, size, batch)),
+            (batch, 0, batch))
+
+
+def _gates_backward_vmap(info, in_dims, grad_output, grad_c_n, gates, states, c0, forget_mask, lengths,
+                         forget_scale, output_gate, batch_first, reverse):
+    size, batch = info.batch_size, (0 if batch_first else 1)
+    dims = (batch, 0, batch, batch, 0, batch, 0)  # each tensor argument's batch dimension
+    folded = [fold_batch(t, d, size, b) for t, d, b in zip(
+        (grad_output, grad_c_n, gates, states, c0, forget_mask, lengths), in_dims, dims)]
+    grad_gates, grad_c0 = qrnn_gates_backward_op(*folded, forget_scale, output_gate, batch_first, reverse)
+    if c0 is None:
+        return (unfold_batch(grad_gates, size, batch), grad_c0), (batch, None)
+    return (unfold_batch(grad_gates, size, batch), unfold_batch(grad_c0, size, 0)), (batch, 0)
+
+
+register_vmap(qrnn_gates_op, _gates_vmap)
+register_vmap(qrnn_gates_backward_op, _gates_backward_vmap)
 
 
 def _no_fused_forward(gates, *_):
@@ -236,13 +335,20 @@ def qrnn_gates(gates: Tensor, c0: Optional[Tensor] = None, *, output_gate: bool 
         return qrnn_gates_unfused(gates, c0, output_gate=output_gate, forget_mask=forget_mask,
                                   forget_scale=forget_scale, lengths=lengths, batch_first=batch_first,
                                   reverse=reverse)
-    grad = torch.is_grad_enabled()
-    if (type(gates) is Tensor and not (grad and gates.requires_grad) and plain(c0, grad)
-            and plain(forget_mask, grad) and nothing_to_trace() and not any_negative_bit(gates, c0, forget_mask)):
+    if direct_call_allowed(gates, c0, forget_mask, lengths):
         # Nothing to differentiate or trace: call the kernel directly (and skip saving c[t]).
         output, c_n, _ = QRNN_GATES_FORWARD_KERNELS[gates.device.type](
             gates, c0, forget_mask, lengths, forget_scale, output_gate, batch_first, reverse, need_states=False)
         return output, c_n
+    if use_autograd_function():
+        if forward_mode_active():
+            return qrnn_gates_unfused(gates, c0, output_gate=output_gate, forget_mask=forget_mask,
+                                      forget_scale=forget_scale, lengths=lengths, batch_first=batch_first,
+                                      reverse=reverse)
+        output, c_n, _ = _QrnnGates.apply(gates, c0, forget_mask, lengths, float(forget_scale), output_gate,
+                                          batch_first, reverse)
+        return output, c_n
+    refuse_legacy_onnx()
     output, c_n, _ = qrnn_gates_op(gates, c0, forget_mask, lengths, float(forget_scale), output_gate, batch_first,
                                    reverse)
     return output, c_n
