@@ -80,7 +80,12 @@ auto folder_call(F&& f) {
         py::gil_scoped_release release;
         return f();
     } catch (const std::system_error& e) {
-        PyErr_SetObject(PyExc_OSError, py::make_tuple(e.code().value(), e.what()).ptr());
+        // what() is "<sentence>: <strerror>"; the sentence names the errno already.
+        std::string message = e.what();
+        const std::string tail = ": " + e.code().message();
+        if (message.size() > tail.size() && message.compare(message.size() - tail.size(), tail.size(), tail) == 0)
+            message.resize(message.size() - tail.size());
+        PyErr_SetObject(PyExc_OSError, py::make_tuple(e.code().value(), message).ptr());
         throw py::error_already_set();
     }
 }
@@ -156,6 +161,7 @@ void bind_checkpoint(py::module_& m) {
         .def_property_readonly("path", &Folder::path)
         .def("lock_writer", [](Folder& f, const std::string& prefix) { folder_call([&] { f.lock_writer(prefix); }); },
              py::arg("prefix"))
+        .def("unlock_writer", &Folder::unlock_writer)
         .def("write_file",
              [](const Folder& f, const std::string& name, const py::bytes& data, unsigned mode, bool sync) {
                  const std::string bytes = data;

@@ -272,9 +272,11 @@ public:
 
     // One writer per folder and prefix: takes the lock file "." + prefix + "writer.lock"
     // (an open-file-description lock, honoured across PID namespaces, containers and NFSv4
-    // hosts) and writes the holder ("pid P on host H") into it. Held until destruction;
-    // a second call is a no-op. Throws std::system_error (EBUSY) naming the holder.
+    // hosts) and writes the holder ("pid P on host H") into it. Held until unlock_writer()
+    // or destruction, which delete the file; a second call is a no-op. Throws
+    // std::system_error (EBUSY) naming the holder.
     void lock_writer(const std::string& prefix);
+    void unlock_writer();
 
     // Writes `name` crash-safely: an exclusive temporary that follows no link, fsync,
     // rename over `name`, folder fsync (`sync` false skips the fsyncs: tests only).
@@ -298,7 +300,8 @@ public:
 private:
     int fd_ = -1;
     int lock_fd_ = -1;
-    std::string path_;
+    long lock_pid_ = 0;
+    std::string path_, lock_name_;
 };
 
 // Staging images: capacity allocated for an archive of `bytes` staging bytes (1/8 headroom,

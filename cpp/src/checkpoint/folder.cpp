@@ -57,6 +57,8 @@ void make_folders(const std::string& path) {
     }
 }
 
+std::string lock_name(const std::string& prefix) { return "." + prefix + "writer.lock"; }
+
 void check_name(const std::string& name) {
     if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos ||
         name.find('\0') != std::string::npos)
@@ -83,36 +85,58 @@ CheckpointFolder::CheckpointFolder(const std::string& path, bool create) : path_
 }
 
 CheckpointFolder::~CheckpointFolder() {
-    if (lock_fd_ >= 0) ::close(lock_fd_);
+    unlock_writer();
     if (fd_ >= 0) ::close(fd_);
 }
 
 void CheckpointFolder::lock_writer(const std::string& prefix) {
     if (lock_fd_ >= 0) return;
-    const std::string name = "." + prefix + "writer.lock";
+    const std::string name = lock_name(prefix);
     check_name(name);
-    int fd;
-    do {
-        fd = ::openat(fd_, name.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0666);
-    } while (fd < 0 && errno == EINTR);
-    if (fd < 0) throw_errno(errno, "could not open the writer lock '" + path_ + "/" + name + "'");
-    const int code = detail::lock_file(fd, false);
-    if (code == EAGAIN || code == EACCES || code == EWOULDBLOCK) {
-        char holder[256] = {0};
-        const ssize_t n = ::pread(fd, holder, sizeof holder - 1, 0);
-        ::close(fd);
-        std::string who = n > 0 ? std::string(holder, size_t(n)) : "another writer";
-        while (!who.empty() && (who.back() == '\n' || who.back() == '\r')) who.pop_back();
-        throw std::system_error(EBUSY, std::generic_category(),
-                                "checkpoint folder '" + path_ + "' already has a writer for prefix '" + prefix +
-                                    "': " + who + " holds '" + name + "'; close it, or use another folder or prefix");
+    for (int attempt = 0;; ++attempt) {
+        int fd;
+        do {
+            fd = ::openat(fd_, name.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0666);
+        } while (fd < 0 && errno == EINTR);
+        if (fd < 0) throw_errno(errno, "could not open the writer lock '" + path_ + "/" + name + "'");
+        const int code = detail::lock_file(fd, false);
+        if (code == EAGAIN || code == EACCES || code == EWOULDBLOCK) {
+            char holder[256] = {0};
+            const ssize_t n = ::pread(fd, holder, sizeof holder - 1, 0);
+            ::close(fd);
+            std::string who = n > 0 ? std::string(holder, size_t(n)) : "another writer";
+            while (!who.empty() && (who.back() == '\n' || who.back() == '\r')) who.pop_back();
+            throw std::system_error(EBUSY, std::generic_category(),
+                                    "checkpoint folder '" + path_ + "' already has a writer for prefix '" + prefix +
+                                        "': " + who + " holds '" + name +
+                                        "'; close it, or use another folder or prefix");
+        }
+        // The holder unlinks the file before it lets go: a lock on a file no longer under
+        // the name is no lock. (Without lock support: unlocked, like the temporaries.)
+        struct stat held, named;
+        if (attempt < 8 && (::fstat(fd, &held) != 0 || ::fstatat(fd_, name.c_str(), &named, AT_SYMLINK_NOFOLLOW) != 0 ||
+                            held.st_ino != named.st_ino || held.st_dev != named.st_dev)) {
+            ::close(fd);
+            continue;
+        }
+        char host[256] = {0};
+        ::gethostname(host, sizeof host - 1);
+        const std::string who = "pid " + std::to_string(::getpid()) + " on host " + host + "\n";
+        if (::ftruncate(fd, 0) == 0) (void)!::pwrite(fd, who.data(), who.size(), 0);
+        lock_fd_ = fd;
+        lock_pid_ = ::getpid();
+        lock_name_ = name;
+        return;
     }
-    // Held (or no lock support here: then unlocked, like the temporaries): name the holder.
-    char host[256] = {0};
-    ::gethostname(host, sizeof host - 1);
-    const std::string who = "pid " + std::to_string(::getpid()) + " on host " + host + "\n";
-    if (::ftruncate(fd, 0) == 0) (void)!::pwrite(fd, who.data(), who.size(), 0);
-    lock_fd_ = fd;
+}
+
+void CheckpointFolder::unlock_writer() {
+    if (lock_fd_ < 0) return;
+    // Still held: no one else holds this name's lock. A forked child shares the parent's
+    // lock and only lets go of its descriptor.
+    if (::getpid() == lock_pid_) ::unlinkat(fd_, lock_name_.c_str(), 0);
+    ::close(lock_fd_);
+    lock_fd_ = -1;
 }
 
 int CheckpointFolder::create_temporary(const std::string& name, unsigned mode, std::string* temporary) const {
