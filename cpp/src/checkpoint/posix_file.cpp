@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
+#include <system_error>
 #include <type_traits>
 
 #include <fcntl.h>
@@ -250,7 +251,12 @@ void commit_temporary(int folder_fd, const std::string& folder, int fd, const st
             throw;
         }
         if (refused) {  // the new name may not survive a crash: the old files must
-            if (retention.keep_last > 0)
+            size_t kept = 0;
+            try {
+                if (retention.keep_last > 0) kept = list_checkpoints(folder_fd, retention.prefix, retention.suffix).size();
+            } catch (const std::system_error&) {
+            }
+            if (kept > size_t(retention.keep_last))
                 warnings.push_back("fsync of folder '" + folder + "' failed (" + errno_text(refused) +
                                    "): '" + name + "' may not survive a crash, so no older checkpoint was deleted");
             return;
