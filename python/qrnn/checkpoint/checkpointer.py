@@ -274,12 +274,12 @@ class AsyncCheckpointer:
         of the highest step), or None. Temporary files of saves in progress are never
         returned, and nothing is deleted."""
         found = self._list(order)
-        return os.path.join(self.directory, found[-1][0]) if found else None
+        return os.path.join(self._where, found[-1][0]) if found else None
 
     def checkpoints(self, order: str = "commit") -> list[str]:
         """Paths of all committed checkpoints in the directory, oldest commit first
         (``order="step"``: lowest step first). Reads only."""
-        return [os.path.join(self.directory, name) for name, _, _ in self._list(order)]
+        return [os.path.join(self._where, name) for name, _, _ in self._list(order)]
 
     def write_file(self, name: str, data: bytes) -> str:
         """Write ``name`` (a plain file name, not a checkpoint's) in the folder the way
