@@ -8,8 +8,9 @@
 // the target folder, fsyncs it, renames it over the final name and fsyncs the folder.
 // A process killed at any moment therefore never leaves a partial file under a final name.
 //
-// Nothing here throws or prints on an I/O failure: every error (errno, operation, path)
-// arrives through the SaveStatus the submitter holds. Only misuse (bad arguments,
+// Nothing in a save throws or prints on an I/O failure: every error (errno, operation, path)
+// arrives through the SaveStatus the submitter holds (CheckpointFolder's own calls throw
+// std::system_error). Only misuse (bad arguments,
 // submitting after close) throws std::invalid_argument / std::logic_error from submit().
 //
 // No torch, no Python: `write_tensors()` builds the pickle for a flat name -> tensor dict
