@@ -3,6 +3,7 @@ chdir after it was opened, private files, two writers on one folder, a folder fs
 system refuses, the range of steps, and a staging image that memory limits forbid."""
 
 import errno
+import functools
 import json
 import os
 import shutil
@@ -285,7 +286,7 @@ def memory_cgroup(limit_bytes):
         except OSError as error:
             os.rmdir(folder)
             pytest.skip(f"cannot limit a memory cgroup under {root}: {error}")
-        return os.path.join(folder, "cgroup.procs"), lambda: os.rmdir(folder)
+        return os.path.join(folder, "cgroup.procs"), functools.partial(os.rmdir, folder)
     pytest.skip("no writable memory cgroup hierarchy here (/sys/fs/cgroup)")
 
 

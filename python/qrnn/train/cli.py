@@ -297,7 +297,9 @@ def _train(argv=None) -> int:
 
         def on_epoch_end(record):
             say(_format_record(record, settings["level"]), flush=True)
-            files = trainer.checkpoints.checkpointer  # the run folder's one writer
+            meter = trainer.checkpoints
+            assert meter is not None  # the epoch's checkpoint was just saved through it
+            files = meter.checkpointer  # the run folder's one writer
             write_metrics(files, trainer.history)
             plot_losses(files, trainer.history, trainer.loss_trace, settings["level"])
 
