@@ -6,6 +6,7 @@ import errno
 import functools
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -110,6 +111,26 @@ def test_new_folders_and_their_parents_are_made(tmp_path):
     with AsyncCheckpointer(tmp_path / "a" / "b" / "c") as ckpt:
         ckpt.save({"x": 1}, 0).result()
     assert files(tmp_path / "a" / "b" / "c") == ["ckpt-000000000000.pt"]
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace to see the fsyncs")
+def test_parents_of_new_folders_are_fsynced(tmp_path):
+    """Each folder the checkpointer creates is made durable by an fsync of its parent (before:
+    os.makedirs, no fsync: a crash could lose the folder with the checkpoints in it)."""
+    new = tmp_path / "a" / "b" / "c"
+    script = f"from qrnn.checkpoint import AsyncCheckpointer; AsyncCheckpointer({str(new)!r}).close()"
+    trace = subprocess.run(["strace", "-f", "-qq", "-e", "trace=mkdir,mkdirat,open,openat,fsync", sys.executable, "-c",
+                            script], capture_output=True, text=True, timeout=120)
+    if trace.returncode != 0 and "ptrace" in trace.stderr:
+        pytest.skip(f"strace cannot trace here: {trace.stderr.strip()[:200]}")
+    assert trace.returncode == 0, trace.stderr[-2000:]
+    made = re.findall(r'mkdir(?:at\(AT_FDCWD, |\()"([^"]+)", [0-7]+\)\s+= 0', trace.stderr)
+    assert made == [str(tmp_path / "a"), str(tmp_path / "a" / "b"), str(new)], made
+    for folder in made:
+        parent = re.escape(os.path.dirname(folder))
+        opened = re.search(rf'open(?:at\(AT_FDCWD, |\()"{parent}", [^)]*O_DIRECTORY[^)]*\)\s+= (\d+)'
+                           rf'(?s:.*?)fsync\(\1\)\s+= 0', trace.stderr.split(f'"{folder}"', 1)[1])
+        assert opened, f"the parent of {folder} was not fsynced after it was made"
 
 
 def test_private_files_are_0600_and_default_files_follow_the_umask(tmp_path):
