@@ -251,6 +251,18 @@ ckpt.save({"w": w[:10].clone(), "n": 0}, 0).result()       # small: fits any lim
 if sys.argv[3] == "as":                                    # address space for w once more, not twice
     size = int(open("/proc/self/statm").read().split()[0]) * resource.getpagesize()
     resource.setrlimit(resource.RLIMIT_AS, (size + w.nbytes // 2, resource.RLIM_INFINITY))
+else:  # our memory cgroup: room for 0.6x w beyond what it holds now that is not page cache
+    for line in open("/proc/self/cgroup").read().splitlines():
+        _, controllers, path = line.split(":", 2)
+        v1 = "memory" in controllers.split(",")
+        if v1 or (controllers == "" and sys.argv[3] == "cgroup2"):
+            break
+    folder = ("/sys/fs/cgroup/memory" if v1 else "/sys/fs/cgroup") + path
+    usage = int(open(folder + ("/memory.usage_in_bytes" if v1 else "/memory.current")).read())
+    stat = dict(line.split() for line in open(folder + "/memory.stat"))
+    cache = int(stat["total_inactive_file" if v1 else "inactive_file"])
+    with open(folder + ("/memory.limit_in_bytes" if v1 else "/memory.max"), "w") as f:
+        f.write(str(usage - cache + int(w.nbytes * 0.6)))
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     path = ckpt.save({"w": w, "n": 1}, 1).result()
@@ -280,8 +292,8 @@ def test_save_under_an_address_space_limit_falls_back(tmp_path):
 
 
 def memory_cgroup(limit_bytes):
-    """A fresh memory cgroup (v2, else v1) limited to `limit_bytes`, as (procs file, cleanup),
-    or a pytest.skip saying why there is none."""
+    """A fresh memory cgroup (v2, else v1) limited to `limit_bytes`, as (procs file, cleanup,
+    "cgroup2" or "cgroup1"), or a pytest.skip saying why there is none."""
     for root, limit_file, extra in (("/sys/fs/cgroup", "memory.max", {"memory.swap.max": "0"}),
                                     ("/sys/fs/cgroup/memory", "memory.limit_in_bytes", {"memory.swappiness": "0"})):
         if not os.path.exists(os.path.join(root, limit_file if root.endswith("memory") else "cgroup.controllers")):
@@ -307,7 +319,8 @@ def memory_cgroup(limit_bytes):
         except OSError as error:
             os.rmdir(folder)
             pytest.skip(f"cannot limit a memory cgroup under {root}: {error}")
-        return os.path.join(folder, "cgroup.procs"), functools.partial(os.rmdir, folder)
+        return (os.path.join(folder, "cgroup.procs"), functools.partial(os.rmdir, folder),
+                "cgroup1" if root.endswith("memory") else "cgroup2")
     pytest.skip("no writable memory cgroup hierarchy here (/sys/fs/cgroup)")
 
 
@@ -315,17 +328,12 @@ def test_save_in_a_memory_cgroup_falls_back_instead_of_being_killed(tmp_path):
     """A cgroup where the process holds a 300 MB state but not a second copy. Before: the
     staging image fitted the address space, its pages did not fit the cgroup: OOM-killed
     inside save()."""
-    baseline = run_python("import resource, torch, qrnn.checkpoint; "
-                          "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)")
-    assert baseline.returncode == 0, baseline.stderr
-    base = int(baseline.stdout.strip())
-    mib = 300
-    procs, cleanup = memory_cgroup(base + int(mib * 1.6) * 2**20)  # the state, not twice
+    procs, cleanup, version = memory_cgroup(4 * 2**30)  # the saver lowers it to the state, not twice
     try:
         def join():
             with open(procs, "w") as f:
                 f.write(str(os.getpid()))
-        result = run_python(LIMITED_SAVER, tmp_path, mib, "cgroup", preexec_fn=join)
+        result = run_python(LIMITED_SAVER, tmp_path, 300, version, preexec_fn=join)
         assert result.returncode != -9, f"OOM-killed: {result.stderr[-2000:]}"  # "saved" there: after save()
         check_limited_save(result)
     finally:
