@@ -73,6 +73,29 @@ py::list storage_types() {
     return types;
 }
 
+// A folder operation's std::system_error as OSError(errno, its one-sentence message).
+template <typename F>
+auto folder_call(F&& f) {
+    try {
+        py::gil_scoped_release release;
+        return f();
+    } catch (const std::system_error& e) {
+        // what() is "<sentence>: <strerror>"; the sentence names the errno already.
+        std::string message = e.what();
+        const std::string tail = ": " + e.code().message();
+        if (message.size() > tail.size() && message.compare(message.size() - tail.size(), tail.size(), tail) == 0)
+            message.resize(message.size() - tail.size());
+        PyErr_SetObject(PyExc_OSError, py::make_tuple(e.code().value(), message).ptr());
+        throw py::error_already_set();
+    }
+}
+
+py::list listing(const std::vector<ckpt::CommittedFile>& files) {
+    py::list out;
+    for (const auto& f : files) out.append(py::make_tuple(f.name, f.step, f.commit_ns));
+    return out;
+}
+
 py::object checkpoint_error(const ckpt::SaveStatus& s) {
     if (!s.done() || s.ok()) return py::none();
     const ckpt::SaveError e = s.error();
@@ -116,18 +139,70 @@ void bind_checkpoint(py::module_& m) {
                       throw py::error_already_set();
                   }
               }
-              py::list out;
-              for (const auto& f : files) out.append(py::make_tuple(f.name, f.step, f.commit_ns));
-              return out;
+              return listing(files);
           },
           py::arg("folder"), py::arg("prefix"), py::arg("suffix"), py::arg("by_step") = false,
           "[(name, step, commit_ns)] of committed checkpoints, oldest commit (or step) first.");
-    m.def("checkpoint_remove_stale_temporaries", &ckpt::remove_stale_temporaries, py::arg("folder"),
+    m.def("checkpoint_remove_stale_temporaries",
+          static_cast<int (*)(const std::string&)>(&ckpt::remove_stale_temporaries), py::arg("folder"),
           py::call_guard<py::gil_scoped_release>());
     m.def("checkpoint_staging_capacity", &ckpt::staging_capacity, py::arg("bytes"));
     m.attr("checkpoint_staging_alignment") = ckpt::kStagingAlignment;
     m.attr("checkpoint_zip_format") = zip_format();
     m.attr("checkpoint_storage_types") = storage_types();
+
+    using Folder = ckpt::CheckpointFolder;
+    py::class_<Folder, std::shared_ptr<Folder>>(m, "CheckpointFolder")
+        .def(py::init([](const std::string& path, bool create) {
+                 return folder_call([&] { return std::make_shared<Folder>(path, create); });
+             }),
+             py::arg("path"), py::arg("create") = false)
+        .def_property_readonly("fd", &Folder::fd)
+        .def_property_readonly("path", &Folder::path)
+        .def("lock_writer", [](Folder& f, const std::string& prefix) { folder_call([&] { f.lock_writer(prefix); }); },
+             py::arg("prefix"))
+        .def("unlock_writer", &Folder::unlock_writer)
+        .def("write_file",
+             [](const Folder& f, const std::string& name, const py::bytes& data, unsigned mode, bool sync) {
+                 const std::string bytes = data;
+                 folder_call([&] { f.write_file(name, bytes.data(), bytes.size(), mode, sync); });
+             },
+             py::arg("name"), py::arg("data"), py::arg("mode") = 0666, py::arg("sync") = true)
+        .def("publish",
+             [](const Folder& f, const std::string& source, const std::string& name, unsigned mode, bool sync) {
+                 folder_call([&] { f.publish(source, name, mode, sync); });
+             },
+             py::arg("source"), py::arg("name"), py::arg("mode") = 0666, py::arg("sync") = true)
+        .def("create_temporary",
+             [](const Folder& f, const std::string& name, unsigned mode) {
+                 std::string temporary;
+                 const int fd = folder_call([&] { return f.create_temporary(name, mode, &temporary); });
+                 return py::make_tuple(fd, temporary);
+             },
+             py::arg("name"), py::arg("mode") = 0666, "(descriptor, name) of a new locked temporary for `name`")
+        .def("commit",
+             [](const Folder& f, int fd, const std::string& temporary, const std::string& name, int keep_last,
+                const std::string& prefix, const std::string& suffix, bool sync) {
+                 return folder_call([&] { return f.commit(fd, temporary, name, {keep_last, prefix, suffix}, sync); });
+             },
+             py::arg("fd"), py::arg("temporary"), py::arg("name"), py::arg("keep_last") = 0, py::arg("prefix") = "",
+             py::arg("suffix") = "", py::arg("sync") = true,
+             "Commit a filled temporary (closes fd); the warnings.")
+        .def("list",
+             [](const Folder& f, const std::string& prefix, const std::string& suffix, bool by_step) {
+                 return listing(folder_call([&] {
+                     try {
+                         return ckpt::list_checkpoints(f.fd(), prefix, suffix,
+                                                       by_step ? ckpt::CheckpointOrder::Step
+                                                               : ckpt::CheckpointOrder::Commit);
+                     } catch (const std::system_error& e) {
+                         throw std::system_error(e.code(), "could not list '" + f.path() + "'");
+                     }
+                 }));
+             },
+             py::arg("prefix"), py::arg("suffix"), py::arg("by_step") = false)
+        .def("remove_stale_temporaries", [](const Folder& f) { return ckpt::remove_stale_temporaries(f.fd()); },
+             py::call_guard<py::gil_scoped_release>());
 
     py::class_<ckpt::StagingBuffer>(m, "CheckpointStaging")
         .def(py::init([](uint64_t bytes) {
@@ -187,8 +262,11 @@ void bind_checkpoint(py::module_& m) {
              [](ckpt::CheckpointWriter& w, const std::string& path, const py::bytes& pickle,
                 const std::vector<Source>& sources, uintptr_t staging, uint64_t staging_capacity,
                 std::shared_ptr<ckpt::Gate> gate, int keep_last, const std::string& prefix,
-                const std::string& suffix, int copy_threads, bool block) {
+                const std::string& suffix, int copy_threads, bool block, std::shared_ptr<ckpt::CheckpointFolder> folder,
+                unsigned file_mode) {
                  ckpt::SaveRequest r = checkpoint_request(path, pickle, sources);
+                 r.folder = std::move(folder);
+                 r.file_mode = file_mode;
                  r.staging = reinterpret_cast<void*>(staging);
                  r.staging_capacity = staging_capacity;
                  r.gate = std::move(gate);
@@ -199,7 +277,8 @@ void bind_checkpoint(py::module_& m) {
              },
              py::arg("path"), py::arg("pickle"), py::arg("sources"), py::arg("staging") = 0,
              py::arg("staging_capacity") = 0, py::arg("gate") = nullptr, py::arg("keep_last") = 0,
-             py::arg("prefix") = "", py::arg("suffix") = "", py::arg("copy_threads") = 0, py::arg("block") = true)
+             py::arg("prefix") = "", py::arg("suffix") = "", py::arg("copy_threads") = 0, py::arg("block") = true,
+             py::arg("folder") = nullptr, py::arg("file_mode") = 0666)
         .def("write_tensors",
              [](ckpt::CheckpointWriter& w, const std::string& path,
                 const std::vector<std::tuple<std::string, int, std::vector<int64_t>, std::vector<int64_t>, uintptr_t,
@@ -225,20 +304,22 @@ void bind_checkpoint(py::module_& m) {
     testing.def(
         "checkpoint_writer_with_faults",
         [](int max_pending, int copy_threads, bool direct_io, bool sync, int writer_nice, uint64_t fail_after_bytes,
-           int fail_errno, bool fail_throw, int fail_times) {
+           int fail_errno, bool fail_throw, int fail_times, int fail_folder_sync_errno) {
             ckpt::testing::FaultInjection fault;
             fault.fail_after_bytes = fail_after_bytes;
             fault.error_number = fail_errno;
             fault.throw_exception = fail_throw;
             fault.times = fail_times;
+            fault.folder_sync_errno = fail_folder_sync_errno;
             return ckpt::testing::writer_with_faults(
                 writer_options(max_pending, copy_threads, direct_io, sync, writer_nice), fault);
         },
         py::arg("max_pending") = 1, py::arg("copy_threads") = 2, py::arg("direct_io") = true, py::arg("sync") = true,
         py::arg("writer_nice") = 10, py::arg("fail_after_bytes") = UINT64_MAX, py::arg("fail_errno") = 0,
-        py::arg("fail_throw") = false, py::arg("fail_times") = -1,
+        py::arg("fail_throw") = false, py::arg("fail_times") = -1, py::arg("fail_folder_sync_errno") = 0,
         "A CheckpointWriter whose writes fail: the one crossing fail_after_bytes, with errno fail_errno or an "
-        "exception in the writer thread (fail_throw), for fail_times saves (-1: all).");
+        "exception in the writer thread (fail_throw), for fail_times saves (-1: all); every folder fsync failing with "
+        "fail_folder_sync_errno.");
 }
 
 }  // namespace qrnn::bindings

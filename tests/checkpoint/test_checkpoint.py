@@ -242,12 +242,12 @@ def test_keep_last_rotation_and_latest(tmp_path):
         for step in range(6):
             ckpt.save(state, step)
         ckpt.wait()
-        names = sorted(os.listdir(tmp_path))
-        assert names == ["ckpt-000000000004.pt", "ckpt-000000000005.pt"]
+        names = sorted(os.listdir(tmp_path))  # while it writes, the writer lock is there too
+        assert names == [".ckpt-writer.lock", "ckpt-000000000004.pt", "ckpt-000000000005.pt"]
         assert ckpt.latest() == str(tmp_path / "ckpt-000000000005.pt")
         # Rotation follows the commit order: a lower step committed last is the newest.
         ckpt.save(state, 1).result()
-        assert sorted(os.listdir(tmp_path)) == ["ckpt-000000000001.pt", "ckpt-000000000005.pt"]
+        assert sorted(os.listdir(tmp_path)) == [".ckpt-writer.lock", "ckpt-000000000001.pt", "ckpt-000000000005.pt"]
         assert ckpt.checkpoints() == [str(tmp_path / "ckpt-000000000005.pt"), str(tmp_path / "ckpt-000000000001.pt")]
         assert ckpt.latest() == str(tmp_path / "ckpt-000000000001.pt")
         assert ckpt.latest(order="step") == str(tmp_path / "ckpt-000000000005.pt")

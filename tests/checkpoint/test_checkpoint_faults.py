@@ -58,7 +58,7 @@ def test_injected_write_failure_surfaces_and_keeps_previous(tmp_path, code):
     assert error.errno == code and error.step == 2 and error.operation == "write"
     assert os.strerror(code) in str(error) and ".tmp-" in error.filename
     assert digest(first) == before and temporaries(tmp_path) == []
-    assert sorted(os.listdir(tmp_path)) == ["ckpt-000000000001.pt"]
+    assert sorted(os.listdir(tmp_path)) == [".ckpt-writer.lock", "ckpt-000000000001.pt"]
     # Reported once through the handle: the next save goes ahead (and fails the same way).
     second = ckpt.save({"x": torch.randn(1 << 20)}, 3)
     with pytest.raises(CheckpointError):
@@ -96,7 +96,10 @@ def test_exception_in_writer_thread(tmp_path):
 
 # ---- real failures ------------------------------------------------------------------
 
-def test_vanished_folder_then_recreated(tmp_path):
+def test_vanished_folder_stays_vanished(tmp_path):
+    """The folder is opened once: once it is deleted, saves fail with ENOENT naming it, and a
+    folder made again under its name is a new folder this checkpointer never writes into
+    (before: it wrote wherever the name pointed at each save)."""
     folder = tmp_path / "ckpt"
     ckpt = AsyncCheckpointer(folder)
     ckpt.save({"x": torch.randn(100)}, 1).result()
@@ -106,8 +109,12 @@ def test_vanished_folder_then_recreated(tmp_path):
         handle.result()
     assert caught.value.errno == errno.ENOENT and str(folder) in caught.value.filename
     folder.mkdir()
-    assert ckpt.save({"x": torch.randn(100)}, 3).result().endswith("ckpt-000000000003.pt")  # usable again
+    with pytest.raises(CheckpointError) as caught:
+        ckpt.save({"x": torch.randn(100)}, 3).result()
+    assert caught.value.errno == errno.ENOENT and os.listdir(folder) == []
     ckpt.close()
+    with AsyncCheckpointer(folder) as fresh:  # a new checkpointer opens the new folder
+        assert fresh.save({"x": torch.randn(100)}, 3).result().endswith("ckpt-000000000003.pt")
 
 
 def test_folder_replaced_by_a_file(tmp_path):
@@ -115,11 +122,14 @@ def test_folder_replaced_by_a_file(tmp_path):
     ckpt = AsyncCheckpointer(folder)
     shutil.rmtree(folder)
     folder.write_text("not a folder")
-    ckpt.save({"x": torch.randn(100)}, 1)
     with pytest.raises(CheckpointError) as caught:
+        ckpt.save({"x": torch.randn(100)}, 1)  # its writer lock cannot be had there
         ckpt.wait()
-    assert caught.value.errno == errno.ENOTDIR
+    assert caught.value.errno == errno.ENOENT  # the folder it opened is gone
+    assert folder.read_text() == "not a folder"
     ckpt.close()
+    with pytest.raises(NotADirectoryError):
+        AsyncCheckpointer(folder)
 
 
 def test_file_size_limit_in_subprocess(tmp_path):

@@ -19,6 +19,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -442,6 +443,77 @@ void commit_order() {
     ::rmdir(folder.c_str());
 }
 
+// A folder opened once: saves through it land there after the name is swapped for a
+// link; the writer lock names its holder; write_file and publish replace planted links;
+// a folder fsync the file system refuses keeps the old checkpoints.
+void opened_folder() {
+    qrnn_test::Context ctx("opened folder");
+    const std::string folder = g_folder + "/opened/run", moved = g_folder + "/opened/moved";
+    const std::string other = g_folder + "/opened/other", target = g_folder + "/opened/target";
+    auto opened = std::make_shared<ckpt::CheckpointFolder>(folder, true);  // parents made too
+    CHECK(::mkdir(other.c_str(), 0755) == 0);
+    ::close(::open((other + "/c-000000000100.pt").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
+    CHECK(::rename(folder.c_str(), moved.c_str()) == 0 && ::symlink(other.c_str(), folder.c_str()) == 0);
+    ckpt::CheckpointWriter writer(test_options(1, 1));
+    Payload p(3, {64});
+    for (const uint64_t step : {1u, 2u}) {
+        ckpt::SaveRequest request = ckpt::tensor_dict_request(folder + "/" + ckpt::checkpoint_file_name("c-", step, ".pt"),
+                                                              p.refs);
+        request.retention = {1, "c-", ".pt"};
+        request.folder = opened;
+        request.file_mode = 0600;
+        auto status = writer.submit(std::move(request));
+        CHECK(status->wait_for(60) && status->ok());
+    }
+    auto mine = ckpt::list_checkpoints(opened->fd(), "c-", ".pt");
+    CHECK(mine.size() == 1 && mine[0].step == 2);
+    CHECK(ckpt::list_checkpoints(other, "c-", ".pt").size() == 1);  // retention stayed out of it
+    struct stat st;
+    CHECK(::stat((moved + "/c-000000000002.pt").c_str(), &st) == 0 && (st.st_mode & 0077) == 0);
+
+    opened->lock_writer("c-");
+    bool refused = false;
+    try {
+        ckpt::CheckpointFolder(moved).lock_writer("c-");
+    } catch (const std::system_error& e) {
+        refused = e.code().value() == EBUSY && std::string(e.what()).find("pid " + std::to_string(::getpid())) !=
+                                                   std::string::npos;
+    }
+    CHECK(refused);
+    ckpt::CheckpointFolder(moved).lock_writer("d-");  // another prefix: another writer
+
+    ::close(::open(target.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
+    CHECK(::symlink(target.c_str(), (moved + "/metrics.jsonl").c_str()) == 0);
+    CHECK(::symlink(target.c_str(), (moved + "/best.pt").c_str()) == 0);
+    opened->write_file("metrics.jsonl", "{}\n", 3);
+    opened->publish("c-000000000002.pt", "best.pt");
+    CHECK(::lstat((moved + "/metrics.jsonl").c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_size == 3);
+    CHECK(::lstat((moved + "/best.pt").c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 2);
+    CHECK(::stat(target.c_str(), &st) == 0 && st.st_size == 0);
+    opened->unlock_writer();
+    CHECK(::access((moved + "/.c-writer.lock").c_str(), F_OK) != 0);
+
+    ckpt::testing::FaultInjection refuse;
+    refuse.folder_sync_errno = EINVAL;
+    ckpt::WriterOptions durable = test_options(1, 1);
+    durable.sync = true;  // the folder fsync is what is under test
+    auto faulty = ckpt::testing::writer_with_faults(durable, refuse);
+    ckpt::SaveRequest request = ckpt::tensor_dict_request(moved + "/c-000000000003.pt", p.refs);
+    request.retention = {1, "c-", ".pt"};
+    auto status = faulty->submit(std::move(request));
+    CHECK(status->wait_for(60) && status->ok() && status->warnings().size() == 1);
+    CHECK(ckpt::list_checkpoints(moved, "c-", ".pt").size() == 2);  // nothing deleted
+    faulty->close();
+    for (const char* name : {"c-000000000002.pt", "c-000000000003.pt", "metrics.jsonl", "best.pt"})
+        ::unlink((moved + "/" + name).c_str());
+    ::unlink((other + "/c-000000000100.pt").c_str());
+    ::unlink(folder.c_str());
+    ::unlink(target.c_str());
+    ::rmdir(moved.c_str());
+    ::rmdir(other.c_str());
+    ::rmdir((g_folder + "/opened").c_str());
+}
+
 }  // namespace
 
 int main() {
@@ -457,6 +529,7 @@ int main() {
     folder_rules();
     stale_temporaries();
     commit_order();
+    opened_folder();
     remove_folder();
     return qrnn_test::result("test_checkpoint");
 }

@@ -8,8 +8,9 @@
 // the target folder, fsyncs it, renames it over the final name and fsyncs the folder.
 // A process killed at any moment therefore never leaves a partial file under a final name.
 //
-// Nothing here throws or prints on an I/O failure: every error (errno, operation, path)
-// arrives through the SaveStatus the submitter holds. Only misuse (bad arguments,
+// Nothing in a save throws or prints on an I/O failure: every error (errno, operation, path)
+// arrives through the SaveStatus the submitter holds (CheckpointFolder's own calls throw
+// std::system_error). Only misuse (bad arguments,
 // submitting after close) throws std::invalid_argument / std::logic_error from submit().
 //
 // No torch, no Python: `write_tensors()` builds the pickle for a flat name -> tensor dict
@@ -147,6 +148,8 @@ struct Retention {
     std::string suffix;
 };
 
+class CheckpointFolder;
+
 struct SaveRequest {
     std::string path;              // final file name; its folder must exist
     std::string pickle;            // the data.pkl record (pickle protocol 2)
@@ -160,6 +163,13 @@ struct SaveRequest {
     std::shared_ptr<Gate> gate;
     // Threads copying this request's buffers (0: the writer's copy_threads).
     int copy_threads = 0;
+    // Optional: the folder opened once; every create, rename, fsync, listing and unlink of
+    // the save is then relative to it (a folder swapped for a symlink, or a chdir, after it
+    // was opened redirects nothing) and `path`'s folder part only names it in messages.
+    // Without it the writer opens path's folder by name once per save.
+    std::shared_ptr<const CheckpointFolder> folder;
+    // Permission bits of the new file before the umask (0600: private to the owner).
+    unsigned file_mode = 0666;
 };
 
 struct WriterOptions {
@@ -238,10 +248,62 @@ enum class CheckpointOrder { Commit, Step };
 QRNN_API std::vector<CommittedFile> list_checkpoints(const std::string& folder, const std::string& prefix,
                                                      const std::string& suffix,
                                                      CheckpointOrder order = CheckpointOrder::Commit);
+// The same in an open folder (e.g. CheckpointFolder::fd()).
+QRNN_API std::vector<CommittedFile> list_checkpoints(int folder_fd, const std::string& prefix,
+                                                     const std::string& suffix,
+                                                     CheckpointOrder order = CheckpointOrder::Commit);
 // Deletes the temporaries in `folder` whose writer is gone (their lock is free); returns how
 // many. Never touches a temporary being written, by any process on any host. The writer
 // calls it before its first save into a folder.
 QRNN_API int remove_stale_temporaries(const std::string& folder);
+QRNN_API int remove_stale_temporaries(int folder_fd);
+
+// A folder opened once, by name: every later operation is relative to its descriptor and
+// follows no symbolic link inside it. Final names are plain names (no '/'), never "." or
+// "..". Errors throw std::system_error whose what() is one sentence naming the file.
+class QRNN_API CheckpointFolder : detail::NonCopyable {
+public:
+    // Opens `path` (a symlink at `path` itself is followed, this once). With `create`, the
+    // missing folders of `path` are made first (mode 0777 before the umask) and the parent
+    // of each new one fsynced, so that they survive a crash with the files put there.
+    explicit CheckpointFolder(const std::string& path, bool create = false);
+    ~CheckpointFolder();
+    int fd() const { return fd_; }
+    const std::string& path() const { return path_; }
+
+    // One writer per folder and prefix: takes the lock file "." + prefix + "writer.lock"
+    // (an open-file-description lock, honoured across PID namespaces, containers and NFSv4
+    // hosts) and writes the holder ("pid P on host H") into it. Held until unlock_writer()
+    // or destruction, which delete the file; a second call is a no-op. Throws
+    // std::system_error (EBUSY) naming the holder.
+    void lock_writer(const std::string& prefix);
+    void unlock_writer();
+
+    // Writes `name` crash-safely: an exclusive temporary that follows no link, fsync,
+    // rename over `name`, folder fsync (`sync` false skips the fsyncs: tests only).
+    void write_file(const std::string& name, const void* data, size_t size, unsigned mode = 0666,
+                    bool sync = true) const;
+    // Makes `name` a second name of the committed file `source` (a hard link, or a copy
+    // where the file system has none), by the same rules as write_file.
+    void publish(const std::string& source, const std::string& name, unsigned mode = 0666, bool sync = true) const;
+
+    // A new locked temporary for final name `name` (see the folder rules above): its
+    // descriptor (the caller's to fill, then to pass to commit) and file name.
+    int create_temporary(const std::string& name, unsigned mode, std::string* temporary) const;
+    // Commits a filled temporary: stamps its commit order (for a Retention with a prefix or
+    // suffix), fsyncs it, renames it over `name`, fsyncs the folder, and only once that is
+    // durable applies `retention` (a folder fsync the file system refuses keeps every old
+    // file, with a warning). Closes `fd`; removes the temporary on failure. Returns the
+    // warnings.
+    std::vector<std::string> commit(int fd, const std::string& temporary, const std::string& name,
+                                    const Retention& retention, bool sync = true) const;
+
+private:
+    int fd_ = -1;
+    int lock_fd_ = -1;
+    long lock_pid_ = 0;
+    std::string path_, lock_name_;
+};
 
 // Staging images: capacity allocated for an archive of `bytes` staging bytes (1/8 headroom,
 // whole 2 MiB units, so a slowly growing state reallocates rarely), and the alignment

@@ -14,8 +14,9 @@ struct FaultInjection {
     int error_number = 0;                    // with this errno (e.g. ENOSPC)...
     bool throw_exception = false;            // ...or by throwing inside the writer thread
     int times = -1;                          // saves that fail, then the disk heals (-1: all)
+    int folder_sync_errno = 0;               // every folder fsync fails with this errno
 
-    bool active() const { return fail_after_bytes != UINT64_MAX || throw_exception; }
+    bool active() const { return fail_after_bytes != UINT64_MAX || throw_exception || folder_sync_errno; }
 };
 
 QRNN_API std::unique_ptr<CheckpointWriter> writer_with_faults(WriterOptions options, const FaultInjection& fault);

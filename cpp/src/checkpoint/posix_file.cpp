@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
+#include <system_error>
 #include <type_traits>
 
 #include <fcntl.h>
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include "checkpoint/archive.hpp"
+#include "checkpoint/retention.hpp"
 
 namespace qrnn::checkpoint::detail {
 
@@ -93,29 +95,37 @@ int64_t realtime_ns() {
 
 // ---- OutputFile --------------------------------------------------------------------
 
-OutputFile::OutputFile(const std::function<std::string()>& temporary_path, std::string final_path, bool want_direct,
-                       const uint8_t* image, const testing::FaultInjection* fault, int* faults_fired)
-    : final_(std::move(final_path)), image_(image), fault_(fault), fired_(faults_fired) {
+int create_temporary(int folder_fd, const std::string& folder, const std::string& name, unsigned mode,
+                     std::string* temporary, const std::string& final_path) {
     for (int attempt = 0;; ++attempt) {
-        path_ = temporary_path();
-        do {
-            fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-        } while (fd_ < 0 && errno == EINTR);
-        if (fd_ < 0 && errno == EEXIST && attempt < 8) continue;
-        if (fd_ < 0) fail_io(errno, "create", path_, final_);
+        *temporary = temporary_name(name);
+        int fd;
+        do {  // O_EXCL: a planted file or link under this name is never opened
+            fd = ::openat(folder_fd, temporary->c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                          static_cast<mode_t>(mode));
+        } while (fd < 0 && errno == EINTR);
+        if (fd < 0 && errno == EEXIST && attempt < 8) continue;
+        if (fd < 0) fail_io(errno, "create", folder + "/" + *temporary, final_path);
         // Held until after the rename: while it is held no cleaner deletes the file. A
         // cleaner may have taken the lock between our create and here (it then unlinks
         // the file): start again under a new name. Without lock support, write unlocked
         // (cleaners then never delete: they cannot lock either).
-        lock_file(fd_, true);
+        lock_file(fd, true);
         struct stat st;
-        if (::fstat(fd_, &st) == 0 && st.st_nlink == 0 && attempt < 8) {
-            ::close(fd_);
-            fd_ = -1;
+        if (::fstat(fd, &st) == 0 && st.st_nlink == 0 && attempt < 8) {
+            ::close(fd);
             continue;
         }
-        break;
+        return fd;
     }
+}
+
+OutputFile::OutputFile(int folder_fd, const std::string& folder, std::string final_path, unsigned mode,
+                       bool want_direct, const uint8_t* image, const testing::FaultInjection* fault,
+                       int* faults_fired)
+    : final_(std::move(final_path)), image_(image), fault_(fault), fired_(faults_fired) {
+    fd_ = create_temporary(folder_fd, folder, base_of(final_), mode, &name_, final_);
+    path_ = folder + "/" + name_;
 #ifdef O_DIRECT
     // Set after open: some kernels create the file and then refuse O_DIRECT at open.
     if (want_direct) {
@@ -152,19 +162,10 @@ void OutputFile::write_until(uint64_t ready, bool final) {
     if (end > written_) write_range(end);
 }
 
-void OutputFile::finish(uint64_t size, int64_t commit_ns, bool sync) {
+void OutputFile::finish(uint64_t size) {
     if (written_ > size) {  // the last aligned write went past the end
         if (::ftruncate(fd_, static_cast<off_t>(size)) != 0) fail_io(errno, "truncate", path_, final_);
     }
-    if (commit_ns > 0) {
-        struct timespec times[2];
-        times[0].tv_sec = 0;
-        times[0].tv_nsec = UTIME_OMIT;
-        times[1].tv_sec = static_cast<time_t>(commit_ns / 1000000000);
-        times[1].tv_nsec = static_cast<long>(commit_ns % 1000000000);
-        ::futimens(fd_, times);  // best effort: a file system that refuses keeps its write time
-    }
-    if (sync && !sync_to_disk(fd_)) fail_io(errno, "fsync", path_, final_);
 }
 
 void OutputFile::close() {
@@ -205,20 +206,63 @@ void OutputFile::write_range(uint64_t end) {
 }
 
 TempFileGuard::~TempFileGuard() {
-    if (armed) ::unlink(path.c_str());
+    if (armed) ::unlinkat(folder_fd, name.c_str(), 0);
 }
 
-void fsync_folder(const std::string& folder, const std::string& final_path) {
-    int fd;
-    do {
-        fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    } while (fd < 0 && errno == EINTR);
-    if (fd < 0) fail_io(errno, "open folder", folder, final_path);
-    const int r = ::fsync(fd);
-    const int code = errno;
-    ::close(fd);
-    // Some file systems cannot fsync a folder (EINVAL): nothing more can be done there.
-    if (r != 0 && code != EINVAL && code != EROFS) fail_io(code, "fsync folder", folder, final_path);
+int fsync_folder(int folder_fd, const std::string& folder, const std::string& final_path, int injected_errno) {
+    int r = ::fsync(folder_fd);
+    int code = errno;
+    if (injected_errno) {
+        r = -1;
+        code = injected_errno;
+    }
+    if (r == 0) return 0;
+    // Some file systems cannot fsync a folder (EINVAL, EROFS): the rename may not be durable.
+    if (code == EINVAL || code == EROFS) return code;
+    fail_io(code, "fsync folder", folder, final_path);
+}
+
+void commit_temporary(int folder_fd, const std::string& folder, int fd, const std::string& temporary,
+                      const std::string& name, const Retention& retention, bool sync,
+                      std::vector<std::string>& warnings, const testing::FaultInjection* fault) {
+    const std::string final_path = folder + "/" + name;
+    const std::string temporary_path = folder + "/" + temporary;
+    if (!retention.prefix.empty() || !retention.suffix.empty()) {
+        const int64_t commit_ns = next_commit_ns(folder_fd, retention);
+        struct timespec times[2];
+        times[0].tv_sec = 0;
+        times[0].tv_nsec = UTIME_OMIT;
+        times[1].tv_sec = static_cast<time_t>(commit_ns / 1000000000);
+        times[1].tv_nsec = static_cast<long>(commit_ns % 1000000000);
+        ::futimens(fd, times);  // best effort: a file system that refuses keeps its write time
+    }
+    if (sync && !sync_to_disk(fd)) fail_io(errno, "fsync", temporary_path, final_path);
+    if (::renameat(folder_fd, temporary.c_str(), folder_fd, name.c_str()) != 0)
+        fail_io(errno, "rename", temporary_path, final_path);
+    if (sync) {
+        int refused = 0;
+        try {
+            refused = fsync_folder(folder_fd, folder, final_path, fault ? fault->folder_sync_errno : 0);
+        } catch (IoFailure& f) {  // the file is complete under its name; its entry may not be durable
+            f.error.message = "checkpoint '" + final_path + "' was written and renamed into place, but " +
+                              f.error.operation + " '" + f.error.path + "' failed: " +
+                              errno_text(f.error.error_number) + " (errno " + std::to_string(f.error.error_number) +
+                              ")";
+            throw;
+        }
+        if (refused) {  // the new name may not survive a crash: the old files must
+            size_t kept = 0;
+            try {
+                if (retention.keep_last > 0) kept = list_checkpoints(folder_fd, retention.prefix, retention.suffix).size();
+            } catch (const std::system_error&) {
+            }
+            if (kept > size_t(retention.keep_last))
+                warnings.push_back("fsync of folder '" + folder + "' failed (" + errno_text(refused) +
+                                   "): '" + name + "' may not survive a crash, so no older checkpoint was deleted");
+            return;
+        }
+    }
+    apply_retention(folder_fd, folder, name, retention, warnings);
 }
 
 }  // namespace qrnn::checkpoint::detail

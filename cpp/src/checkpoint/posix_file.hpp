@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "checkpoint/fault_injection.hpp"
 #include "qrnn/checkpoint.hpp"
@@ -29,13 +30,19 @@ std::string base_of(const std::string& path);
 int lock_file(int fd, bool wait);
 int64_t realtime_ns();
 
+// Creates a fresh temporary for final name `name` in the open folder (exclusive, following
+// no link, with `mode` before the umask) and locks it: its descriptor, its name in
+// `*temporary`. Throws IoFailure ("create", naming `final_path`).
+int create_temporary(int folder_fd, const std::string& folder, const std::string& name, unsigned mode,
+                     std::string* temporary, const std::string& final_path);
+
 // The output file: aligned O_DIRECT writes from the staging image where the file system
-// allows them (no page-cache copy, cheap fsync), buffered writes otherwise. Created under
-// a fresh `temporary_path()` and locked until close().
+// allows them (no page-cache copy, cheap fsync), buffered writes otherwise. Created as a
+// fresh temporary of `final_path`'s name in the open folder, locked until close().
 class OutputFile {
 public:
     // `fault`: the test hook (null in production); `faults_fired` counts its failures.
-    OutputFile(const std::function<std::string()>& temporary_path, std::string final_path, bool want_direct,
+    OutputFile(int folder_fd, const std::string& folder, std::string final_path, unsigned mode, bool want_direct,
                const uint8_t* image, const testing::FaultInjection* fault, int* faults_fired);
     ~OutputFile();
     OutputFile(const OutputFile&) = delete;
@@ -45,18 +52,19 @@ public:
     void preallocate(uint64_t size);
     // Writes the image up to `ready` (or the aligned part of it) once enough has gathered.
     void write_until(uint64_t ready, bool final);
-    // Truncates the aligned tail, stamps the commit order (0: leave the time as written)
-    // and makes data and time durable. The descriptor (and its lock) stays open.
-    void finish(uint64_t size, int64_t commit_ns, bool sync);
+    // Truncates the aligned tail; the descriptor (and its lock) stays open for the commit.
+    void finish(uint64_t size);
     // After the rename (the data are durable already): releases the lock.
     void close();
-    const std::string& path() const { return path_; }
+    int fd() const { return fd_; }
+    const std::string& name() const { return name_; }  // in the folder
+    const std::string& path() const { return path_; }  // for messages
 
 private:
     void drop_direct();
     void write_range(uint64_t end);
 
-    std::string path_, final_;
+    std::string name_, path_, final_;
     const uint8_t* image_;
     const testing::FaultInjection* fault_;
     int* fired_;
@@ -67,11 +75,23 @@ private:
 
 // Unlinks the temporary file unless the commit succeeded.
 struct TempFileGuard {
-    std::string path;
+    int folder_fd;
+    std::string name;
     bool armed = true;
     ~TempFileGuard();
 };
 
-void fsync_folder(const std::string& folder, const std::string& final_path);
+// fsync of the open folder: 0, or EINVAL / EROFS when the file system cannot make the folder
+// durable (the caller decides); any other failure throws IoFailure naming `final_path`.
+int fsync_folder(int folder_fd, const std::string& folder, const std::string& final_path, int injected_errno = 0);
+
+// Stamps the commit order (retention with a naming), fsyncs `fd`, renames `temporary` over
+// `name` in the open folder, fsyncs the folder and, once that is durable, applies retention
+// (a folder the file system cannot fsync keeps every old file, with a warning). Throws
+// IoFailure; the caller keeps `fd` open (its lock) and removes the temporary on failure.
+// `fault`: the test hook (null in production).
+void commit_temporary(int folder_fd, const std::string& folder, int fd, const std::string& temporary,
+                      const std::string& name, const Retention& retention, bool sync,
+                      std::vector<std::string>& warnings, const testing::FaultInjection* fault = nullptr);
 
 }  // namespace qrnn::checkpoint::detail

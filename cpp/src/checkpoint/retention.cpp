@@ -60,8 +60,9 @@ bool parse_checkpoint_name(const std::string& name, const std::string& prefix, c
     for (size_t i = prefix.size(); i < name.size() - suffix.size(); ++i) {
         const char c = name[i];
         if (c < '0' || c > '9') return false;
-        if (v > (UINT64_MAX - 9) / 10) return false;
-        v = v * 10 + uint64_t(c - '0');
+        const uint64_t digit = uint64_t(c - '0');
+        if (v > (UINT64_MAX - digit) / 10) return false;  // exact: every uint64_t step parses
+        v = v * 10 + digit;
     }
     *step = v;
     return true;
@@ -80,20 +81,51 @@ bool is_temporary_name(const std::string& name) {
     return true;
 }
 
+namespace {
+
+// A fresh open file description of the folder: its own directory offset, so that listings on
+// several threads never share one.
+DIR* open_listing(int folder_fd) {
+    int fd;
+    do {
+        fd = ::openat(folder_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    } while (fd < 0 && errno == EINTR);
+    if (fd < 0) return nullptr;
+    DIR* dir = ::fdopendir(fd);
+    if (!dir) ::close(fd);
+    return dir;
+}
+
+}  // namespace
+
 std::vector<CommittedFile> list_checkpoints(const std::string& folder, const std::string& prefix,
                                             const std::string& suffix, CheckpointOrder order) {
-    std::vector<CommittedFile> found;
-    DIR* dir = ::opendir(folder.c_str());
-    if (!dir) {
-        if (errno == ENOENT) return found;
+    const int fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT) return {};
         throw std::system_error(errno, std::generic_category(), "list checkpoints in '" + folder + "'");
     }
+    try {
+        auto found = list_checkpoints(fd, prefix, suffix, order);
+        ::close(fd);
+        return found;
+    } catch (const std::system_error& e) {
+        ::close(fd);
+        throw std::system_error(e.code(), "list checkpoints in '" + folder + "'");
+    }
+}
+
+std::vector<CommittedFile> list_checkpoints(int folder_fd, const std::string& prefix, const std::string& suffix,
+                                            CheckpointOrder order) {
+    std::vector<CommittedFile> found;
+    DIR* dir = open_listing(folder_fd);
+    if (!dir) throw std::system_error(errno, std::generic_category(), "list checkpoints");
     while (const dirent* entry = ::readdir(dir)) {
         CommittedFile f;
         f.name = entry->d_name;
         if (!parse_checkpoint_name(f.name, prefix, suffix, &f.step)) continue;
-        struct stat st;
-        if (::fstatat(::dirfd(dir), entry->d_name, &st, 0) != 0 || !S_ISREG(st.st_mode)) continue;  // just deleted
+        struct stat st;  // a symlink under a checkpoint's name is no checkpoint
+        if (::fstatat(folder_fd, entry->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) continue;
         f.commit_ns = modification_ns(st);
         found.push_back(std::move(f));
     }
@@ -107,12 +139,20 @@ std::vector<CommittedFile> list_checkpoints(const std::string& folder, const std
 }
 
 int remove_stale_temporaries(const std::string& folder) {
-    DIR* dir = ::opendir(folder.c_str());
+    const int fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    const int removed = remove_stale_temporaries(fd);
+    ::close(fd);
+    return removed;
+}
+
+int remove_stale_temporaries(int dfd) {
+    DIR* dir = open_listing(dfd);
     if (!dir) return 0;
     std::vector<std::string> names;
     while (const dirent* entry = ::readdir(dir))
         if (is_temporary_name(entry->d_name)) names.emplace_back(entry->d_name);
-    const int dfd = ::dirfd(dir);
+    ::closedir(dir);
     int removed = 0;
     for (const std::string& name : names) {
         const int fd = ::openat(dfd, name.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
@@ -126,7 +166,6 @@ int remove_stale_temporaries(const std::string& folder) {
             ++removed;
         ::close(fd);
     }
-    ::closedir(dir);
     return removed;
 }
 
@@ -138,23 +177,23 @@ std::string temporary_name(const std::string& final_name) {
     return "." + final_name + kTemporaryMark + std::to_string(::getpid()) + "-" + hex;
 }
 
-int64_t next_commit_ns(const std::string& folder, const Retention& naming) {
+int64_t next_commit_ns(int folder_fd, const Retention& naming) {
     int64_t t = realtime_ns();
     if (naming.prefix.empty() && naming.suffix.empty()) return t;
     try {
-        for (const CommittedFile& f : list_checkpoints(folder, naming.prefix, naming.suffix))
+        for (const CommittedFile& f : list_checkpoints(folder_fd, naming.prefix, naming.suffix))
             t = std::max(t, f.commit_ns + kCommitStepNs);
     } catch (const std::system_error&) {
     }
     return t;
 }
 
-void apply_retention(const std::string& folder, const std::string& committed, const Retention& keep,
+void apply_retention(int folder_fd, const std::string& folder, const std::string& committed, const Retention& keep,
                      std::vector<std::string>& warnings) {
     if (keep.keep_last <= 0) return;
     std::vector<CommittedFile> found;
     try {
-        found = list_checkpoints(folder, keep.prefix, keep.suffix, CheckpointOrder::Commit);
+        found = list_checkpoints(folder_fd, keep.prefix, keep.suffix, CheckpointOrder::Commit);
     } catch (const std::system_error& e) {
         warnings.push_back("could not list '" + folder + "' to delete old checkpoints: " + e.code().message());
         return;
@@ -164,7 +203,7 @@ void apply_retention(const std::string& folder, const std::string& committed, co
     for (size_t i = 0; i < excess; ++i) {
         if (found[i].name == committed) continue;
         const std::string path = folder + "/" + found[i].name;
-        if (::unlink(path.c_str()) != 0 && errno != ENOENT)
+        if (::unlinkat(folder_fd, found[i].name.c_str(), 0) != 0 && errno != ENOENT)
             warnings.push_back("could not delete old checkpoint '" + path + "': " + errno_text(errno));
     }
 }

@@ -16,11 +16,12 @@ namespace qrnn::checkpoint::detail {
 std::string temporary_name(const std::string& final_name);
 
 // Commit order of a new file: after every checkpoint of its naming already in the folder.
-int64_t next_commit_ns(const std::string& folder, const Retention& naming);
+int64_t next_commit_ns(int folder_fd, const Retention& naming);
 
-// After `committed` is in place: deletes the checkpoints beyond the keep_last most recent.
-// Problems are appended to `warnings`, never thrown.
-void apply_retention(const std::string& folder, const std::string& committed, const Retention& keep,
+// After `committed` is in place and durable: deletes the checkpoints of the open folder beyond
+// the keep_last most recent (`folder` names it in messages). Problems are appended to
+// `warnings`, never thrown.
+void apply_retention(int folder_fd, const std::string& folder, const std::string& committed, const Retention& keep,
                      std::vector<std::string>& warnings);
 
 }  // namespace qrnn::checkpoint::detail

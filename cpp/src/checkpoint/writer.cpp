@@ -13,6 +13,7 @@
 #include <mutex>
 #include <set>
 #include <stdexcept>
+#include <system_error>
 #include <thread>
 
 #include <pthread.h>
@@ -295,22 +296,29 @@ struct CheckpointWriter::Impl {
         const testing::FaultInjection* injected = fault_for_save();
         const std::string folder = detail::folder_of(final_path);
         const std::string name = detail::base_of(final_path);
-        // Before the first save into a folder: temporaries of writers that died there.
-        if (cleaned_folders.insert(folder).second) remove_stale_temporaries(folder);
-        {
-            detail::OutputFile out([&] { return folder + "/" + detail::temporary_name(name); }, final_path,
-                                   options.direct_io && job.aligned, job.image, injected, &faults_fired);
-            detail::TempFileGuard guard{out.path()};
-            out.preallocate(job.plan.file_size);
-            write_records(job, out);
-            out.finish(job.plan.file_size, detail::next_commit_ns(folder, job.request.retention), options.sync);
-            if (::rename(out.path().c_str(), final_path.c_str()) != 0)
-                detail::fail_io(errno, "rename", out.path(), final_path);
-            guard.armed = false;
-            out.close();
+        // The folder is opened once (by the caller, or here for this save): nothing after
+        // follows its name again.
+        std::shared_ptr<const CheckpointFolder> opened = job.request.folder;
+        if (!opened) {
+            try {
+                opened = std::make_shared<CheckpointFolder>(folder);
+            } catch (const std::system_error& e) {
+                detail::fail_io(e.code().value(), "open folder", folder, final_path);
+            }
         }
-        if (options.sync) sync_folder_after_rename(folder, final_path);
-        detail::apply_retention(folder, name, job.request.retention, warnings);
+        const int dfd = opened->fd();
+        // Before the first save into a folder: temporaries of writers that died there.
+        if (cleaned_folders.insert(folder).second) remove_stale_temporaries(dfd);
+        detail::OutputFile out(dfd, folder, final_path, job.request.file_mode, options.direct_io && job.aligned,
+                               job.image, injected, &faults_fired);
+        detail::TempFileGuard guard{dfd, out.name()};
+        out.preallocate(job.plan.file_size);
+        write_records(job, out);
+        out.finish(job.plan.file_size);
+        detail::commit_temporary(dfd, folder, out.fd(), out.name(), name, job.request.retention, options.sync,
+                                 warnings, injected);
+        guard.armed = false;
+        out.close();
     }
 
     static void wait_for_gate(const Job& job) {
@@ -342,18 +350,6 @@ struct CheckpointWriter::Impl {
         }
         detail::write_central_directory(plan, image);
         out.write_until(plan.file_size, true);
-    }
-
-    static void sync_folder_after_rename(const std::string& folder, const std::string& final_path) {
-        try {
-            detail::fsync_folder(folder, final_path);
-        } catch (IoFailure& f) {  // the file is complete under its name; its entry may not be durable
-            f.error.message = "checkpoint '" + final_path + "' was written and renamed into place, but " +
-                              f.error.operation + " '" + f.error.path + "' failed: " +
-                              detail::errno_text(f.error.error_number) + " (errno " +
-                              std::to_string(f.error.error_number) + ")";
-            throw;
-        }
     }
 
     // Stops the threads that started (after a failed start, or at close).

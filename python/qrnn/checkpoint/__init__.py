@@ -47,6 +47,14 @@ own save first (its handle is ``error.next_handle``): one failure costs one chec
 ``max_pending`` bounds the snapshots held in memory: a further ``save()`` waits for the
 oldest, or returns ``None`` at once with ``block=False``.
 
+Shared folders: the folder is opened once and nothing after follows its name or a link in it;
+one writer per folder and prefix (the first save takes ``.<prefix>writer.lock``; a second
+writer gets a CheckpointError naming the holder); ``write_file``/``publish`` write the run
+folder's other files (metrics, best.pt) by the same protocol. ``load`` checks the archive's
+structure before unpickling, so an untrusted file cannot make it allocate much more than it
+holds. A staging image that the memory cgroup cannot hold (or that cannot be allocated)
+makes ``save()`` write from the live tensors instead, blocking like torch.save.
+
 Fork: in a child created by ``os.fork()`` a checkpointer inherited from the parent works
 with fresh writer threads; the parent's saves stay the parent's (their handles raise
 RuntimeError in the child), and nothing in the child waits for them.

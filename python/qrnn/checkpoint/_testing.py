@@ -13,11 +13,13 @@ from .checkpointer import AsyncCheckpointer
 class FaultyCheckpointer(AsyncCheckpointer):
     """An AsyncCheckpointer whose writer fails the write crossing ``after_bytes`` bytes of a
     file, with ``errno`` (EIO when 0) or by throwing inside the writer thread (``throw``),
-    for ``times`` saves (-1: all); the other arguments are AsyncCheckpointer's."""
+    for ``times`` saves (-1: all); every folder fsync fails with ``folder_sync_errno`` (0:
+    none); the other arguments are AsyncCheckpointer's."""
 
     def __init__(self, directory: Union[str, os.PathLike], *args, after_bytes: int = 2**64 - 1, errno: int = 0,
-                 throw: bool = False, times: int = -1, **kwargs):
-        self._fault = dict(fail_after_bytes=after_bytes, fail_errno=errno, fail_throw=throw, fail_times=times)
+                 throw: bool = False, times: int = -1, folder_sync_errno: int = 0, **kwargs):
+        self._fault = dict(fail_after_bytes=after_bytes, fail_errno=errno, fail_throw=throw, fail_times=times,
+                           fail_folder_sync_errno=folder_sync_errno)
         super().__init__(directory, *args, **kwargs)
 
     def _new_writer(self):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import errno as errno_module
 import operator
 import os
 import queue
@@ -15,12 +16,56 @@ from typing import Any, Iterable, Optional, Union
 import torch
 
 from .. import _C
+from . import staging
 from .errors import CheckpointError
 from .handle import PendingSave, SaveHandle, add_barrier
 from .pickler import pickle_state
 from .staging import StagingSlot
 
 _live_checkpointers: weakref.WeakSet = weakref.WeakSet()
+MAX_STEP = 2**63 - 1
+_MEMORY_MARGIN = 64 << 20  # left free for everything else when a staging image is allocated
+
+
+def check_step(step: Any) -> int:
+    """``step`` as an int in 0..2**63-1; TypeError / ValueError naming ``step`` otherwise."""
+    if isinstance(step, bool):
+        raise TypeError("step must be an int, got bool")
+    try:
+        step = operator.index(step)
+    except TypeError:
+        raise TypeError(f"step must be an int, got {type(step).__name__}") from None
+    if not 0 <= step <= MAX_STEP:
+        raise ValueError(f"step must be in 0..2**63-1, got {step}")
+    return step
+
+
+def _checkpoint_error(error: OSError, step: Optional[int] = None, operation: str = "") -> CheckpointError:
+    """A folder operation's OSError (its message one sentence already) as a CheckpointError."""
+    message = error.strerror if error.strerror else str(error)
+    return CheckpointError(error.errno or 0, message, error.filename, step=step, operation=operation)
+
+
+class _Written:
+    """The status of a save written on the calling thread (no staging image): already done."""
+
+    def __init__(self, notes: list, seconds: float):
+        self._notes, self.staged_seconds, self.done_seconds = notes, seconds, seconds
+
+    def done(self) -> bool:
+        return True
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        return True
+
+    def wait_staged(self) -> None:
+        return None
+
+    def error(self) -> None:
+        return None
+
+    def warnings(self) -> list:
+        return self._notes
 
 
 def _after_fork_in_child() -> None:
@@ -72,11 +117,19 @@ class AsyncCheckpointer:
     missing) as ``<prefix><step:012d>.pt``, keeping the ``keep_last`` most recently committed
     checkpoints (None: all) and holding at most ``max_pending`` snapshots in memory. ``copy_threads`` threads do
     the CPU staging copy in default mode (one thread in overlap mode). ``direct_io`` writes
-    with O_DIRECT where the file system supports it (less CPU and page-cache churn)."""
+    with O_DIRECT where the file system supports it (less CPU and page-cache churn).
+    ``private=True`` creates every file with mode 0600 (else 0666; the umask applies to both).
+
+    The folder is opened once, here (created with its parents, each fsynced); every later
+    create, rename, fsync, listing and unlink is relative to it and follows no symbolic link
+    in it, so renaming the folder, swapping it for a link or a ``chdir`` redirects nothing.
+    The first ``save()``, ``write_file()`` or ``publish()`` takes the folder's writer lock
+    for ``prefix`` (one writer per folder and prefix, in any process, container or host);
+    a second writer gets a :class:`CheckpointError` naming the holder. Reading takes no lock."""
 
     def __init__(self, directory: Union[str, os.PathLike], keep_last: Optional[int] = 3, max_pending: int = 1,
                  *, prefix: str = "ckpt-", copy_threads: Optional[int] = None, direct_io: bool = True,
-                 _sync: bool = True):
+                 private: bool = False, _sync: bool = True):
         if keep_last is not None and (not isinstance(keep_last, int) or keep_last < 1):
             raise ValueError(f"keep_last must be an int >= 1 or None, got {keep_last!r}")
         if not isinstance(max_pending, int) or max_pending < 1:
@@ -90,7 +143,11 @@ class AsyncCheckpointer:
         if not isinstance(copy_threads, int) or copy_threads < 1:
             raise ValueError(f"copy_threads must be an int >= 1, got {copy_threads!r}")
         self.directory = os.fspath(directory)
-        os.makedirs(self.directory, exist_ok=True)
+        self._where = os.path.abspath(self.directory)  # paths handed out stay right after a chdir
+        self._folder: Any = _C.CheckpointFolder(self._where, create=True)  # OSError as the system says
+        self._locked = False
+        self._file_mode = 0o600 if private else 0o666
+        self._sync = _sync
         self.keep_last = keep_last
         self.max_pending = max_pending
         self.prefix = prefix
@@ -122,9 +179,7 @@ class AsyncCheckpointer:
         optimizer or several), the snapshot completes in the background and the optimizers'
         next ``step()`` waits for it; see the module notes for when that is safe."""
         start = time.perf_counter()
-        step = operator.index(step)
-        if step < 0:
-            raise ValueError(f"step must be >= 0, got {step}")
+        step = check_step(step)
         optimizers = self._optimizers(overlap_with)
         with self._lock:
             self._check_open()
@@ -167,6 +222,11 @@ class AsyncCheckpointer:
             staging_size = self._plan(0, data, [(0, s.nbytes) for s in stored])[1]
             pinned = any(s.device.type != "cpu" for s in stored)
             buffers = []
+            short = self._memory_shortage(self._slots[0], staging_size, pinned)
+            if short is not None:
+                warnings.warn(f"qrnn.checkpoint: reserve() allocated nothing: {short}; saves write from the "
+                              "live tensors instead", RuntimeWarning, stacklevel=2)
+                return
             for slot in self._slots:
                 if slot.free():
                     slot.ensure(staging_size, pinned=pinned)
@@ -200,6 +260,9 @@ class AsyncCheckpointer:
             finally:
                 if self._writer is not None:
                     self._writer.close()
+                if self._locked:
+                    self._folder.unlock_writer()
+                    self._locked = False
                 if self._cuda_waiter is not None:
                     self._cuda_waiter.queue.put(None)
                     self._cuda_waiter.join()
@@ -211,12 +274,45 @@ class AsyncCheckpointer:
         of the highest step), or None. Temporary files of saves in progress are never
         returned, and nothing is deleted."""
         found = self._list(order)
-        return os.path.join(self.directory, found[-1][0]) if found else None
+        return os.path.join(self._where, found[-1][0]) if found else None
 
     def checkpoints(self, order: str = "commit") -> list[str]:
         """Paths of all committed checkpoints in the directory, oldest commit first
         (``order="step"``: lowest step first). Reads only."""
-        return [os.path.join(self.directory, name) for name, _, _ in self._list(order)]
+        return [os.path.join(self._where, name) for name, _, _ in self._list(order)]
+
+    def write_file(self, name: str, data: bytes) -> str:
+        """Write ``name`` (a plain file name, not a checkpoint's) in the folder the way
+        checkpoints are written: an exclusive temporary that follows no link, fsync, rename
+        over ``name``, folder fsync. A link planted under ``name`` is replaced, never
+        followed. Returns the path; raises :class:`CheckpointError`."""
+        self._check_own_name(name, "name")
+        folder = self._writer_folder()
+        try:
+            folder.write_file(name, bytes(data), self._file_mode, self._sync)
+        except OSError as error:
+            raise _checkpoint_error(error, operation="write") from None
+        return os.path.join(self._where, name)
+
+    def publish(self, checkpoint: Union[int, str, os.PathLike], name: str) -> str:
+        """Give a committed checkpoint of this folder (its step, or its path) a second name
+        ``name`` (e.g. ``"best.pt"``) by the rules of :meth:`write_file`: a hard link under
+        a temporary name renamed over ``name`` (a copy where the file system has no hard
+        links). Returns the new path; raises :class:`CheckpointError`."""
+        self._check_own_name(name, "name")
+        if isinstance(checkpoint, (str, os.PathLike)):
+            path = os.path.abspath(os.fspath(checkpoint))
+            if os.path.dirname(path) != self._where:
+                raise ValueError(f"{os.fspath(checkpoint)!r} is not a file of {self.directory!r}")
+            source = os.path.basename(path)
+        else:
+            source = _C.checkpoint_file_name(self.prefix, check_step(checkpoint), self.suffix)
+        folder = self._writer_folder()
+        try:
+            folder.publish(source, name, self._file_mode, self._sync)
+        except OSError as error:
+            raise _checkpoint_error(error, operation="publish") from None
+        return os.path.join(self._where, name)
 
     def __enter__(self) -> AsyncCheckpointer:
         return self
@@ -245,7 +341,82 @@ class AsyncCheckpointer:
         return _C.CheckpointWriter(**self._writer_options)
 
     def _path(self, step: int) -> str:
-        return os.path.join(self.directory, _C.checkpoint_file_name(self.prefix, step, self.suffix))
+        return os.path.join(self._where, _C.checkpoint_file_name(self.prefix, step, self.suffix))
+
+    def _check_own_name(self, name: str, what: str) -> None:
+        """A plain name that is neither a checkpoint of this naming nor a temporary."""
+        if not isinstance(name, str):
+            raise TypeError(f"{what} must be a str, got {type(name).__name__}")
+        if (not name or name in (".", "..") or "/" in name or "\0" in name
+                or _C.checkpoint_parse_name(name, self.prefix, self.suffix) is not None
+                or _C.checkpoint_is_temporary(name)):
+            raise ValueError(f"{what} must be a plain file name other than a checkpoint's, got {name!r}")
+
+    def _writer_folder(self):
+        """The folder, with this checkpointer's writer lock held (taken at the first write)."""
+        self._check_open()
+        if not self._locked:
+            try:
+                self._folder.lock_writer(self.prefix)
+            except OSError as error:
+                raise _checkpoint_error(error, operation="lock") from None
+            self._locked = True
+        return self._folder
+
+    def _memory_shortage(self, slot: StagingSlot, nbytes: int, pinned: bool) -> Optional[str]:
+        """Why a staging image of ``nbytes`` must not be allocated now (None: it may): more
+        than the memory cgroup leaves free (an image that fits the address space but not the
+        cgroup is OOM-killed once its pages are touched)."""
+        if slot.capacity >= nbytes and (slot.pinned or not pinned):
+            return None  # no allocation
+        headroom = staging.memory_headroom()
+        if headroom is None:
+            return None
+        free, limit = headroom
+        free += slot.capacity  # the old image goes first
+        if nbytes + _MEMORY_MARGIN <= free:
+            return None
+        return (f"its staging image needs {nbytes} bytes and the memory cgroup leaves {free} bytes free "
+                f"of its {limit}-byte limit")
+
+    def _save_unstaged(self, state: Any, step: int, why: str) -> PendingSave:
+        """No staging image: write from the live tensors on this thread (torch.save's writer,
+        one storage at a time), by the same commit protocol, after every earlier save."""
+        start = time.perf_counter()
+        path = self._path(step)
+        warnings.warn(f"qrnn.checkpoint: checkpoint step {step} is written from the live tensors, blocking "
+                      f"like torch.save: {why}", RuntimeWarning, stacklevel=4)
+        for earlier in list(self._saves):
+            earlier.wait()  # commit order: theirs first
+        name = os.path.basename(path)
+        folder = self._folder
+        try:
+            fd, temporary = folder.create_temporary(name, self._file_mode)
+        except OSError as error:
+            raise _checkpoint_error(error, step=step, operation="create") from None
+        try:
+            with os.fdopen(os.dup(fd), "wb") as file:
+                torch.save(state, file)
+        except BaseException as error:
+            os.close(fd)
+            try:
+                os.unlink(temporary, dir_fd=folder.fd)
+            except OSError:
+                pass
+            if not isinstance(error, (OSError, MemoryError, RuntimeError)):
+                raise
+            code = getattr(error, "errno", None) or errno_module.ENOMEM
+            raise CheckpointError(code, f"checkpoint '{path}' was not saved: {why}; writing it from the live "
+                                  f"tensors failed too: {type(error).__name__}: {error}", path, step=step,
+                                  operation="write") from None
+        try:
+            notes = folder.commit(fd, temporary, name, keep_last=self.keep_last or 0, prefix=self.prefix,
+                                  suffix=self.suffix, sync=self._sync)
+        except OSError as error:
+            raise _checkpoint_error(error, step=step, operation="commit") from None
+        save = PendingSave(_Written(notes, time.perf_counter() - start), step, path, {}, [])
+        self._saves.append(save)
+        return save
 
     def _plan(self, step: int, data: bytes, sources: list) -> tuple:
         """(payload offsets, staging bytes, file bytes) of a save, as the writer lays it out."""
@@ -256,7 +427,7 @@ class AsyncCheckpointer:
     def _list(self, order: str) -> list:
         if order not in ("commit", "step"):
             raise ValueError(f"order must be 'commit' or 'step', got {order!r}")
-        return _C.checkpoint_list(self.directory, self.prefix, self.suffix, by_step=order == "step")
+        return self._folder.list(self.prefix, self.suffix, by_step=order == "step")
 
     def _submit(self, state, step: int, optimizers: list, slot: StagingSlot) -> PendingSave:
         """Under the lock: pickle, plan, stage (or queue the GPU copies) and submit one save."""
@@ -266,9 +437,18 @@ class AsyncCheckpointer:
             if gpu and s.device.type != "cuda":
                 raise TypeError(f"qrnn.checkpoint saves CPU and CUDA tensors, got one on {s.device}")
         sources = [(0 if gpu else s.storage.data_ptr(), s.nbytes) for s, gpu in zip(stored, on_gpu)]
+        folder = self._writer_folder()
         offsets, staging_size, _ = self._plan(step, data, sources)
-        # Overlap mode: the background copy faults the pages in, save() must not wait for it.
-        slot.ensure(staging_size, pinned=any(on_gpu), populate_threads=0 if optimizers else self._copy_threads)
+        short = self._memory_shortage(slot, staging_size, any(on_gpu))
+        if short is None:
+            try:
+                # Overlap mode: the background copy faults the pages in, save() must not wait for it.
+                slot.ensure(staging_size, pinned=any(on_gpu),
+                            populate_threads=0 if optimizers else self._copy_threads)
+            except (MemoryError, RuntimeError) as error:  # no address space, no pinned memory
+                short = f"its staging image of {staging_size} bytes could not be allocated ({error})"
+        if short is not None:
+            return self._save_unstaged(state, step, short)
         gate, cuda_done = None, {}
         if any(on_gpu):
             gate = _C.CheckpointGate()
@@ -278,7 +458,8 @@ class AsyncCheckpointer:
             status = self._writer.submit(
                 path, data, sources, staging=slot.address, staging_capacity=slot.capacity, gate=gate,
                 keep_last=self.keep_last or 0, prefix=self.prefix, suffix=self.suffix,
-                copy_threads=1 if optimizers else self._copy_threads, block=True)
+                copy_threads=1 if optimizers else self._copy_threads, block=True, folder=folder,
+                file_mode=self._file_mode)
         except BaseException:
             for event in cuda_done.values():  # the slot is reused: let the copies land first
                 event.synchronize()

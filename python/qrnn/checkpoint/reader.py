@@ -23,9 +23,20 @@ _CENTRAL_SIZE, _LOCAL_SIZE = _ZIP["central_header_size"], _ZIP["local_header_siz
 
 
 def load(path: Union[str, os.PathLike], map_location=None, *, weights_only: bool = True, mmap: bool = False):
-    """Load a checkpoint (any torch.save file). Plain ``torch.load`` reads these files too;
-    this only sets the safe defaults (``weights_only=True``)."""
-    return torch.load(os.fspath(path), map_location=map_location, weights_only=weights_only, mmap=mmap)
+    """Load a checkpoint (any zip-format torch.save file) with the safe default
+    ``weights_only=True``. Safe on untrusted files: before anything is unpickled, the
+    archive's structure is checked (the cheap part of :func:`verify`: the central directory
+    against the file size, stored records only, every declared size and offset within the
+    file, no ``..`` in record names), so no file makes it allocate much more than the data
+    it holds; a file that fails raises :class:`CorruptCheckpointError`. CRCs are not
+    checked here (:func:`verify` reads every byte)."""
+    path = os.fspath(path)
+    with open(path, "rb") as file:
+        _check_file(path, file, check_crc=False)
+        if mmap:  # torch maps the file by name; the check above is as of this open
+            return torch.load(path, map_location=map_location, weights_only=weights_only, mmap=True)
+        file.seek(0)
+        return torch.load(file, map_location=map_location, weights_only=weights_only)
 
 
 def verify(path: Union[str, os.PathLike]) -> None:
@@ -36,14 +47,18 @@ def verify(path: Union[str, os.PathLike]) -> None:
     first damaged record; returns None when intact. A file it accepts loads as written."""
     path = os.fspath(path)
     with open(path, "rb") as file:
-        size = os.fstat(file.fileno()).st_size
-        if size == 0:
-            raise CorruptCheckpointError(path, None, "empty file")
-        with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as mapped, memoryview(mapped) as view:
-            try:
-                problem = _check_archive(view, size)
-            except (struct.error, IndexError, ValueError, UnicodeDecodeError, OverflowError) as error:
-                problem = (None, f"unreadable zip structure ({type(error).__name__}: {error})")
+        _check_file(path, file, check_crc=True)
+
+
+def _check_file(path: str, file, check_crc: bool) -> None:
+    size = os.fstat(file.fileno()).st_size
+    if size == 0:
+        raise CorruptCheckpointError(path, None, "empty file")
+    with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as mapped, memoryview(mapped) as view:
+        try:
+            problem = _check_archive(view, size, check_crc)
+        except (struct.error, IndexError, ValueError, UnicodeDecodeError, OverflowError) as error:
+            problem = (None, f"unreadable zip structure ({type(error).__name__}: {error})")
     if problem is not None:
         raise CorruptCheckpointError(path, problem[0], problem[1])
 
@@ -54,15 +69,15 @@ class _Damaged(Exception):
         self.record, self.problem = record, problem
 
 
-def _check_archive(view: memoryview, size: int) -> Optional[tuple]:
+def _check_archive(view: memoryview, size: int, check_crc: bool = True) -> Optional[tuple]:
     try:
-        _walk_archive(view, size)
+        _walk_archive(view, size, check_crc)
     except _Damaged as damaged:
         return damaged.record, damaged.problem
     return None
 
 
-def _walk_archive(view: memoryview, size: int) -> None:
+def _walk_archive(view: memoryview, size: int, check_crc: bool) -> None:
     def need(ok: bool, problem: str, record: Optional[str] = None) -> None:
         if not ok:
             raise _Damaged(record, problem)
@@ -105,6 +120,8 @@ def _walk_archive(view: memoryview, size: int) -> None:
         need(flags & ~_ALLOWED_FLAGS == 0 and method == 0, "flags or compression method damaged", name)
         need(disk == 0 and external & 0x10 == 0 and not name.endswith("/"), "attributes damaged", name)
         need("/" in name and name not in names, "name damaged", name)
+        need(not name.startswith("/") and ".." not in name.split("/") and "\\" not in name and "\0" not in name,
+             "name leaves the archive's folder", name)
         record_prefix = name.split("/", 1)[0]
         need(prefix is None or record_prefix == prefix, "name outside the archive's folder", name)
         prefix = record_prefix
@@ -146,9 +163,10 @@ def _walk_archive(view: memoryview, size: int) -> None:
         start = offset + _LOCAL_SIZE + l_name_len + l_extra_len
         stop = start + csize
         need(stop <= cd_offset, "payload runs past the central directory", name)
-        with view[start:stop] as payload:
-            actual = _C.checkpoint_crc32(payload)
-        need(actual == crc, f"CRC mismatch: directory says {crc:08x}, payload has {actual:08x}", name)
+        if check_crc:
+            with view[start:stop] as payload:
+                actual = _C.checkpoint_crc32(payload)
+            need(actual == crc, f"CRC mismatch: directory says {crc:08x}, payload has {actual:08x}", name)
         tile = stop
         if flags & 0x08:  # data descriptor: optional signature, CRC, sizes (64-bit for ZIP64 records)
             if read("<I", tile)[0] == _ZIP["descriptor_signature"]:

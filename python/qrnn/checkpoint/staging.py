@@ -4,6 +4,7 @@ copies of CUDA tensors into a pinned image."""
 
 from __future__ import annotations
 
+import os
 from typing import Any, Optional
 
 import torch
@@ -25,6 +26,65 @@ class CudaRuntime:
 
 
 cuda: Any = CudaRuntime()  # looked up at each call, so that a test's stand-in takes effect
+
+_CGROUP_ROOT = "/sys/fs/cgroup"
+_NO_LIMIT = 1 << 60  # cgroup v1 writes "no limit" as a number near 2**63
+
+
+def _read_number(path: str) -> Optional[int]:
+    try:
+        with open(path) as file:
+            text = file.read().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None  # "max": no limit
+
+
+def _reclaimable(path: str, key: str) -> int:
+    """Page cache the kernel drops before it kills anything (inactive file pages)."""
+    try:
+        with open(path) as file:
+            for line in file:
+                name, _, value = line.partition(" ")
+                if name == key and value.strip().isdigit():
+                    return int(value)
+    except OSError:
+        pass
+    return 0
+
+
+def memory_headroom() -> Optional[tuple]:
+    """(bytes free, limit) of the tightest memory cgroup above this process (v2
+    ``memory.max`` - ``memory.current``, v1 ``memory.limit_in_bytes`` -
+    ``memory.usage_in_bytes``, each plus its inactive page cache), or None without a limit.
+    An allocation may succeed beyond it and be OOM-killed later, when its pages are touched."""
+    try:
+        with open("/proc/self/cgroup") as file:
+            lines = file.read().splitlines()
+    except OSError:
+        return None
+    tightest = None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":
+            root, limit_file, usage_file, stat_key = _CGROUP_ROOT, "memory.max", "memory.current", "inactive_file"
+        elif "memory" in controllers.split(","):
+            root, limit_file, usage_file, stat_key = (os.path.join(_CGROUP_ROOT, "memory"), "memory.limit_in_bytes",
+                                                      "memory.usage_in_bytes", "total_inactive_file")
+        else:
+            continue
+        while True:  # a limit on any ancestor binds too
+            folder = os.path.join(root, path.lstrip("/"))
+            limit = _read_number(os.path.join(folder, limit_file))
+            usage = _read_number(os.path.join(folder, usage_file))
+            if limit is not None and usage is not None and limit < _NO_LIMIT:
+                free = max(0, limit - usage + _reclaimable(os.path.join(folder, "memory.stat"), stat_key))
+                if tightest is None or free < tightest[0]:
+                    tightest = (free, limit)
+            if path in ("", "/"):
+                break
+            path = os.path.dirname(path.rstrip("/")) or "/"
+    return tightest
 
 
 class StagingSlot:

@@ -4,7 +4,6 @@ measuring how long training waited for them, best.pt, and finding and reading th
 from __future__ import annotations
 
 import os
-import shutil
 from typing import Optional
 
 import torch
@@ -55,16 +54,7 @@ class CheckpointStallMeter:
         if handle is None or not (wait or handle.done()):
             return
         self._best_handle = None
-        source = handle.result()
-        target = os.path.join(self.directory, "best.pt")
-        temp = target + ".tmp"
-        try:
-            if os.path.exists(temp):
-                os.remove(temp)
-            os.link(source, temp)
-        except OSError:  # no hard links here (another file system, or none supported)
-            shutil.copyfile(source, temp)
-        os.replace(temp, target)
+        self.checkpointer.publish(handle.result(), "best.pt")  # crash-safe, follows no link
 
     def close(self) -> None:
         self.checkpointer.wait()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import io
 import json
 import math
 import os
@@ -17,6 +18,7 @@ import zlib
 import torch
 import torch.nn.functional as F
 
+from ..checkpoint import CheckpointError
 from .checkpoints import latest_checkpoint, load_checkpoint
 from .data import BPTTBatches, DataError, Vocabulary, load_corpus
 from .distributed import broadcast_object, check_ranks_in_sync, init_distributed
@@ -183,13 +185,12 @@ def _format_record(record: dict, level: str) -> str:
     return line
 
 
-def write_metrics(run_dir: str, history: list) -> None:
-    with open(os.path.join(run_dir, "metrics.jsonl"), "w") as fh:
-        for record in history:
-            fh.write(json.dumps(record) + "\n")
+def write_metrics(files, history: list) -> None:
+    """metrics.jsonl through `files` (the run's AsyncCheckpointer: crash-safe, follows no link)."""
+    files.write_file("metrics.jsonl", "".join(json.dumps(record) + "\n" for record in history).encode())
 
 
-def plot_losses(run_dir: str, history: list, loss_trace: list, level: str) -> None:
+def plot_losses(files, history: list, loss_trace: list, level: str) -> None:
     """loss.png: training loss over steps, and train / validation loss at each epoch's end
     (drawn on an Agg canvas: no display needed, no global matplotlib backend change)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -213,7 +214,9 @@ def plot_losses(run_dir: str, history: list, loss_trace: list, level: str) -> No
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(os.path.join(run_dir, "loss.png"))
+    image = io.BytesIO()
+    fig.savefig(image, format="png")
+    files.write_file("loss.png", image.getvalue())
 
 
 def main(argv=None) -> int:
@@ -236,15 +239,15 @@ def _train(argv=None) -> int:
         say = print if dist.is_main else (lambda *a, **k: None)
         run_dir, resume_path = _locate_run(args, dist)
         checkpoint = load_checkpoint(resume_path) if resume_path else None
-        if checkpoint is not None and checkpoint.get("format") != CHECKPOINT_FORMAT:
-            raise TrainError(f"{resume_path} is not a qrnn-train checkpoint")
+        if checkpoint is not None:
+            _check_checkpoint(checkpoint, resume_path, _RESUME_KEYS)
         settings = _settings(args, checkpoint)
         epochs, data_path = settings["epochs"], settings["data"]
-        vocab = Vocabulary.from_state_dict(checkpoint["vocab"]) if checkpoint else None
+        vocab = _vocabulary(checkpoint, resume_path) if checkpoint else None
         corpus = load_corpus(data_path, settings["level"], vocab=vocab)
         fingerprint = _fingerprint(corpus.train)
         if checkpoint and fingerprint != checkpoint["data"]["fingerprint"]:
-            raise TrainError(f"the training data differs from the checkpoint's ({checkpoint['data']['name']}); "
+            raise TrainError(f"the training data differs from the checkpoint's ({checkpoint['data'].get('name')}); "
                              "resume with the --data it was trained on")
         # Token ids live on the training device: a batch is then a slice, not a copy.
         corpus.train, corpus.valid, corpus.test = (ids.to(dist.device) for ids in
@@ -294,9 +297,11 @@ def _train(argv=None) -> int:
 
         def on_epoch_end(record):
             say(_format_record(record, settings["level"]), flush=True)
-            os.makedirs(run_dir, exist_ok=True)
-            write_metrics(run_dir, trainer.history)
-            plot_losses(run_dir, trainer.history, trainer.loss_trace, settings["level"])
+            meter = trainer.checkpoints
+            assert meter is not None  # the epoch's checkpoint was just saved through it
+            files = meter.checkpointer  # the run folder's one writer
+            write_metrics(files, trainer.history)
+            plot_losses(files, trainer.history, trainer.loss_trace, settings["level"])
 
         trainer.fit(train_batches, valid_batches, epochs=epochs, max_steps=args.max_steps,
                     time_budget=args.time_budget, on_epoch_end=on_epoch_end)
@@ -310,10 +315,10 @@ def _train(argv=None) -> int:
             say("sample:\n" + _sample(trainer.module, corpus.vocab, "", args.sample_length, 0.8, settings["seed"]))
         say(f"saved in {run_dir}: checkpoints, best.pt, metrics.jsonl, loss.png")
         return 0
-    except (TrainError, DataError) as err:
+    except (TrainError, DataError, CheckpointError, MemoryError) as err:  # CheckpointError: full disk...
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 2
-    except OSError as err:  # e.g. qrnn.checkpoint.CheckpointError: a full disk, an unwritable folder
+    except OSError as err:  # e.g. an unreadable data file
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
@@ -322,6 +327,29 @@ def _train(argv=None) -> int:
     finally:
         if dist is not None and dist.enabled and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
+
+
+# Top-level entries a qrnn-train checkpoint must have (each a dict), beyond its format.
+_RESUME_KEYS = ("settings", "vocab", "data", "model_config")
+_GENERATE_KEYS = ("model_config", "model", "vocab")
+
+
+def _check_checkpoint(state, path: str, keys: tuple) -> None:
+    """A qrnn-train checkpoint with `keys`, else one TrainError line (a foreign file)."""
+    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+        raise TrainError(f"{path} is not a qrnn-train checkpoint")
+    missing = [key for key in keys if not isinstance(state.get(key), dict)]
+    if "data" in keys and "data" not in missing and not isinstance(state["data"].get("fingerprint"), int):
+        missing.append("data.fingerprint")
+    if missing:
+        raise TrainError(f"{path} is not a complete qrnn-train checkpoint: {', '.join(missing)} missing or damaged")
+
+
+def _vocabulary(state: dict, path: str) -> Vocabulary:
+    try:
+        return Vocabulary.from_state_dict(state["vocab"])
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        raise TrainError(f"{path}: its vocabulary is damaged ({type(err).__name__}: {err})") from None
 
 
 def _sample(model, vocab, prompt: str, length: int, temperature: float, seed: int) -> str:
@@ -357,8 +385,7 @@ def generate_main(argv=None) -> int:
             if path is None:
                 raise TrainError(f"--checkpoint {args.checkpoint}: folder holds no checkpoint")
         state = load_checkpoint(path)
-        if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
-            raise TrainError(f"{path} is not a qrnn-train checkpoint")
+        _check_checkpoint(state, path, _GENERATE_KEYS)
         try:
             device = torch.device(args.device)
             model = QRNNLanguageModel(**state["model_config"])
@@ -366,9 +393,9 @@ def generate_main(argv=None) -> int:
             model.to(device)
         except (RuntimeError, KeyError, ValueError, TypeError) as err:
             raise TrainError(f"cannot rebuild the model from {path}: {str(err).strip().splitlines()[0]}") from None
-        vocab = Vocabulary.from_state_dict(state["vocab"])
+        vocab = _vocabulary(state, path)
         print(_sample(model, vocab, args.prompt, args.length, args.temperature, args.seed))
         return 0
-    except (TrainError, DataError) as err:
+    except (TrainError, DataError, OSError, MemoryError) as err:  # every failure: one line
         print(f"qrnn-generate: error: {err}", file=sys.stderr)
         return 2

@@ -1,0 +1,174 @@
+"""qrnn.checkpoint.load, qrnn-train --resume and qrnn-generate on files nobody vouches for:
+compressed records, sizes larger than the file, names leaving the archive, foreign files
+with the right format key. Each is refused before anything is unpickled or allocated, with a
+CorruptCheckpointError, or one line and exit code 2 from the commands."""
+
+import io
+import pickle
+import struct
+import subprocess
+import sys
+import textwrap
+import zipfile
+
+import pytest
+import torch
+
+from qrnn.checkpoint import AsyncCheckpointer, CorruptCheckpointError, load, verify
+from qrnn.train.cli import generate_main
+from qrnn.train.cli import main as train_main
+
+GIB = 2**30
+
+
+def tensor_archive(path, payload: bytes, *, compression=zipfile.ZIP_STORED, name="archive/data/0", numel=None):
+    """A zip shaped like torch.save's: data.pkl referencing one float32 storage `name`."""
+    numel = len(payload) // 4 if numel is None else numel
+
+    class Storage:  # pickles as torch.save's persistent id of a FloatStorage
+        pass
+
+    def persistent_id(obj):
+        if isinstance(obj, Storage):
+            return ("storage", torch.FloatStorage, name.rsplit("/", 1)[-1], "cpu", numel)
+        return None
+
+    buffer = io.BytesIO()
+    pickler = pickle.Pickler(buffer, protocol=2)
+    pickler.persistent_id = persistent_id
+    rebuild = torch._utils._rebuild_tensor_v2
+    pickler.dump({"w": _Reduce(rebuild, (Storage(), 0, (numel,), (1,), False, {}))})
+    with zipfile.ZipFile(path, "w", compression=compression) as z:
+        z.writestr("archive/data.pkl", buffer.getvalue())
+        z.writestr("archive/byteorder", b"little")
+        z.writestr(name, payload)
+        z.writestr("archive/version", b"3\n")
+    return path
+
+
+class _Reduce:
+    def __init__(self, func, args):
+        self.func, self.args = func, args
+
+    def __reduce__(self):
+        return self.func, self.args
+
+
+def lie_about_sizes(path, record: str, size: int):
+    """Rewrite the central directory entry of `record` to claim `size` bytes (stored)."""
+    data = bytearray(path.read_bytes())
+    at = data.find(b"PK\x01\x02")
+    while at >= 0:
+        name_len = struct.unpack_from("<H", data, at + 28)[0]
+        if data[at + 46:at + 46 + name_len] == record.encode():
+            struct.pack_into("<II", data, at + 20, size, size)
+        at = data.find(b"PK\x01\x02", at + 4)
+    path.write_bytes(bytes(data))
+
+
+def test_a_plain_archive_of_the_same_shape_loads(tmp_path):
+    """The crafted archives below differ from this loadable one only in what is hostile."""
+    path = tensor_archive(tmp_path / "ok.pt", torch.arange(8.0).numpy().tobytes())
+    assert torch.equal(load(path)["w"], torch.arange(8.0))
+
+
+def test_compressed_record_is_refused_before_inflating(tmp_path):
+    """Before: a 1 MB compressed record reached 1.07-1.26 GiB of resident memory in load."""
+    path = tensor_archive(tmp_path / "bomb.pt", bytes(64 << 20), compression=zipfile.ZIP_DEFLATED)
+    assert path.stat().st_size < 1 << 20
+    for check in (load, verify):
+        with pytest.raises(CorruptCheckpointError, match="compression"):
+            check(path)
+
+
+@pytest.mark.parametrize("claimed", [int(3.75 * GIB), 2**32 - 2])
+def test_sizes_beyond_the_file_are_refused(tmp_path, claimed):
+    """Before: a 786-byte file with false sizes asked for 3.75 GiB of address space."""
+    path = tensor_archive(tmp_path / "liar.pt", bytes(64))
+    lie_about_sizes(path, "archive/data/0", claimed)
+    assert path.stat().st_size < 4096
+    for check in (load, verify):
+        with pytest.raises(CorruptCheckpointError):
+            check(path)
+
+
+@pytest.mark.parametrize("name", ["archive/../data/0", "archive/data/../../0", "/archive/data/0"])
+def test_names_leaving_the_archive_are_refused(tmp_path, name):
+    """Before: verify() accepted record names containing '..'."""
+    path = tensor_archive(tmp_path / "dots.pt", bytes(64), name=name)
+    for check in (load, verify):
+        with pytest.raises(CorruptCheckpointError):
+            check(path)
+
+
+def test_torch_save_files_and_our_own_still_load(tmp_path):
+    torch.save({"a": torch.ones(3), "b": [1, 2]}, tmp_path / "plain.pt")
+    assert load(tmp_path / "plain.pt")["b"] == [1, 2]
+    assert torch.equal(load(tmp_path / "plain.pt", mmap=True)["a"], torch.ones(3))
+    with AsyncCheckpointer(tmp_path / "c") as ckpt:
+        path = ckpt.save({"a": torch.ones(3)}, 1).result()
+    assert torch.equal(load(path)["a"], torch.ones(3))
+    (tmp_path / "text.pt").write_text("not a zip at all")
+    with pytest.raises(CorruptCheckpointError, match="not a zip|zip archive|end of central"):
+        load(tmp_path / "text.pt")
+
+
+# ---- the commands: one line, exit code 2 ----------------------------------------------
+
+def one_line_error(capsys, message):
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("state", [{"format": "qrnn-lm/1"}, {"format": "qrnn-lm/1", "settings": {}, "vocab": {},
+                                                               "data": {}, "model_config": {}}])
+def test_foreign_file_with_the_format_key_is_one_line(tmp_path, capsys, state):
+    """Before: --resume died with a KeyError traceback, exit code 1."""
+    run = tmp_path / "run"
+    run.mkdir()
+    torch.save(state, run / "ckpt-000000000001.pt")
+    assert train_main(["--resume", "--checkpoint-dir", str(run), "--no-progress"]) == 2
+    one_line_error(capsys, "is not a complete qrnn-train checkpoint")
+    assert generate_main(["--checkpoint", str(run / "ckpt-000000000001.pt")]) == 2
+    one_line_error(capsys, "is not a complete qrnn-train checkpoint")
+
+
+def test_hostile_file_is_one_line_for_both_commands(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    tensor_archive(run / "ckpt-000000000001.pt", bytes(1 << 20), compression=zipfile.ZIP_DEFLATED)
+    assert train_main(["--resume", "--checkpoint-dir", str(run), "--no-progress"]) == 2
+    one_line_error(capsys, "is damaged")
+    assert generate_main(["--checkpoint", str(run)]) == 2
+    one_line_error(capsys, "is damaged")
+
+
+HOLDER = """
+import sys
+from qrnn.checkpoint import AsyncCheckpointer
+ckpt = AsyncCheckpointer(sys.argv[1])
+ckpt.write_file("notes.txt", b"mine")   # takes the folder's writer lock
+print("ready", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_checkpoint_error_while_training_is_one_line_exit_2(tmp_path, capsys):
+    """A save that cannot happen (here: another writer holds the folder) ends qrnn-train
+    with one line and exit code 2, as docs/API.md says (before: exit code 1)."""
+    run = tmp_path / "run"
+    data = tmp_path / "text.txt"
+    data.write_text("hello world, a tiny corpus. " * 100)
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(HOLDER), str(run)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        code = train_main(["--data", str(data), "--checkpoint-dir", str(run), "--epochs", "1", "--max-steps", "2",
+                           "--layers", "1", "--hidden", "8", "--emsize", "8", "--batch-size", "2", "--bptt", "8",
+                           "--sample-length", "0", "--no-progress", "--device", "cpu"])
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "already has a writer" in err and "Traceback" not in err and err.count("\n") == 1, err
