@@ -4,15 +4,17 @@ measuring how long training waited for them, best.pt, and finding and reading th
 from __future__ import annotations
 
 import os
-import shutil
 from typing import Optional
 
 import torch
 
+from .. import _C
 from ..checkpoint import AsyncCheckpointer, SaveHandle, load
 from .errors import TrainError
 
-__all__ = ["CheckpointStallMeter", "latest_checkpoint", "load_checkpoint"]
+__all__ = ["CheckpointStallMeter", "latest_checkpoint", "load_checkpoint", "restore_best", "BEST_NAME"]
+
+BEST_NAME = "best.pt"
 
 
 class CheckpointStallMeter:
@@ -42,6 +44,9 @@ class CheckpointStallMeter:
     def save(self, state: dict, step: int, best: bool = False, prepare_seconds: float = 0.0):
         """Save `state` as `step`; `prepare_seconds` (building `state`) counts as stall too."""
         self._preparing += prepare_seconds
+        # A best checkpoint still in flight is promoted before the next save can commit and
+        # its retention remove it (with max_pending=1 save() would wait for it anyway).
+        self.promote_best(wait=True)
         handle = self.checkpointer.save(state, step, overlap_with=self.overlap_with)
         self._counted.append([handle, 0.0])
         if best:
@@ -50,26 +55,83 @@ class CheckpointStallMeter:
         return handle
 
     def promote_best(self, wait: bool = False) -> None:
-        """Keep best.pt: a hard link (or copy) of the best checkpoint once it is committed."""
+        """Keep best.pt: the best checkpoint, once it is committed (see _write_best)."""
         handle = self._best_handle
         if handle is None or not (wait or handle.done()):
             return
         self._best_handle = None
-        source = handle.result()
-        target = os.path.join(self.directory, "best.pt")
-        temp = target + ".tmp"
-        try:
-            if os.path.exists(temp):
-                os.remove(temp)
-            os.link(source, temp)
-        except OSError:  # no hard links here (another file system, or none supported)
-            shutil.copyfile(source, temp)
-        os.replace(temp, target)
+        _write_best(self.directory, os.path.basename(handle.result()))
 
     def close(self) -> None:
         self.checkpointer.wait()
         self.promote_best(wait=True)
         self.checkpointer.close()
+
+
+def _write_best(directory: str, source: str) -> None:
+    """Make `directory`/best.pt the committed checkpoint `directory`/`source` by the writer's
+    commit rules: an exclusive temporary in the same folder (a stale one from a killed
+    promotion removed first), a hard link or else a copy, fsync, rename, fsync of the folder.
+    All relative to the folder's descriptor, never following a symlink named best.pt or
+    best.pt.tmp (rename replaces such a link, unlink removes it)."""
+    temp = BEST_NAME + ".tmp"
+    folder = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        try:
+            os.unlink(temp, dir_fd=folder)
+        except FileNotFoundError:
+            pass
+        try:
+            os.link(source, temp, src_dir_fd=folder, dst_dir_fd=folder, follow_symlinks=False)
+        except OSError:  # no hard links here (another file system, or none supported): copy
+            _copy_exclusive(folder, source, temp)
+        os.replace(temp, BEST_NAME, src_dir_fd=folder, dst_dir_fd=folder)
+        os.fsync(folder)
+    finally:
+        os.close(folder)
+
+
+def _copy_exclusive(folder: int, source: str, temp: str) -> None:
+    nofollow = os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    src = os.open(source, os.O_RDONLY | nofollow, dir_fd=folder)
+    try:
+        dst = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | nofollow, 0o644, dir_fd=folder)
+        try:
+            while True:
+                chunk = os.read(src, 1 << 20)
+                if not chunk:
+                    break
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(dst, view):]
+            os.fsync(dst)
+        finally:
+            os.close(dst)
+    finally:
+        os.close(src)
+
+
+def restore_best(directory: str, best_step: Optional[int]) -> bool:
+    """On resume: re-promote best.pt from the checkpoint of `best_step` (the best one, as the
+    resumed checkpoint records it) when best.pt is missing or another file (a kill between
+    that checkpoint's commit and its promotion). False when there is nothing to do or the
+    checkpoint is gone (it is removed only after a later save, that is after promotion)."""
+    if best_step is None or not os.path.isdir(directory):
+        return False
+    with AsyncCheckpointer(directory) as scanner:
+        name = _C.checkpoint_file_name(scanner.prefix, best_step, scanner.suffix)
+        committed = {os.path.basename(path) for path in scanner.checkpoints()}
+    if name not in committed:
+        return False
+    source = os.path.join(directory, name)
+    target = os.path.join(directory, BEST_NAME)
+    try:
+        if os.path.samefile(source, target) and not os.path.islink(target):
+            return False
+    except OSError:  # no best.pt
+        pass
+    _write_best(directory, name)
+    return True
 
 
 def latest_checkpoint(directory: str) -> Optional[str]:

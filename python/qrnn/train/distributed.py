@@ -1,18 +1,28 @@
 """The processes of a run: torchrun's process group, this rank's device, and the few
-collectives the trainer and the command line need besides DDP's own."""
+collectives the trainer and the command line need besides DDP's own; a failed collective
+explained on one line, naming the ranks that did not answer."""
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
-from typing import Optional
+from datetime import timedelta
+from typing import Any, Optional
 
 import torch
 from torch import nn
 
 from .errors import TrainError
 
-__all__ = ["Distributed", "init_distributed", "all_gather_object", "broadcast_object", "check_ranks_in_sync"]
+__all__ = ["Distributed", "init_distributed", "all_gather_object", "broadcast_object", "all_reduce_max",
+           "check_ranks_in_sync", "is_collective_failure", "collective_failure_message", "DEFAULT_DIST_TIMEOUT"]
+
+# How long a collective waits for a peer (torch's own default, 30 minutes, holds a job that
+# long on one hung rank).
+DEFAULT_DIST_TIMEOUT = 300.0
+# How long the check of who is missing, after a failed collective, waits for each rank.
+_PROBE_SECONDS = 10.0
 
 
 @dataclass
@@ -22,6 +32,10 @@ class Distributed:
     rank: int = 0
     world: int = 1
     device: torch.device = torch.device("cpu")
+    timeout: float = DEFAULT_DIST_TIMEOUT  # seconds a collective waits for a peer
+    # A gloo group of every rank used only to find unresponsive ranks after a failure: its
+    # connections are not the ones a failed collective left broken.
+    health_group: Any = None
 
     @property
     def enabled(self) -> bool:
@@ -32,9 +46,10 @@ class Distributed:
         return self.rank == 0
 
 
-def init_distributed(device: Optional[str] = None) -> Distributed:
+def init_distributed(device: Optional[str] = None, timeout: float = DEFAULT_DIST_TIMEOUT) -> Distributed:
     """Join the process group torchrun set up (gloo on CPU, nccl on CUDA); a single process
-    otherwise. Chooses the device: --device, else CUDA (this rank's GPU) when available."""
+    otherwise. Chooses the device: --device, else CUDA (this rank's GPU) when available.
+    `timeout`: seconds any collective waits for a peer before it fails."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -54,10 +69,14 @@ def init_distributed(device: Optional[str] = None) -> Distributed:
         if dev.index >= torch.cuda.device_count():
             raise TrainError(f"--device {dev}: torch sees {torch.cuda.device_count()} CUDA device(s)")
         torch.cuda.set_device(dev)
-    if world > 1 and not torch.distributed.is_initialized():
-        backend = "nccl" if dev.type == "cuda" else "gloo"
-        torch.distributed.init_process_group(backend=backend)
-    return Distributed(rank, world, dev)
+    health_group = None
+    if world > 1:
+        limit = timedelta(seconds=timeout)
+        if not torch.distributed.is_initialized():
+            backend = "nccl" if dev.type == "cuda" else "gloo"
+            torch.distributed.init_process_group(backend=backend, timeout=limit)
+        health_group = torch.distributed.new_group(backend="gloo", timeout=limit)
+    return Distributed(rank, world, dev, timeout, health_group)
 
 
 def all_gather_object(obj, dist: Distributed) -> list:
@@ -76,6 +95,55 @@ def broadcast_object(value, dist: Distributed):
     box = [value]
     torch.distributed.broadcast_object_list(box, src=0)
     return box[0]
+
+
+def all_reduce_max(values: list, dist: Distributed) -> list:
+    """The element-wise maximum of every rank's `values` (floats; collective under DDP)."""
+    if not dist.enabled:
+        return list(values)
+    tensor = torch.tensor(values, dtype=torch.float64, device=dist.device)
+    torch.distributed.all_reduce(tensor, op=torch.distributed.ReduceOp.MAX)
+    return tensor.tolist()
+
+
+def is_collective_failure(error: BaseException, dist: Optional[Distributed]) -> bool:
+    """Whether `error` is a collective that failed (a peer gone, hung, or out of step)."""
+    if dist is None or not dist.enabled or not isinstance(error, RuntimeError):
+        return False
+    if isinstance(error, getattr(torch.distributed, "DistError", ())):
+        return True
+    # Older torch raises gloo's and NCCL's errors as plain RuntimeErrors.
+    return bool(re.search(r"gloo|nccl|[Cc]onnection (closed|reset)|[Tt]imed out|ProcessGroup", str(error)))
+
+
+def _unresponsive_ranks(dist: Distributed) -> Optional[list]:
+    """The ranks that fail a monitored barrier ([] when all answer), as rank 0 sees them;
+    None on other ranks when rank 0 does not answer or reports a fault."""
+    probe = timedelta(seconds=min(dist.timeout, _PROBE_SECONDS))
+    try:
+        torch.distributed.monitored_barrier(group=dist.health_group, timeout=probe, wait_all_ranks=True)
+        return []
+    except RuntimeError as err:
+        found = re.search(r"Ranks? ([\d, ]+) failed to pass monitoredBarrier", str(err))
+        if found and dist.is_main:
+            return [int(rank) for rank in found.group(1).replace(",", " ").split()]
+        return [0] if dist.world == 2 and not dist.is_main else None
+
+
+def collective_failure_message(error: BaseException, dist: Distributed, where: str) -> str:
+    """One line for a collective that failed on this rank: which ranks did not answer (hung
+    or dead; found by a monitored barrier), else the error's first line."""
+    detail = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    detail = re.sub(r"^\[[^\]]*\] ", "", detail)  # gloo's source-file prefix
+    missing = _unresponsive_ranks(dist) if dist.health_group is not None else None
+    if missing:
+        names = ", ".join(str(rank) for rank in missing)
+        return (f"rank {dist.rank}: rank{'s' if len(missing) > 1 else ''} {names} of {dist.world} stopped answering "
+                f"{where} (dead, or hung past --dist-timeout {dist.timeout:g} s): {detail}")
+    if missing is None and not dist.is_main:
+        return (f"rank {dist.rank}: a collective failed {where}; rank 0 names the rank at fault "
+                f"(if rank 0 is gone, it is): {detail}")
+    return f"rank {dist.rank}: a collective with the other processes failed {where}: {detail}"
 
 
 # Tensors of the last collectives, kept for the life of the process (see check_ranks_in_sync).
