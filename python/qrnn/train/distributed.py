@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Optional
@@ -74,9 +75,23 @@ def init_distributed(device: Optional[str] = None, timeout: float = DEFAULT_DIST
         limit = timedelta(seconds=timeout)
         if not torch.distributed.is_initialized():
             backend = "nccl" if dev.type == "cuda" else "gloo"
-            torch.distributed.init_process_group(backend=backend, timeout=limit)
+            torch.distributed.init_process_group(backend=backend, timeout=limit, **_attempt_store(world, limit))
         health_group = torch.distributed.new_group(backend="gloo", timeout=limit)
     return Distributed(rank, world, dev, timeout, health_group)
+
+
+def _attempt_store(world: int, timeout: timedelta) -> dict:
+    """The store arguments of init_process_group for this torchrun attempt. torchrun's agent
+    keeps one store server for all restarts of a job and its workers join it unprefixed, so a
+    restarted rank could read the address a dead rank of the previous attempt left there (and
+    fail to connect): give each attempt keys of its own. {} (env:// as usual) otherwise."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return {}
+    server = torch.distributed.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world,
+                                        is_master=False, timeout=timeout)
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    return {"store": torch.distributed.PrefixStore(f"qrnn-train/attempt_{attempt}/", server),
+            "rank": int(os.environ["RANK"]), "world_size": world}
 
 
 def all_gather_object(obj, dist: Distributed) -> list:
@@ -117,25 +132,40 @@ def is_collective_failure(error: BaseException, dist: Optional[Distributed]) -> 
 
 
 def _unresponsive_ranks(dist: Distributed) -> Optional[list]:
-    """The ranks that fail a monitored barrier ([] when all answer), as rank 0 sees them;
-    None on other ranks when rank 0 does not answer or reports a fault."""
-    probe = timedelta(seconds=min(dist.timeout, _PROBE_SECONDS))
-    try:
-        torch.distributed.monitored_barrier(group=dist.health_group, timeout=probe, wait_all_ranks=True)
-        return []
-    except RuntimeError as err:
-        found = re.search(r"Ranks? ([\d, ]+) failed to pass monitoredBarrier", str(err))
-        if found and dist.is_main:
-            return [int(rank) for rank in found.group(1).replace(",", " ").split()]
-        return [0] if dist.world == 2 and not dist.is_main else None
+    """After a failed collective: on rank 0, the ranks that do not check in on the health
+    group within a few seconds (dead: at once; hung: when the wait ends); elsewhere [] when
+    rank 0 answered this rank's check-in, else None. (A monitored barrier names a hung rank
+    but gives up at the first dead one without naming it.)"""
+    probe = min(dist.timeout, _PROBE_SECONDS)
+    group, token = dist.health_group, torch.zeros(1)
+    deadline = time.monotonic() + probe
+
+    def answered(start) -> bool:  # the transfer `start()` begins ends within the probe
+        try:
+            start().wait(timedelta(seconds=max(deadline - time.monotonic(), 0.001)))
+            return True
+        except RuntimeError:  # at once for a closed connection, at the deadline for a silent peer
+            return False
+
+    if not dist.is_main:
+        checked_in = answered(lambda: torch.distributed.isend(token, dst=0, group=group))
+        return [] if checked_in and answered(lambda: torch.distributed.irecv(token, src=0, group=group)) else None
+    missing = [rank for rank in range(1, dist.world)
+               if not answered(lambda: torch.distributed.irecv(torch.zeros(1), src=rank, group=group))]
+    for rank in set(range(1, dist.world)) - set(missing):
+        answered(lambda: torch.distributed.isend(token, dst=rank, group=group))
+    return missing
 
 
 def collective_failure_message(error: BaseException, dist: Distributed, where: str) -> str:
     """One line for a collective that failed on this rank: which ranks did not answer (hung
-    or dead; found by a monitored barrier), else the error's first line."""
+    or dead), else the error's first line."""
     detail = (str(error).strip().splitlines() or [type(error).__name__])[0]
     detail = re.sub(r"^\[[^\]]*\] ", "", detail)  # gloo's source-file prefix
+    detail = detail.split(". This is typically")[0]  # gloo's advice, longer than the news
     missing = _unresponsive_ranks(dist) if dist.health_group is not None else None
+    if missing is None and dist.world == 2:  # rank 0 did not take the check-in: it is the one
+        missing = [0]
     if missing:
         names = ", ".join(str(rank) for rank in missing)
         return (f"rank {dist.rank}: rank{'s' if len(missing) > 1 else ''} {names} of {dist.world} stopped answering "
