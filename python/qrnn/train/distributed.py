@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import time
+import uuid
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Optional
@@ -81,17 +82,41 @@ def init_distributed(device: Optional[str] = None, timeout: float = DEFAULT_DIST
 
 
 def _attempt_store(world: int, timeout: timedelta) -> dict:
-    """The store arguments of init_process_group for this torchrun attempt. torchrun's agent
-    keeps one store server for all restarts of a job and its workers join it unprefixed, so a
-    restarted rank could read the address a dead rank of the previous attempt left there (and
-    fail to connect): give each attempt keys of its own. {} (env:// as usual) otherwise."""
+    """The store arguments of init_process_group for this torchrun attempt ({}: env:// as
+    usual). torchrun's agent may keep one store server for all restarts of a job (its
+    default since torch 2.5) and workers join it unprefixed, so a restarted rank can read the
+    address a dead rank of the previous attempt left there and fail to connect (pytorch
+    issue 135712); restart counts differ between nodes, so they cannot prefix the keys. Rank
+    0 hosts a fresh store instead and publishes where it is (with a nonce that tells an
+    earlier attempt's note from this one's) through the shared one."""
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
         return {}
-    server = torch.distributed.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world,
-                                        is_master=False, timeout=timeout)
-    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    return {"store": torch.distributed.PrefixStore(f"qrnn-train/attempt_{attempt}/", server),
-            "rank": int(os.environ["RANK"]), "world_size": world}
+    rank, host = int(os.environ["RANK"]), os.environ["MASTER_ADDR"]
+    shared = torch.distributed.TCPStore(host, int(os.environ["MASTER_PORT"]), world, is_master=False,
+                                        timeout=timeout)
+    key = "qrnn-train/attempt-store"
+    if rank == 0:
+        store = torch.distributed.TCPStore(host, 0, world, is_master=True, timeout=timeout,
+                                           wait_for_workers=False)
+        nonce = uuid.uuid4().hex
+        store.set(key, nonce)
+        shared.set(key, f"{store.port} {nonce}")
+    else:
+        deadline = time.monotonic() + timeout.total_seconds()
+        while True:
+            port, nonce = shared.get(key).decode().split()
+            try:
+                store = torch.distributed.TCPStore(host, int(port), world, is_master=False,
+                                                   timeout=timedelta(seconds=2))
+                if store.get(key).decode() == nonce:
+                    break
+            except RuntimeError:  # an earlier attempt's store, gone (or its port reused)
+                pass
+            if time.monotonic() > deadline:
+                raise TrainError(f"rank {rank}: rank 0's store of this attempt did not appear within "
+                                 f"--dist-timeout {timeout.total_seconds():g} s")
+            time.sleep(0.2)
+    return {"store": store, "rank": rank, "world_size": world}
 
 
 def all_gather_object(obj, dist: Distributed) -> list:
