@@ -105,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     ckpt.add_argument("--checkpoint-dir", metavar="DIR", help="run folder: checkpoints, best.pt, metrics.jsonl, "
                       "loss.png (default: runs/<date-time>)")
     ckpt.add_argument("--keep-last", type=_pos_int, default=3, metavar="N", help="checkpoints kept (default: 3)")
-    ckpt.add_argument("--resume", nargs="?", const="required", type=_auto, metavar="auto",
+    ckpt.add_argument("--resume", nargs="?", const=True, type=_auto, metavar="auto",
                       help="continue from the latest checkpoint in --checkpoint-dir (default: the newest run "
                       "under runs/); --resume auto: continue if --checkpoint-dir holds a checkpoint, else "
                       "start there (one command line for first starts, restarts and requeues)")
