@@ -3,7 +3,8 @@
 FAULT="SIGNAL@WHERE@N[@RANK]" sends SIGNAL (a signal.Signals name) to this process once per
 launch (FAULT_ONCE: a file created when it fires, so restarted workers run clean):
   WHERE=step: during optimizer step N; WHERE=save: right after the N-th save was handed to
-  the writer (it is in flight); WHERE=best: at the N-th promotion of best.pt, before it.
+  the writer (it is in flight); WHERE=best: at the N-th promotion of best.pt, before it;
+  WHERE=hang: right after the N-th save, and then the main thread sleeps for ten minutes.
 CLOCK="RANK@FACTOR": the training loop of that rank reads a monotonic clock running FACTOR
 times too fast (ranks whose clocks disagree).
 EXIT_LOG: a folder that receives, per rank and torchrun attempt, the exit code main returned.
@@ -53,6 +54,14 @@ if spec:
             around(qrnn.train.trainer.Trainer, "train_step", before=True)
         elif where == "save":
             around(qrnn.checkpoint.AsyncCheckpointer, "save", before=False)
+        elif where == "hang":
+            around(qrnn.checkpoint.AsyncCheckpointer, "save", before=False)
+            fire_once = fire
+
+            def fire():
+                fire_once()
+                if len(calls) == number:
+                    time.sleep(600)
         elif where == "best":
             around(qrnn.train.checkpoints, "_write_best", before=True)
         else:

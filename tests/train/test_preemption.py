@@ -91,7 +91,8 @@ def test_sigterm_during_a_step_checkpoints_the_position_and_resumes_bit_identica
     run_dir = tmp_path / "run"
     code, _, err = _run(base, run_dir, "SIGTERM@step@12", ["--epochs", "2"])
     assert code == 128 + signal.SIGTERM, err[-2000:]
-    assert err.strip() == f"qrnn-train: stopped by SIGTERM at step 12, checkpointed in {run_dir}; continue with --resume"
+    assert err.strip() == (f"qrnn-train: stopped by SIGTERM at step 12, checkpointed in {run_dir}; "
+                           "continue with --resume")
     stopped = load(_latest(run_dir))
     assert stopped["progress"]["step"] == 12 and stopped["progress"]["position"] == 12
     _assert_only_committed_files(run_dir)
@@ -122,11 +123,26 @@ def test_kill_before_best_pt_promotion_is_repaired_on_resume(base, tmp_path):
     code, _, err = _run(base, run_dir, "SIGKILL@best@1", ["--epochs", "1"])
     assert code == -signal.SIGKILL, err[-2000:]
     assert not (run_dir / "best.pt").exists()
-    (run_dir / "best.pt.tmp").symlink_to(tmp_path / "elsewhere")  # never followed
+    # Links planted under both names are replaced, never followed.
+    (tmp_path / "outside").write_text("not a checkpoint")
+    (run_dir / "best.pt").symlink_to(tmp_path / "outside")
+    (run_dir / "best.pt.tmp").symlink_to(tmp_path / "elsewhere")
     assert train_main(base + ["--epochs", "1", "--checkpoint-dir", str(run_dir)]) == 0
+    assert not (run_dir / "best.pt").is_symlink()
     assert os.path.samefile(run_dir / "best.pt", run_dir / f"ckpt-{EPOCH_STEPS:012d}.pt")
-    assert not (tmp_path / "elsewhere").exists()
+    assert not (tmp_path / "elsewhere").exists() and (tmp_path / "outside").read_text() == "not a checkpoint"
     _assert_only_committed_files(run_dir)
+
+
+def test_a_stop_that_overruns_its_grace_exits_at_once(base, tmp_path):
+    """The main thread hangs after SIGTERM: --stop-grace 2 ends the process with 143 and one
+    line; the checkpoints committed before stand."""
+    run_dir = tmp_path / "run"
+    code, _, err = _run(base, run_dir, "SIGTERM@hang@2", ["--epochs", "2", "--stop-grace", "2"], timeout=60)
+    assert code == 128 + signal.SIGTERM
+    assert err.strip() == ("qrnn-train: SIGTERM: not stopped within the 2 s grace; exiting now "
+                           "(the last committed checkpoint stands)")
+    assert load(_latest(run_dir))["progress"]["step"] in (5, 10)
 
 
 def _pid_1_prefix():

@@ -20,8 +20,14 @@ import torch.nn.functional as F
 
 from .checkpoints import latest_checkpoint, load_checkpoint
 from .data import BPTTBatches, DataError, Vocabulary, load_corpus
-from .distributed import (DEFAULT_DIST_TIMEOUT, broadcast_object, check_ranks_in_sync,
-                          collective_failure_message, init_distributed, is_collective_failure)
+from .distributed import (
+    DEFAULT_DIST_TIMEOUT,
+    broadcast_object,
+    check_ranks_in_sync,
+    collective_failure_message,
+    init_distributed,
+    is_collective_failure,
+)
 from .errors import TrainError, TrainingStopped
 from .lm import QRNNLanguageModel, generate
 from .precision import PRECISIONS
@@ -349,9 +355,9 @@ def _train(args) -> int:
     except TrainingStopped as stop:
         print(f"{prog}: stopped by {signal.Signals(stop.signum).name} at step {stop.step}, checkpointed in "
               f"{trainer.checkpoint_dir if trainer else '-'}; continue with --resume", file=sys.stderr)
-        return int(stop.code)
+        return 128 + stop.signum
     except RuntimeError as err:
-        if not is_collective_failure(err, dist):
+        if dist is None or not is_collective_failure(err, dist):
             raise
         where = f"at step {trainer.step}" if trainer is not None else "during set-up"
         print(f"{prog}: error: {collective_failure_message(err, dist, where)}", file=sys.stderr)

@@ -165,20 +165,19 @@ def _unresponsive_ranks(dist: Distributed) -> Optional[list]:
     group, token = dist.health_group, torch.zeros(1)
     deadline = time.monotonic() + probe
 
-    def answered(start) -> bool:  # the transfer `start()` begins ends within the probe
+    def answered(transfer, *args, **kwargs) -> bool:  # the transfer started ends within the probe
         try:
-            start().wait(timedelta(seconds=max(deadline - time.monotonic(), 0.001)))
+            transfer(*args, group=group, **kwargs).wait(timedelta(seconds=max(deadline - time.monotonic(), 0.001)))
             return True
         except RuntimeError:  # at once for a closed connection, at the deadline for a silent peer
             return False
 
     if not dist.is_main:
-        checked_in = answered(lambda: torch.distributed.isend(token, dst=0, group=group))
-        return [] if checked_in and answered(lambda: torch.distributed.irecv(token, src=0, group=group)) else None
-    missing = [rank for rank in range(1, dist.world)
-               if not answered(lambda: torch.distributed.irecv(torch.zeros(1), src=rank, group=group))]
+        checked_in = answered(torch.distributed.isend, token, dst=0)
+        return [] if checked_in and answered(torch.distributed.irecv, token, src=0) else None
+    missing = [rank for rank in range(1, dist.world) if not answered(torch.distributed.irecv, torch.zeros(1), src=rank)]
     for rank in set(range(1, dist.world)) - set(missing):
-        answered(lambda: torch.distributed.isend(token, dst=rank, group=group))
+        answered(torch.distributed.isend, token, dst=rank)
     return missing
 
 
