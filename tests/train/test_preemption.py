@@ -17,9 +17,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch import nn
 
 import qrnn
 from qrnn.checkpoint import load
+from qrnn.train import Trainer, TrainingStopped
 from qrnn.train import main as train_main
 from qrnn.train.data import default_text
 
@@ -194,3 +196,42 @@ def test_pid_1_of_a_container_stops_on_sigterm(base, tmp_path):
     stopped = load(_latest(run_dir))
     assert 0 < stopped["progress"]["step"] < 200 * EPOCH_STEPS
     _assert_only_committed_files(run_dir)
+
+
+# ---------------------------------------------------------------- the library form
+
+def _tiny_trainer(tmp_path, **options):
+    torch.manual_seed(0)
+    model = nn.Linear(3, 1)
+    return Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), nn.functional.mse_loss, precision="fp32",
+                   checkpoint_dir=str(tmp_path), keep_last=None, progress=False, **options)
+
+
+def _steps(run_dir):
+    with qrnn.checkpoint.AsyncCheckpointer(run_dir) as scanner:
+        return [load(path)["progress"]["step"] for path in scanner.checkpoints(order="step")]
+
+
+def test_trainer_saves_every_n_steps_and_every_interval(tmp_path):
+    data = [(torch.randn(4, 3), torch.randn(4, 1)) for _ in range(5)]
+    _tiny_trainer(tmp_path / "every", save_every=2).fit(data, epochs=2)
+    assert _steps(tmp_path / "every") == [2, 4, 5, 6, 8, 10]  # epoch ends at 5 and 10
+    _tiny_trainer(tmp_path / "interval", save_interval=1e-9).fit(data, epochs=1)  # due before every step
+    assert _steps(tmp_path / "interval") == [1, 2, 3, 4, 5]
+
+
+def test_trainer_fit_stops_on_a_signal_with_a_checkpoint(tmp_path):
+    """In this process: SIGUSR1 during step 3 -> TrainingStopped (a SystemExit, code 138)
+    after the checkpoint of step 3 (mid-epoch) committed; the handlers are restored."""
+    data = [(torch.randn(4, 3), torch.randn(4, 1)) for _ in range(6)]
+    trainer = _tiny_trainer(tmp_path)
+    trainer.module.register_forward_hook(
+        lambda *_: os.kill(os.getpid(), signal.SIGUSR1) if trainer.step == 2 and trainer.module.training else None)
+    with pytest.raises(TrainingStopped) as stopped:
+        trainer.fit(data, valid_data=data[:2], epochs=2)
+    assert stopped.value.code == 128 + signal.SIGUSR1 and stopped.value.step == 3
+    assert _steps(tmp_path) == [3]
+    progress = load(_latest(tmp_path))["progress"]
+    assert progress["position"] == 3 and progress["epoch"] == 0
+    assert trainer.history[-1]["valid_loss"] is None and not trainer.history[-1]["complete"]
+    assert signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL

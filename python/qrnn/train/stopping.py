@@ -1,7 +1,8 @@
 """Stop requests from a scheduler: SIGTERM (SLURM, Kubernetes, torchrun's agent) and SIGUSR1
 (SLURM's ``--signal``) ask a run to stop, not kill it. While caught, the first such signal is
 recorded for the training loop to act on at the next step, and from its arrival the process
-has `grace` seconds left: when they run out it ends with status 128 + the signal number.
+has `grace` seconds left while the signals are caught: when they run out it ends with status
+128 + the signal number.
 
 Installing handlers is also what makes a trainer that runs as PID 1 of a container react to
 SIGTERM at all: PID 1 gets no default action for a signal it has no handler for."""
@@ -47,6 +48,12 @@ class StopRequest:
             self._timer = threading.Timer(self.grace, self._expire)
             self._timer.daemon = True
             self._timer.start()
+
+    def cancel_timer(self) -> None:
+        """The stop is over and the caller takes control again: no forced exit."""
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
 
     def _expire(self) -> None:
         name = signal.Signals(self.signum).name
@@ -99,6 +106,7 @@ class _Installed:
                     self.request.trip(signum)
 
     def uninstall(self) -> None:
+        self.request.cancel_timer()
         for sig, handler in self.previous.items():
             signal.signal(sig, handler)
         if self.pipe is not None:

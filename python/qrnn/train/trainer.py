@@ -54,9 +54,9 @@ class Trainer:
     * stop_signals (default SIGTERM, SIGUSR1) are caught during fit() (main thread only) as a
       stop request: all ranks stop before the same step, the save in flight commits, the
       position reached is checkpointed (no validation), best.pt is promoted, and fit() raises
-      :class:`TrainingStopped` (a SystemExit, code 128 + the signal). From the signal on the
-      process has `stop_grace` seconds; past them it exits with that code at once (the last
-      committed checkpoint stands). One decision for every rank, made before each step (an
+      :class:`TrainingStopped` (a SystemExit, code 128 + the signal). From the signal until
+      fit() returns there are `stop_grace` seconds; past them the process exits with that code
+      at once (the last committed checkpoint stands). One decision for every rank, made before each step (an
       all-reduce of a few flags under DDP), covers signals, max_steps and the time budget
       (rank 0's clock) alike.
     """
