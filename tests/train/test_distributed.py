@@ -6,16 +6,22 @@ optimizer steps as one process given the whole batch. Checked here to float tole
 (dropout off, so that no per-rank random masks enter), together with: only rank 0 writes
 files, and --resume on a different number of processes (2 -> 1 at an epoch boundary,
 1 -> 2 in the middle of an epoch, where the carried states are re-cut) continues the same
-run as if it had never stopped.
+run as if it had never stopped. Faults (tests/train/fault_launcher.py): a torchrun restart
+after a rank dies and a two-node run (--resume auto) end bit-identical to the uninterrupted
+run; a hung rank fails the job in bounded time with one line naming it; ranks whose clocks
+disagree still stop at the same step.
 """
 
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
+from pathlib import Path
 
 import pytest
 import torch
@@ -133,7 +139,7 @@ def runs(tmp_path_factory):
     torchrun("one_then_two", base + ["--epochs", "2", "--resume", "--checkpoint-dir", dirs["one_then_two"]])
     epoch_steps = min(_checkpoints(dirs["one"]))  # the first checkpoint: end of epoch 1
     assert sorted(_checkpoints(dirs["one"])) == [epoch_steps, 2 * epoch_steps]
-    return dict(dirs=dirs, logs=logs, outputs=outputs, epoch_steps=epoch_steps)
+    return dict(dirs=dirs, logs=logs, outputs=outputs, epoch_steps=epoch_steps, base=base, root=root)
 
 
 def test_two_processes_reach_the_parameters_of_one(runs):
@@ -197,3 +203,156 @@ def test_mid_epoch_carry_is_recut_in_rank_order():
         assert torch.equal(c, c_ref)
         assert (tail is None and tail_ref is None) or torch.equal(tail, tail_ref)
     assert regroup_carry([None, None], 1, batch_dim=1) == [None]
+
+
+# ---------------------------------------------------------------- faults
+
+FAULT_LAUNCHER = str(Path(__file__).with_name("fault_launcher.py"))
+RECOVERY = ["--save-every", "5", "--resume", "auto"]  # one command line for starts and restarts
+
+
+def _fault_env(folder, fault, **extra):
+    (folder / "exit").mkdir(parents=True)
+    return dict(os.environ, OMP_NUM_THREADS="1", FAULT=fault, FAULT_ONCE=str(folder / "fault-fired"),
+                EXIT_LOG=str(folder / "exit"), **extra)
+
+
+def _torchrun(*options):
+    return [sys.executable, "-m", "torch.distributed.run", *options, "--monitor-interval", "0.2"]
+
+
+def _worker_stderr(log_dir):
+    """{(attempt, local rank): stderr} of a torchrun launched with --log-dir and --redirects 3."""
+    return {(path.parent.parent.name, path.parent.name): path.read_text()
+            for path in Path(log_dir).glob("*/attempt_*/*/stderr.log")}
+
+
+def _qrnn_lines(text):
+    return [line for line in text.splitlines() if line.startswith("qrnn-train:")]
+
+
+def _assert_same_model(a, b):
+    assert a["progress"]["step"] == b["progress"]["step"]
+    for key in a["model"]:
+        assert torch.equal(a["model"][key], b["model"][key]), key
+
+
+def test_torchrun_restart_after_a_rank_dies_resumes_bit_identical(runs):
+    """--max-restarts=1 --resume auto: rank 1 is SIGKILLed at step 17; rank 0 reports it on one
+    line; the restarted workers resume from step 15 and end bit-identical to the uninterrupted
+    2-process run. Before: restarted workers exited 2 ("already holds checkpoints"), and
+    --resume on a first start exited 2 ("no checkpoint")."""
+    steps, folder = runs["epoch_steps"], runs["root"] / "restart"
+    run_dir = folder / "run"
+    env = _fault_env(folder, "SIGKILL@step@17@1")
+    command = _torchrun("--standalone", "--nproc_per_node=2", "--max-restarts=1", "--log-dir", str(folder / "logs"),
+                        "--redirects", "3") + [FAULT_LAUNCHER] + runs["base"] + RECOVERY + [
+                            "--epochs", "1", "--checkpoint-dir", str(run_dir)]
+    code, out, err = run_launch(command, env, folder / "launch", timeout=240)
+    assert code == 0, (out[-2000:], err[-3000:])
+    assert sorted(os.listdir(folder / "exit")) == ["rank0-attempt1", "rank1-attempt1"]
+    stderr = _worker_stderr(folder / "logs")
+    assert _qrnn_lines(stderr[("attempt_0", "0")]) == [
+        "qrnn-train: error: rank 0: rank 1 of 2 stopped answering at step 16 (dead, or hung past --dist-timeout "
+        "300 s): " + _qrnn_lines(stderr[("attempt_0", "0")])[0].split("300 s): ", 1)[1]]
+    assert "Traceback" not in stderr[("attempt_0", "0")]
+    _assert_same_model(load(_checkpoints(runs["dirs"]["two"])[steps]), load(_checkpoints(str(run_dir))[steps]))
+
+
+def _free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_two_nodes_match_one_node_and_recover(runs):
+    """Two torchrun agents as two nodes (c10d rendezvous on 127.0.0.1, one process each, the
+    same global batch); the second node's worker is SIGKILLed at step 17, both agents restart
+    their workers, which resume with --resume auto: the parameters equal those of one node
+    with two processes, bit for bit."""
+    steps, folder = runs["epoch_steps"], runs["root"] / "two-nodes"
+    run_dir = folder / "run"
+    env = _fault_env(folder, "SIGKILL@step@17@1")
+    agent = _torchrun("--nnodes=2", "--nproc_per_node=1", "--rdzv-backend=c10d",
+                      f"--rdzv-endpoint=127.0.0.1:{_free_port()}", "--rdzv-id=qrnn-test", "--max-restarts=1")
+    train = [FAULT_LAUNCHER] + runs["base"] + RECOVERY + ["--epochs", "1", "--checkpoint-dir", str(run_dir)]
+    folder.joinpath("node1").mkdir()
+    with open(folder / "node1" / "output", "w") as node1_output:
+        node1 = subprocess.Popen(agent + train, stdout=node1_output, stderr=subprocess.STDOUT, env=env)
+        try:
+            code, out, err = run_launch(agent + train, env, folder / "node0", timeout=240)
+            node1_code = node1.wait(timeout=60)
+        finally:
+            node1.kill()
+    assert code == 0 and node1_code == 0, (out[-2000:], err[-3000:], (folder / "node1" / "output").read_text()[-3000:])
+    assert (folder / "fault-fired").exists() and "ranks in sync: 2 processes" in out + (
+        folder / "node1" / "output").read_text()
+    _assert_same_model(load(_checkpoints(runs["dirs"]["two"])[steps]), load(_checkpoints(str(run_dir))[steps]))
+
+
+def _pids(marker, rank):
+    """Pids of the launch's workers of `rank` (processes with both environment entries)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as fh:
+                entries = fh.read().split(b"\0")
+        except OSError:
+            continue
+        if marker in entries and f"RANK={rank}".encode() in entries and b"LOCAL_RANK=" + str(rank).encode() in entries:
+            found.append(int(pid))
+    return found
+
+
+def test_a_hung_rank_fails_the_job_in_bounded_time_naming_it(runs):
+    """Rank 1 SIGSTOPs itself at step 7; with --dist-timeout 5 rank 0 gives up and names it on
+    one line, exit 2. (Once rank 0 is gone the test resumes rank 1, which torchrun would
+    otherwise SIGKILL after its own 30 s.) Before: rank 0 waited torch's 30 minutes."""
+    folder = runs["root"] / "hung"
+    marker = f"QRNN_TEST_HUNG={uuid.uuid4().hex}"
+    env = _fault_env(folder, "SIGSTOP@step@7@1", QRNN_TEST_HUNG=marker.split("=")[1])
+    command = _torchrun("--standalone", "--nproc_per_node=2", "--log-dir", str(folder / "logs"), "--redirects", "3") + [
+        FAULT_LAUNCHER] + runs["base"] + ["--epochs", "1", "--dist-timeout", "5",
+                                          "--checkpoint-dir", str(folder / "run")]
+    folder.joinpath("launch").mkdir()
+    with open(folder / "launch" / "output", "w") as output:
+        launch = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=env)
+        try:
+            deadline = time.monotonic() + 120
+            while launch.poll() is None and time.monotonic() < deadline:
+                if (folder / "exit" / "rank0-attempt0").exists():
+                    for pid in _pids(marker.encode(), 1):
+                        os.kill(pid, signal.SIGCONT)
+                time.sleep(0.2)
+            code = launch.wait(timeout=30)
+        finally:
+            _kill_marked(marker.encode())
+            launch.kill()
+    assert code != 0
+    assert (folder / "exit" / "rank0-attempt0").read_text() == "2"
+    rank0 = _worker_stderr(folder / "logs")[("attempt_0", "0")]
+    lines = _qrnn_lines(rank0)
+    assert len(lines) == 1 and "Traceback" not in rank0, rank0[-3000:]
+    assert lines[0].startswith("qrnn-train: error: rank 0: rank 1 of 2 stopped answering at step 6 "
+                               "(dead, or hung past --dist-timeout 5 s)"), lines
+
+
+def test_ranks_whose_clocks_disagree_stop_at_the_same_step(runs):
+    """Rank 1's clock runs 100 times too fast: the time budget is rank 0's alone, so both
+    ranks stop together and stay in sync. Before: rank 1 left fit() at the first epoch end
+    on its own clock, and the ranks' collectives no longer matched (a hang)."""
+    folder = runs["root"] / "clocks"
+    env = _fault_env(folder, "", CLOCK="1@100")
+    command = _torchrun("--standalone", "--nproc_per_node=2") + [FAULT_LAUNCHER] + runs["base"] + [
+        "--epochs", "20", "--time-budget", "3", "--dist-timeout", "20", "--checkpoint-dir", str(folder / "run")]
+    code, out, err = run_launch(command, env, folder / "launch", timeout=120)
+    assert code == 0, (out[-2000:], err[-3000:])
+    assert "ranks in sync: 2 processes" in out
+    # Stopped by the budget (an epoch takes well under a second here), not by --epochs.
+    saved = load(_latest_step(folder / "run"))
+    assert 0 < saved["progress"]["step"] < 20 * runs["epoch_steps"]
+
+
+def _latest_step(run_dir):
+    found = _checkpoints(str(run_dir))
+    return found[max(found)]

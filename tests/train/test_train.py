@@ -272,6 +272,9 @@ def test_bad_data_and_checkpoints_give_one_line(tiny_data, tmp_path, capsys):
         (["--data", str(other), "--checkpoint-dir", run_dir, "--resume"],
          "training data differs from the checkpoint's"),
         (["--checkpoint-dir", str(tmp_path / "nothing"), "--resume"], "no checkpoint in"),
+        (["--data", tiny_data, "--resume", "auto"], "--resume auto needs --checkpoint-dir"),
+        (["--data", tiny_data, "--checkpoint-dir", run_dir, "--resume", "auto", "--hidden", "64"],
+         "--hidden 64 conflicts with the checkpoint"),
     ]
     for argv, message in cases:
         assert train_main(argv + ["--no-progress"]) == 2, argv

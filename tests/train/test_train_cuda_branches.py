@@ -8,6 +8,8 @@ itself on a GPU runs in the `cuda` tests.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 import torch
 
@@ -33,7 +35,9 @@ class FakeCuda:
             monkeypatch.setattr(torch.cuda, name, fn)
         monkeypatch.setattr(torch.distributed, "is_initialized", lambda: False)
         monkeypatch.setattr(torch.distributed, "init_process_group",
-                            lambda backend: self.calls.append(("init_process_group", backend)))
+                            lambda backend, timeout: self.calls.append(("init_process_group", backend, timeout)))
+        monkeypatch.setattr(torch.distributed, "new_group",
+                            lambda backend, timeout: self.calls.append(("new_group", backend, timeout)))
 
 
 def test_precision_rule_on_cuda(monkeypatch):
@@ -53,7 +57,10 @@ def test_each_rank_takes_its_own_gpu_and_nccl(monkeypatch):
     monkeypatch.setenv("LOCAL_RANK", "1")
     dist = init_distributed()  # no --device: CUDA when available
     assert dist.device == torch.device("cuda", 1) and dist.rank == 1 and dist.world == 2
-    assert fake.calls == [("set_device", torch.device("cuda", 1)), ("init_process_group", "nccl")]
+    # The process group's timeout is --dist-timeout's default (5 minutes), the health group gloo.
+    limit = timedelta(seconds=300)
+    assert fake.calls == [("set_device", torch.device("cuda", 1)), ("init_process_group", "nccl", limit),
+                          ("new_group", "gloo", limit)]
 
 
 def test_single_process_uses_the_current_gpu_and_checks_the_index(monkeypatch):

@@ -8,10 +8,13 @@ from typing import Optional
 
 import torch
 
+from .. import _C
 from ..checkpoint import AsyncCheckpointer, SaveHandle, load
 from .errors import TrainError
 
-__all__ = ["CheckpointStallMeter", "latest_checkpoint", "load_checkpoint"]
+__all__ = ["CheckpointStallMeter", "latest_checkpoint", "load_checkpoint", "restore_best", "BEST_NAME"]
+
+BEST_NAME = "best.pt"
 
 
 class CheckpointStallMeter:
@@ -41,6 +44,9 @@ class CheckpointStallMeter:
     def save(self, state: dict, step: int, best: bool = False, prepare_seconds: float = 0.0):
         """Save `state` as `step`; `prepare_seconds` (building `state`) counts as stall too."""
         self._preparing += prepare_seconds
+        # A best checkpoint still in flight is promoted before the next save can commit and
+        # its retention remove it (with max_pending=1 save() would wait for it anyway).
+        self.promote_best(wait=True)
         handle = self.checkpointer.save(state, step, overlap_with=self.overlap_with)
         self._counted.append([handle, 0.0])
         if best:
@@ -49,17 +55,54 @@ class CheckpointStallMeter:
         return handle
 
     def promote_best(self, wait: bool = False) -> None:
-        """Keep best.pt: a hard link (or copy) of the best checkpoint once it is committed."""
+        """Keep best.pt: the best checkpoint, once it is committed (see _write_best)."""
         handle = self._best_handle
         if handle is None or not (wait or handle.done()):
             return
         self._best_handle = None
-        self.checkpointer.publish(handle.result(), "best.pt")  # crash-safe, follows no link
+        _write_best(self.checkpointer, os.path.basename(handle.result()))
 
     def close(self) -> None:
         self.checkpointer.wait()
         self.promote_best(wait=True)
         self.checkpointer.close()
+
+
+def _write_best(checkpointer: AsyncCheckpointer, source: str) -> None:
+    """Make best.pt the committed checkpoint `source` of the checkpointer's folder by the
+    writer's commit rules (AsyncCheckpointer.publish: a temporary that follows no link, a hard
+    link or else a copy, fsync, rename, fsync of the folder, all relative to the folder's
+    descriptor). One function, so that tests can interrupt a promotion."""
+    checkpointer.publish(source, BEST_NAME)
+
+
+def restore_best(directory: str, best_step: Optional[int],
+                 checkpointer: Optional[AsyncCheckpointer] = None) -> bool:
+    """On resume: re-promote best.pt from the checkpoint of `best_step` (the best one, as the
+    resumed checkpoint records it) when best.pt is missing or another file (a kill between
+    that checkpoint's commit and its promotion). False when there is nothing to do or the
+    checkpoint is gone (it is removed only after a later save, that is after promotion).
+    `checkpointer`: the run's own, when it has one (it holds the folder's writer lock)."""
+    if best_step is None or not os.path.isdir(directory):
+        return False
+    with AsyncCheckpointer(directory) as scanner:
+        name = _C.checkpoint_file_name(scanner.prefix, best_step, scanner.suffix)
+        committed = {os.path.basename(path) for path in scanner.checkpoints()}
+    if name not in committed:
+        return False
+    source = os.path.join(directory, name)
+    target = os.path.join(directory, BEST_NAME)
+    try:
+        if os.path.samefile(source, target) and not os.path.islink(target):
+            return False
+    except OSError:  # no best.pt
+        pass
+    if checkpointer is not None:
+        _write_best(checkpointer, name)
+    else:
+        with AsyncCheckpointer(directory) as writer:  # takes the writer lock, releases it on close
+            _write_best(writer, name)
+    return True
 
 
 def latest_checkpoint(directory: str) -> Optional[str]:

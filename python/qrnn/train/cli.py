@@ -11,6 +11,7 @@ import io
 import json
 import math
 import os
+import signal
 import sys
 import time
 import zlib
@@ -21,11 +22,19 @@ import torch.nn.functional as F
 from ..checkpoint import CheckpointError
 from .checkpoints import latest_checkpoint, load_checkpoint
 from .data import BPTTBatches, DataError, Vocabulary, load_corpus
-from .distributed import broadcast_object, check_ranks_in_sync, init_distributed
-from .errors import TrainError
+from .distributed import (
+    DEFAULT_DIST_TIMEOUT,
+    broadcast_object,
+    check_ranks_in_sync,
+    collective_failure_message,
+    init_distributed,
+    is_collective_failure,
+)
+from .errors import TrainError, TrainingStopped
 from .lm import QRNNLanguageModel, generate
 from .precision import PRECISIONS
 from .state import seed_everything
+from .stopping import DEFAULT_STOP_GRACE, STOP_SIGNALS, catch_stop_signals
 from .trainer import Trainer, make_optimizer
 
 __all__ = ["main", "generate_main", "build_parser"]
@@ -63,6 +72,7 @@ _pos_int = _checked(int, lambda value: value > 0, "a positive int")
 _pos_float = _checked(float, lambda value: value > 0 and math.isfinite(value), "a positive float")
 _non_negative_int = _checked(int, lambda value: value >= 0, "an int >= 0")
 _fraction = _checked(float, lambda value: 0.0 <= value < 1.0, "a number in [0, 1)")
+_auto = _checked(str, lambda value: value == "auto", "auto (or no value)")
 # torch.manual_seed takes a 64-bit seed, and each rank adds its rank to it.
 _seed = _checked(int, lambda value: -2**63 <= value < 2**63 - 2**16, "an int in [-2**63, 2**63 - 2**16)")
 
@@ -103,8 +113,22 @@ def build_parser() -> argparse.ArgumentParser:
     ckpt.add_argument("--checkpoint-dir", metavar="DIR", help="run folder: checkpoints, best.pt, metrics.jsonl, "
                       "loss.png (default: runs/<date-time>)")
     ckpt.add_argument("--keep-last", type=_pos_int, default=3, metavar="N", help="checkpoints kept (default: 3)")
-    ckpt.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in "
-                      "--checkpoint-dir (default: the newest run under runs/)")
+    ckpt.add_argument("--resume", nargs="?", const=True, type=_auto, metavar="auto",
+                      help="continue from the latest checkpoint in --checkpoint-dir (default: the newest run "
+                      "under runs/); --resume auto: continue if --checkpoint-dir holds a checkpoint, else "
+                      "start there (one command line for first starts, restarts and requeues)")
+    ckpt.add_argument("--save-every", type=_pos_int, metavar="STEPS",
+                      help="also checkpoint every STEPS optimizer steps, mid-epoch")
+    ckpt.add_argument("--save-interval", type=_pos_float, metavar="MINUTES",
+                      help="also checkpoint every MINUTES minutes (rank 0's clock), mid-epoch")
+    faults = p.add_argument_group("stops and faults")
+    faults.add_argument("--stop-grace", type=_pos_float, default=DEFAULT_STOP_GRACE, metavar="SECONDS",
+                        help="on SIGTERM or SIGUSR1: stop at the next step, checkpoint it and exit with "
+                        "128 + the signal within SECONDS, else exit at once (default: "
+                        f"{DEFAULT_STOP_GRACE:g})")
+    faults.add_argument("--dist-timeout", type=_pos_float, default=DEFAULT_DIST_TIMEOUT, metavar="SECONDS",
+                        help="under torchrun: how long a collective waits for a hung or dead peer before "
+                        f"the run fails (default: {DEFAULT_DIST_TIMEOUT:g})")
     ckpt.add_argument("--sample-length", type=_non_negative_int, default=300, metavar="N",
                       help="tokens generated at the end (default: 300; 0: none)")
     ckpt.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -126,7 +150,12 @@ def _locate_run(args, dist) -> tuple:
     """(run folder, checkpoint to resume or None), agreed by all ranks."""
     run_dir, resume_path, error = args.checkpoint_dir, None, None
     if dist.is_main:
-        if args.resume:
+        if args.resume == "auto":
+            if run_dir is None:
+                error = "--resume auto needs --checkpoint-dir: the run folder to continue, or to start in"
+            else:
+                resume_path = latest_checkpoint(run_dir)
+        elif args.resume:
             if run_dir is None:
                 candidates = [d for d in reversed(_run_dirs()) if latest_checkpoint(d)]
                 run_dir = candidates[0] if candidates else None
@@ -220,9 +249,14 @@ def plot_losses(files, history: list, loss_trace: list, level: str) -> None:
 
 
 def main(argv=None) -> int:
-    """``qrnn-train``: returns the exit code (0, 1 for I/O errors, 2 for usage errors)."""
+    """``qrnn-train``: returns the exit code (0; 1 for I/O errors; 2 for usage errors and failed
+    collectives; 128 + the signal after a stop by SIGTERM or SIGUSR1; 130 for Ctrl-C)."""
+    args = build_parser().parse_args(argv)
     try:
-        return _train(argv)
+        # From the start, so that a signal during set-up is a stop request too (and a PID 1
+        # of a container reacts to SIGTERM at all).
+        with catch_stop_signals(STOP_SIGNALS, args.stop_grace):
+            return _train(args)
     finally:
         # DistributedDataParallel sits in reference cycles: collect it (and the process group
         # it holds) now, while Python is whole, not during interpreter shutdown, where
@@ -230,12 +264,11 @@ def main(argv=None) -> int:
         gc.collect()
 
 
-def _train(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+def _train(args) -> int:
     prog = "qrnn-train"
-    dist = None
+    dist = trainer = None
     try:
-        dist = init_distributed(args.device)
+        dist = init_distributed(args.device, args.dist_timeout)
         say = print if dist.is_main else (lambda *a, **k: None)
         run_dir, resume_path = _locate_run(args, dist)
         checkpoint = load_checkpoint(resume_path) if resume_path else None
@@ -278,7 +311,10 @@ def _train(argv=None) -> int:
                           # Every carried tensor is time-major, batch at dim 1 (cell state
                           # (1, batch, hidden), window tail (window - 1, batch, features)).
                           carry_batch_dim=1,
-                          keep_last=args.keep_last, checkpoint_extra=extra, progress=not args.no_progress)
+                          keep_last=args.keep_last, checkpoint_extra=extra, progress=not args.no_progress,
+                          save_every=args.save_every,
+                          save_interval=None if args.save_interval is None else 60 * args.save_interval,
+                          stop_grace=args.stop_grace)
         if checkpoint is not None:
             try:
                 trainer.load_state_dict(checkpoint)
@@ -321,6 +357,16 @@ def _train(argv=None) -> int:
     except OSError as err:  # e.g. an unreadable data file
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 1
+    except TrainingStopped as stop:
+        print(f"{prog}: stopped by {signal.Signals(stop.signum).name} at step {stop.step}, checkpointed in "
+              f"{trainer.checkpoint_dir if trainer else '-'}; continue with --resume", file=sys.stderr)
+        return 128 + stop.signum
+    except RuntimeError as err:
+        if dist is None or not is_collective_failure(err, dist):
+            raise
+        where = f"at step {trainer.step}" if trainer is not None else "during set-up"
+        print(f"{prog}: error: {collective_failure_message(err, dist, where)}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130

@@ -1,18 +1,30 @@
 """The processes of a run: torchrun's process group, this rank's device, and the few
-collectives the trainer and the command line need besides DDP's own."""
+collectives the trainer and the command line need besides DDP's own; a failed collective
+explained on one line, naming the ranks that did not answer."""
 
 from __future__ import annotations
 
 import os
+import re
+import time
+import uuid
 from dataclasses import dataclass
-from typing import Optional
+from datetime import timedelta
+from typing import Any, Optional
 
 import torch
 from torch import nn
 
 from .errors import TrainError
 
-__all__ = ["Distributed", "init_distributed", "all_gather_object", "broadcast_object", "check_ranks_in_sync"]
+__all__ = ["Distributed", "init_distributed", "all_gather_object", "broadcast_object", "all_reduce_max",
+           "check_ranks_in_sync", "is_collective_failure", "collective_failure_message", "DEFAULT_DIST_TIMEOUT"]
+
+# How long a collective waits for a peer (torch's own default, 30 minutes, holds a job that
+# long on one hung rank).
+DEFAULT_DIST_TIMEOUT = 300.0
+# How long the check of who is missing, after a failed collective, waits for each rank.
+_PROBE_SECONDS = 10.0
 
 
 @dataclass
@@ -22,6 +34,10 @@ class Distributed:
     rank: int = 0
     world: int = 1
     device: torch.device = torch.device("cpu")
+    timeout: float = DEFAULT_DIST_TIMEOUT  # seconds a collective waits for a peer
+    # A gloo group of every rank used only to find unresponsive ranks after a failure: its
+    # connections are not the ones a failed collective left broken.
+    health_group: Any = None
 
     @property
     def enabled(self) -> bool:
@@ -32,9 +48,10 @@ class Distributed:
         return self.rank == 0
 
 
-def init_distributed(device: Optional[str] = None) -> Distributed:
+def init_distributed(device: Optional[str] = None, timeout: float = DEFAULT_DIST_TIMEOUT) -> Distributed:
     """Join the process group torchrun set up (gloo on CPU, nccl on CUDA); a single process
-    otherwise. Chooses the device: --device, else CUDA (this rank's GPU) when available."""
+    otherwise. Chooses the device: --device, else CUDA (this rank's GPU) when available.
+    `timeout`: seconds any collective waits for a peer before it fails."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -54,10 +71,52 @@ def init_distributed(device: Optional[str] = None) -> Distributed:
         if dev.index >= torch.cuda.device_count():
             raise TrainError(f"--device {dev}: torch sees {torch.cuda.device_count()} CUDA device(s)")
         torch.cuda.set_device(dev)
-    if world > 1 and not torch.distributed.is_initialized():
-        backend = "nccl" if dev.type == "cuda" else "gloo"
-        torch.distributed.init_process_group(backend=backend)
-    return Distributed(rank, world, dev)
+    health_group = None
+    if world > 1:
+        limit = timedelta(seconds=timeout)
+        if not torch.distributed.is_initialized():
+            backend = "nccl" if dev.type == "cuda" else "gloo"
+            torch.distributed.init_process_group(backend=backend, timeout=limit, **_attempt_store(world, limit))
+        health_group = torch.distributed.new_group(backend="gloo", timeout=limit)
+    return Distributed(rank, world, dev, timeout, health_group)
+
+
+def _attempt_store(world: int, timeout: timedelta) -> dict:
+    """The store arguments of init_process_group for this torchrun attempt ({}: env:// as
+    usual). torchrun's agent may keep one store server for all restarts of a job (its
+    default since torch 2.5) and workers join it unprefixed, so a restarted rank can read the
+    address a dead rank of the previous attempt left there and fail to connect (pytorch
+    issue 135712); restart counts differ between nodes, so they cannot prefix the keys. Rank
+    0 hosts a fresh store instead and publishes where it is (with a nonce that tells an
+    earlier attempt's note from this one's) through the shared one."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return {}
+    rank, host = int(os.environ["RANK"]), os.environ["MASTER_ADDR"]
+    shared = torch.distributed.TCPStore(host, int(os.environ["MASTER_PORT"]), world, is_master=False,
+                                        timeout=timeout)
+    key = "qrnn-train/attempt-store"
+    if rank == 0:
+        store = torch.distributed.TCPStore(host, 0, world, is_master=True, timeout=timeout,
+                                           wait_for_workers=False)
+        nonce = uuid.uuid4().hex
+        store.set(key, nonce)
+        shared.set(key, f"{store.port} {nonce}")
+    else:
+        deadline = time.monotonic() + timeout.total_seconds()
+        while True:
+            port, nonce = shared.get(key).decode().split()
+            try:
+                store = torch.distributed.TCPStore(host, int(port), world, is_master=False,
+                                                   timeout=timedelta(seconds=2))
+                if store.get(key).decode() == nonce:
+                    break
+            except RuntimeError:  # an earlier attempt's store, gone (or its port reused)
+                pass
+            if time.monotonic() > deadline:
+                raise TrainError(f"rank {rank}: rank 0's store of this attempt did not appear within "
+                                 f"--dist-timeout {timeout.total_seconds():g} s")
+            time.sleep(0.2)
+    return {"store": store, "rank": rank, "world_size": world}
 
 
 def all_gather_object(obj, dist: Distributed) -> list:
@@ -76,6 +135,69 @@ def broadcast_object(value, dist: Distributed):
     box = [value]
     torch.distributed.broadcast_object_list(box, src=0)
     return box[0]
+
+
+def all_reduce_max(values: list, dist: Distributed) -> list:
+    """The element-wise maximum of every rank's `values` (floats; collective under DDP)."""
+    if not dist.enabled:
+        return list(values)
+    tensor = torch.tensor(values, dtype=torch.float64, device=dist.device)
+    torch.distributed.all_reduce(tensor, op=torch.distributed.ReduceOp.MAX)
+    return tensor.tolist()
+
+
+def is_collective_failure(error: BaseException, dist: Optional[Distributed]) -> bool:
+    """Whether `error` is a collective that failed (a peer gone, hung, or out of step)."""
+    if dist is None or not dist.enabled or not isinstance(error, RuntimeError):
+        return False
+    if isinstance(error, getattr(torch.distributed, "DistError", ())):
+        return True
+    # Older torch raises gloo's and NCCL's errors as plain RuntimeErrors.
+    return bool(re.search(r"gloo|nccl|[Cc]onnection (closed|reset)|[Tt]imed out|ProcessGroup", str(error)))
+
+
+def _unresponsive_ranks(dist: Distributed) -> Optional[list]:
+    """After a failed collective: on rank 0, the ranks that do not check in on the health
+    group within a few seconds (dead: at once; hung: when the wait ends); elsewhere [] when
+    rank 0 answered this rank's check-in, else None. (A monitored barrier names a hung rank
+    but gives up at the first dead one without naming it.)"""
+    probe = min(dist.timeout, _PROBE_SECONDS)
+    group, token = dist.health_group, torch.zeros(1)
+    deadline = time.monotonic() + probe
+
+    def answered(transfer, *args, **kwargs) -> bool:  # the transfer started ends within the probe
+        try:
+            transfer(*args, group=group, **kwargs).wait(timedelta(seconds=max(deadline - time.monotonic(), 0.001)))
+            return True
+        except RuntimeError:  # at once for a closed connection, at the deadline for a silent peer
+            return False
+
+    if not dist.is_main:
+        checked_in = answered(torch.distributed.isend, token, dst=0)
+        return [] if checked_in and answered(torch.distributed.irecv, token, src=0) else None
+    missing = [rank for rank in range(1, dist.world) if not answered(torch.distributed.irecv, torch.zeros(1), src=rank)]
+    for rank in set(range(1, dist.world)) - set(missing):
+        answered(torch.distributed.isend, token, dst=rank)
+    return missing
+
+
+def collective_failure_message(error: BaseException, dist: Distributed, where: str) -> str:
+    """One line for a collective that failed on this rank: which ranks did not answer (hung
+    or dead), else the error's first line."""
+    detail = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    detail = re.sub(r"^\[[^\]]*\] ", "", detail)  # gloo's source-file prefix
+    detail = detail.split(". This is typically")[0]  # gloo's advice, longer than the news
+    missing = _unresponsive_ranks(dist) if dist.health_group is not None else None
+    if missing is None and dist.world == 2:  # rank 0 did not take the check-in: it is the one
+        missing = [0]
+    if missing:
+        names = ", ".join(str(rank) for rank in missing)
+        return (f"rank {dist.rank}: rank{'s' if len(missing) > 1 else ''} {names} of {dist.world} stopped answering "
+                f"{where} (dead, or hung past --dist-timeout {dist.timeout:g} s): {detail}")
+    if missing is None and not dist.is_main:
+        return (f"rank {dist.rank}: a collective failed {where}; rank 0 names the rank at fault "
+                f"(if rank 0 is gone, it is): {detail}")
+    return f"rank {dist.rank}: a collective with the other processes failed {where}: {detail}"
 
 
 # Tensors of the last collectives, kept for the life of the process (see check_ranks_in_sync).

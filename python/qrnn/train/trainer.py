@@ -2,7 +2,9 @@
 ``torch.autocast``, a ``torch.amp.GradScaler`` for float16, gradient clipping after
 unscaling, truncated BPTT with the carried state detached between chunks, checkpoints
 through :class:`qrnn.checkpoint.AsyncCheckpointer`, exact resume (model, optimizer, scaler,
-scheduler, data position, every RNG state) and DistributedDataParallel under torchrun."""
+scheduler, data position, every RNG state), DistributedDataParallel under torchrun, and
+graceful stops: on SIGTERM or SIGUSR1 every rank stops at the same step, checkpoints it and
+exits (:class:`TrainingStopped`)."""
 
 from __future__ import annotations
 
@@ -12,11 +14,12 @@ from typing import Callable, Optional, Sequence
 import torch
 from torch import Tensor, nn
 
-from .checkpoints import CheckpointStallMeter
-from .distributed import Distributed, all_gather_object
-from .errors import TrainError
+from .checkpoints import CheckpointStallMeter, restore_best
+from .distributed import Distributed, all_gather_object, all_reduce_max
+from .errors import TrainError, TrainingStopped
 from .precision import AUTOCAST_DTYPES, choose_precision
 from .state import regroup_carry, rng_state, seed_everything, set_rng_state, tree_map
+from .stopping import DEFAULT_STOP_GRACE, STOP_SIGNALS, StopRequest, catch_stop_signals
 
 __all__ = ["Trainer", "fit", "make_optimizer"]
 
@@ -46,6 +49,16 @@ class Trainer:
     * carry_batch_dim: the batch dimension of every tensor of the carried state (stateful
       models). With it, a checkpoint written mid-epoch resumes on a different number of
       processes (the carried states are re-cut); without it, only at an epoch boundary.
+    * save_every (steps) and save_interval (seconds, rank 0's clock): checkpoints in the
+      middle of an epoch too, at the position reached.
+    * stop_signals (default SIGTERM, SIGUSR1) are caught during fit() (main thread only) as a
+      stop request: all ranks stop before the same step, the save in flight commits, the
+      position reached is checkpointed (no validation), best.pt is promoted, and fit() raises
+      :class:`TrainingStopped` (a SystemExit, code 128 + the signal). From the signal until
+      fit() returns there are `stop_grace` seconds; past them the process exits with that code
+      at once (the last committed checkpoint stands). One decision for every rank, made before each step (an
+      all-reduce of a few flags under DDP), covers signals, max_steps and the time budget
+      (rank 0's clock) alike.
     """
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Callable, *,
@@ -54,7 +67,9 @@ class Trainer:
                  stateful: bool = False, checkpoint_dir: Optional[str] = None, keep_last: int = 3,
                  checkpoint_extra: Optional[dict] = None, checkpoint_overlap: bool = True,
                  carry_batch_dim: Optional[int] = None, progress: bool = True,
-                 log: Callable[[str], None] = print):
+                 log: Callable[[str], None] = print, save_every: Optional[int] = None,
+                 save_interval: Optional[float] = None, stop_signals: Sequence[int] = STOP_SIGNALS,
+                 stop_grace: float = DEFAULT_STOP_GRACE):
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
         if not isinstance(optimizer, torch.optim.Optimizer):
@@ -88,6 +103,14 @@ class Trainer:
         self.checkpoint_dir = checkpoint_dir
         self.keep_last = keep_last
         self.checkpoint_overlap = checkpoint_overlap
+        self.save_every = save_every
+        self.save_interval = save_interval
+        self.stop_signals = tuple(stop_signals)
+        self.stop_grace = stop_grace
+        self.stop_signal: Optional[int] = None  # the signal that stopped fit(), agreed by all ranks
+        self._stop_request: Optional[StopRequest] = None
+        self._saved_step: Optional[int] = None  # step of the last checkpoint (same on every rank)
+        self._next_save_time = 0.0
         # Rank 0's, opened by the first save, closed by close().
         self.checkpoints: Optional[CheckpointStallMeter] = None
         # Progress, all saved in checkpoints.
@@ -96,6 +119,7 @@ class Trainer:
         self.step = 0               # optimizer steps attempted
         self.skipped_steps = 0      # of which skipped by the GradScaler (inf/NaN gradients)
         self.best_valid_loss: Optional[float] = None
+        self.best_step: Optional[int] = None  # step of the checkpoint with best_valid_loss
         self.history: list = []     # one record per (possibly partial) epoch
         self.loss_trace: list = []  # [step, training loss] every `trace_every` steps (this rank's shard)
         self.trace_every = 10
@@ -137,14 +161,21 @@ class Trainer:
         return loss.detach()
 
     # ---- epochs
-    def _stop_requested(self, max_steps, deadline) -> bool:
-        stop = (max_steps is not None and self.step >= max_steps) or \
-               (deadline is not None and time.monotonic() >= deadline)
-        if self.dist.enabled and deadline is not None:  # ranks must agree on the clock's verdict
-            flag = torch.tensor([float(stop)], device=self.device)
-            torch.distributed.broadcast(flag, 0)
-            stop = bool(flag.item())
-        return stop
+    def _decide(self, max_steps, deadline) -> tuple:
+        """(stop, save) before the next step: one decision for every rank. Step counts are
+        the same everywhere; clocks are read on rank 0 only; a signal on any rank stops all."""
+        signum = self._stop_request.signum if self._stop_request is not None else 0
+        stop = max_steps is not None and self.step >= max_steps
+        save = self.save_every is not None and self.step % self.save_every == 0
+        if self.dist.is_main:
+            now = time.monotonic()
+            stop = stop or (deadline is not None and now >= deadline)
+            save = save or (self.save_interval is not None and now >= self._next_save_time)
+        if self.dist.enabled:
+            signum, stop, save = all_reduce_max([float(signum), float(stop), float(save)], self.dist)
+        if signum:
+            self.stop_signal = int(signum)
+        return bool(stop or signum), bool(save) and self.step != self._saved_step
 
     def train_epoch(self, data: Sequence, max_steps: Optional[int] = None,
                     deadline: Optional[float] = None) -> dict:
@@ -165,9 +196,12 @@ class Trainer:
         completed = True
         with bar:
             for index in range(self.position, len(data)):
-                if self._stop_requested(max_steps, deadline):
+                stop, save = self._decide(max_steps, deadline)
+                if stop:
                     completed = False
                     break
+                if save:  # mid-epoch, at the position reached
+                    self.save_checkpoint()
                 inputs, targets = data[index]
                 loss = self.train_step(inputs, targets)
                 loss_sum += loss.double() * targets.numel()
@@ -217,46 +251,56 @@ class Trainer:
             max_steps: Optional[int] = None, time_budget: Optional[float] = None,
             on_epoch_end: Optional[Callable[[dict], None]] = None) -> list:
         """Train until `epochs` epochs are complete (counting those done before a resume), or
-        until `max_steps` optimizer steps in all, or `time_budget` seconds of this call.
+        until `max_steps` optimizer steps in all, or `time_budget` seconds of this call, or a
+        stop signal (then raises :class:`TrainingStopped` once the checkpoint is committed).
         Validates, checkpoints and calls `on_epoch_end(record)` after every epoch (and after a
-        partial one when stopped early). Returns the history of records."""
+        partial one when stopped early; no validation after a signal). Returns the history."""
         deadline = None if time_budget is None else time.monotonic() + time_budget
-        try:
-            while self.epoch < epochs:
-                if max_steps is not None and self.step >= max_steps:
-                    break
-                if deadline is not None and time.monotonic() >= deadline:
-                    break
-                epoch_start = time.perf_counter()
-                epoch = self.epoch
-                stats = self.train_epoch(train_data, max_steps=max_steps, deadline=deadline)
-                if not stats["tokens"]:
-                    break
-                valid_loss = self.evaluate(valid_data) if valid_data is not None else None
-                best = valid_loss is not None and (self.best_valid_loss is None or valid_loss < self.best_valid_loss)
-                if best:
-                    self.best_valid_loss = valid_loss
-                record = {"epoch": epoch + 1, "complete": stats["completed"], "step": self.step,
-                          "train_loss": stats["train_loss"], "valid_loss": valid_loss,
-                          "tokens": stats["tokens"],
-                          "tokens_per_s": stats["tokens"] / max(stats["train_seconds"], 1e-9),
-                          "skipped_steps": self.skipped_steps,
-                          "lr": self.optimizer.param_groups[0]["lr"], "precision": self.precision}
-                self.history.append(record)
-                self.save_checkpoint(best=best)
-                seconds = time.perf_counter() - epoch_start
-                # This epoch's stall: the wait in its first optimizer.step() for the previous
-                # epoch's snapshot, plus the blocking part of its own save().
-                stall = self.checkpoints.take_stall_seconds() if self.checkpoints is not None else 0.0
-                record.update(seconds=seconds, checkpoint_stall_ms=stall * 1e3,
-                              checkpoint_stall_pct=100 * stall / seconds)
-                if on_epoch_end is not None and self.dist.is_main:
-                    on_epoch_end(record)
-                if not stats["completed"]:
-                    break
-        finally:
-            self.close()
+        self._saved_step = self.step  # what was loaded (or nothing yet) needs no save
+        self._next_save_time = time.monotonic() + (self.save_interval or 0.0)
+        with catch_stop_signals(self.stop_signals, self.stop_grace) as request:
+            self._stop_request = request
+            try:
+                self._fit_epochs(train_data, valid_data, epochs, max_steps, deadline, on_epoch_end)
+            finally:
+                self._stop_request = None
+                self.close()
+        if self.stop_signal is not None:
+            raise TrainingStopped(self.stop_signal, self.step)
         return self.history
+
+    def _fit_epochs(self, train_data, valid_data, epochs, max_steps, deadline, on_epoch_end) -> None:
+        while self.epoch < epochs:
+            epoch_start = time.perf_counter()
+            epoch = self.epoch
+            stats = self.train_epoch(train_data, max_steps=max_steps, deadline=deadline)
+            if not stats["tokens"]:
+                break
+            signalled = self.stop_signal is not None  # stop quickly: no validation
+            valid_loss = self.evaluate(valid_data) if valid_data is not None and not signalled else None
+            best = valid_loss is not None and (self.best_valid_loss is None or valid_loss < self.best_valid_loss)
+            if best:
+                self.best_valid_loss = valid_loss
+                if self.checkpoint_dir is not None:
+                    self.best_step = self.step
+            record = {"epoch": epoch + 1, "complete": stats["completed"], "step": self.step,
+                      "train_loss": stats["train_loss"], "valid_loss": valid_loss,
+                      "tokens": stats["tokens"],
+                      "tokens_per_s": stats["tokens"] / max(stats["train_seconds"], 1e-9),
+                      "skipped_steps": self.skipped_steps,
+                      "lr": self.optimizer.param_groups[0]["lr"], "precision": self.precision}
+            self.history.append(record)
+            self.save_checkpoint(best=best)
+            seconds = time.perf_counter() - epoch_start
+            # This epoch's stall: the wait in its first optimizer.step() for the previous
+            # epoch's snapshot, plus the blocking part of its own save().
+            stall = self.checkpoints.take_stall_seconds() if self.checkpoints is not None else 0.0
+            record.update(seconds=seconds, checkpoint_stall_ms=stall * 1e3,
+                          checkpoint_stall_pct=100 * stall / seconds)
+            if on_epoch_end is not None and self.dist.is_main:
+                on_epoch_end(record)
+            if not stats["completed"]:
+                break
 
     def close(self) -> None:
         """Wait for pending checkpoints to be committed (best.pt included); fit() calls it."""
@@ -276,6 +320,7 @@ class Trainer:
             "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
             "progress": {"epoch": self.epoch, "position": self.position, "step": self.step,
                          "skipped_steps": self.skipped_steps, "best_valid_loss": self.best_valid_loss,
+                         "best_step": self.best_step,
                          "world": self.dist.world, "precision": self.precision},
             "rng": all_gather_object(rng_state(self.device), self.dist),
             "carry": all_gather_object(carry, self.dist),
@@ -295,6 +340,10 @@ class Trainer:
         self.epoch, self.position, self.step = progress["epoch"], progress["position"], progress["step"]
         self.skipped_steps = progress["skipped_steps"]
         self.best_valid_loss = progress["best_valid_loss"]
+        self.best_step = progress.get("best_step")  # absent from checkpoints of older versions
+        if self.checkpoint_dir is not None and self.dist.is_main:  # a kill may have cut its promotion short
+            writer = self.checkpoints.checkpointer if self.checkpoints is not None else None
+            restore_best(self.checkpoint_dir, self.best_step, writer)
         self.history = list(state.get("history") or [])
         trace = state.get("loss_trace")
         self.loss_trace = [] if trace is None else [[int(step), loss] for step, loss in trace.tolist()]
@@ -324,6 +373,9 @@ class Trainer:
             return None
         start = time.perf_counter()
         state = self.state_dict()  # collective under DDP
+        self._saved_step = self.step
+        if self.dist.is_main:
+            self._next_save_time = time.monotonic() + (self.save_interval or 0.0)
         if not self.dist.is_main:
             return None
         if self.checkpoints is None:

@@ -1,0 +1,142 @@
+"""Stop requests from a scheduler: SIGTERM (SLURM, Kubernetes, torchrun's agent) and SIGUSR1
+(SLURM's ``--signal``) ask a run to stop, not kill it. While caught, the first such signal is
+recorded for the training loop to act on at the next step, and from its arrival the process
+has `grace` seconds left while the signals are caught: when they run out it ends with status
+128 + the signal number.
+
+Installing handlers is also what makes a trainer that runs as PID 1 of a container react to
+SIGTERM at all: PID 1 gets no default action for a signal it has no handler for."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import sys
+import threading
+from typing import Iterator, Optional, Sequence
+
+__all__ = ["StopRequest", "catch_stop_signals", "STOP_SIGNALS", "DEFAULT_STOP_GRACE"]
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+# Well inside the 30 s that SLURM (KillWait), Kubernetes (terminationGracePeriodSeconds) and
+# torchrun's agent leave between SIGTERM and SIGKILL.
+DEFAULT_STOP_GRACE = 20.0
+
+
+class StopRequest:
+    """The first stop signal caught (`signum`, 0 for none) and the grace timer it started."""
+
+    def __init__(self, signals: Sequence[int] = STOP_SIGNALS, grace: float = DEFAULT_STOP_GRACE):
+        self.signals = tuple(int(s) for s in signals)
+        self.grace = grace
+        self.signum = 0
+        self._lock = threading.RLock()  # reentrant: the handler may interrupt the main thread in trip()
+        self._timer: Optional[threading.Timer] = None
+
+    @property
+    def requested(self) -> bool:
+        return self.signum != 0
+
+    def trip(self, signum: int) -> None:
+        """Record a stop request (the first one counts) and start the grace timer."""
+        with self._lock:
+            if self.signum:
+                return
+            self.signum = int(signum)
+            self._timer = threading.Timer(self.grace, self._expire)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def cancel_timer(self) -> None:
+        """The stop is over and the caller takes control again: no forced exit."""
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+
+    def _expire(self) -> None:
+        name = signal.Signals(self.signum).name
+        sys.stderr.write(f"qrnn-train: {name}: not stopped within the {self.grace:g} s grace; exiting now "
+                         "(the last committed checkpoint stands)\n")
+        sys.stderr.flush()
+        os._exit(128 + self.signum)  # no atexit: it would wait for the saves that overran
+
+
+class _Installed:
+    """The process's handlers and wake-up pipe, shared by nested catch_stop_signals()."""
+
+    def __init__(self, request: StopRequest):
+        self.request = request
+        self.users = 0
+        self.previous = {sig: signal.signal(sig, self._handle) for sig in request.signals}
+        # The Python-level handler runs only when the main thread runs Python code; the wake-up
+        # fd is written by the C-level handler at once, so a main thread blocked in a
+        # collective or a wait still gets its grace timer.
+        self.pipe: Optional[tuple] = None
+        self.watcher: Optional[threading.Thread] = None
+        read_end, write_end = os.pipe()
+        os.set_blocking(write_end, False)
+        previous_fd = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+        if previous_fd != -1:  # someone else's (an event loop): leave it, the handler still works
+            signal.set_wakeup_fd(previous_fd)
+            os.close(read_end)
+            os.close(write_end)
+        else:
+            self.pipe = (read_end, write_end)
+            self.watcher = threading.Thread(target=self._watch, name="qrnn-stop-signals", daemon=True)
+            self.watcher.start()
+
+    def _handle(self, signum, frame) -> None:
+        self.request.trip(signum)
+
+    def _watch(self) -> None:
+        assert self.pipe is not None
+        read_end = self.pipe[0]
+        while True:
+            select.select([read_end], [], [])
+            try:
+                data = os.read(read_end, 64)
+            except OSError:
+                return
+            if not data:  # the write end was closed: uninstalled
+                return
+            for signum in data:
+                if signum in self.request.signals:
+                    self.request.trip(signum)
+
+    def uninstall(self) -> None:
+        self.request.cancel_timer()
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+        if self.pipe is not None:
+            signal.set_wakeup_fd(-1)
+            os.close(self.pipe[1])
+            if self.watcher is not None:
+                self.watcher.join()
+            os.close(self.pipe[0])
+
+
+_installed: Optional[_Installed] = None
+
+
+@contextlib.contextmanager
+def catch_stop_signals(signals: Sequence[int] = STOP_SIGNALS,
+                       grace: float = DEFAULT_STOP_GRACE) -> Iterator[Optional[StopRequest]]:
+    """Catch `signals` as stop requests for the duration (main thread only; elsewhere, or with
+    no signals, yields None). Nested uses share the outermost request, its signals and grace."""
+    global _installed
+    if not signals or threading.current_thread() is not threading.main_thread():
+        yield _installed.request if _installed is not None else None
+        return
+    if _installed is None:
+        _installed = _Installed(StopRequest(signals, grace))
+    installed = _installed
+    installed.users += 1
+    try:
+        yield installed.request
+    finally:
+        installed.users -= 1
+        if installed.users == 0:
+            _installed = None
+            installed.uninstall()
