@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numbers
 import warnings
-from typing import NamedTuple, Optional, Sequence, Union, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, Optional, Sequence, Union, cast, overload
 
 import torch
 import torch.nn.functional as F
@@ -263,12 +263,24 @@ _SCRIPT_MESSAGE = ("{what}: torch.jit.script cannot compile qrnn's layers (Torch
                    "Python argument handling); use torch.jit.trace (the traced graph records the qrnn ops; load "
                    "it where qrnn is imported), torch.export.export or torch.compile")
 
-_UNSET = object()
+class _Default:
+    """A keyword's default that also tells whether the caller passed the keyword (the two
+    positional orders need that); shown as its value by help() and inspect.signature."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+
+_UNSET = object()  # an attribute a wrapper in place of the Linear may lack
 # Positional order of today's QRNNLayer after (input_size, hidden_size), and of pytorch-qrnn's
 # (its third argument, save_prev_x, is a bool, which is never a valid window).
 _LAYER_ORDER = ("window", "output_gate", "zoneout", "bias")
 _ORIGINAL_LAYER_ORDER = ("save_prev_x", "zoneout", "window", "output_gate", "use_cuda")
-_LAYER_DEFAULTS = dict(window=1, output_gate=True, zoneout=0.0, bias=True, save_prev_x=False, use_cuda=True)
+_LAYER_DEFAULTS: dict[str, Any] = {name: _Default(value) for name, value in
+                   dict(window=1, output_gate=True, zoneout=0.0, bias=True, save_prev_x=False, use_cuda=True).items()}
 
 
 class QRNNLayer(nn.Module):
@@ -311,8 +323,10 @@ class QRNNLayer(nn.Module):
     prevX = None
     use_cuda = True
 
-    def __init__(self, input_size: int, hidden_size: Optional[int] = None, *args, window=_UNSET,
-                 output_gate=_UNSET, zoneout=_UNSET, bias=_UNSET, save_prev_x=_UNSET, use_cuda=_UNSET,
+    def __init__(self, input_size: int, hidden_size: Optional[int] = None, *args,
+                 window: int = _LAYER_DEFAULTS["window"], output_gate: bool = _LAYER_DEFAULTS["output_gate"],
+                 zoneout: float = _LAYER_DEFAULTS["zoneout"], bias: bool = _LAYER_DEFAULTS["bias"],
+                 save_prev_x: bool = _LAYER_DEFAULTS["save_prev_x"], use_cuda: bool = _LAYER_DEFAULTS["use_cuda"],
                  device=None, dtype=None):
         super().__init__()
         options = dict(window=window, output_gate=output_gate, zoneout=zoneout, bias=bias,
@@ -322,10 +336,10 @@ class QRNNLayer(nn.Module):
             raise TypeError(f"QRNNLayer takes at most {2 + len(order)} positional arguments in this order "
                             f"(input_size, hidden_size, {', '.join(order)}), got {2 + len(args)}")
         for name, value in zip(order, args):
-            if options[name] is not _UNSET:
+            if not isinstance(options[name], _Default):
                 raise TypeError(f"QRNNLayer got multiple values for argument '{name}'")
             options[name] = value
-        options = {k: _LAYER_DEFAULTS[k] if v is _UNSET else v for k, v in options.items()}
+        options = {k: v.value if isinstance(v, _Default) else v for k, v in options.items()}
         self.input_size = _check_positive_int("input_size", input_size)
         self.hidden_size = _check_positive_int("hidden_size", hidden_size if hidden_size is not None else input_size)
         self.window = _check_positive_int("window", options["window"])
@@ -379,6 +393,17 @@ class QRNNLayer(nn.Module):
     def _keep_tail(self, tail: Optional[Tensor]) -> None:
         if self.save_prev_x and self.window > 1 and tail is not None and not _is_exporting():
             self.prevX = tail.detach()
+
+    if TYPE_CHECKING:  # what a call returns, for type checkers (nn.Module.__call__ says Any)
+        @overload
+        def __call__(self, input: Tensor, hx: Optional[Tensor] = None, lengths: Optional[Tensor] = None, *,
+                     hidden: Optional[Tensor] = None) -> tuple[Tensor, Tensor]: ...
+
+        @overload
+        def __call__(self, input: Tensor, hx: Union[QRNNState, tuple], lengths: Optional[Tensor] = None, *,
+                     hidden: None = None) -> tuple[Tensor, QRNNState]: ...
+
+        def __call__(self, input, hx=None, lengths=None, *, hidden=None): ...
 
     def forward(self, input: Tensor, hx: Union[Tensor, QRNNState, tuple, None] = None,
                 lengths: Optional[Tensor] = None, *, hidden: Union[Tensor, QRNNState, tuple, None] = None):
@@ -613,6 +638,21 @@ class QRNN(nn.Module):
             shape = (batch, steps, features) if self.batch_first else (steps, batch, features)
             tails.append(torch.zeros(shape, device=device, dtype=dtype))
         return QRNNState(c, tuple(tails))
+
+    if TYPE_CHECKING:  # what a call returns, for type checkers (nn.Module.__call__ says Any)
+        @overload
+        def __call__(self, input: Tensor, hx: Optional[Tensor] = None, lengths: Optional[Tensor] = None, *,
+                     hidden: Optional[Tensor] = None) -> tuple[Tensor, Tensor]: ...
+
+        @overload
+        def __call__(self, input: Tensor, hx: Union[QRNNState, tuple], lengths: Optional[Tensor] = None, *,
+                     hidden: None = None) -> tuple[Tensor, QRNNState]: ...
+
+        @overload
+        def __call__(self, input: PackedSequence, hx: Optional[Tensor] = None, lengths: None = None, *,
+                     hidden: Optional[Tensor] = None) -> tuple[PackedSequence, Tensor]: ...
+
+        def __call__(self, input, hx=None, lengths=None, *, hidden=None): ...
 
     def forward(self, input, hx: Union[Tensor, QRNNState, tuple, None] = None, lengths: Optional[Tensor] = None,
                 *, hidden: Union[Tensor, QRNNState, tuple, None] = None):

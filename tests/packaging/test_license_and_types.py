@@ -2,8 +2,8 @@
 py.typed beside the code, and a type checker that sees a QRNN call's result as tensors."""
 
 import importlib.metadata
-import importlib.util
 import importlib.resources
+import importlib.util
 import os
 import pathlib
 import shutil
