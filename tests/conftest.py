@@ -342,3 +342,15 @@ def random_forget_mult_inputs(T, B, H, dtype, h0, batch_first):
     x = torch.randn(shape, dtype=torch.float64).to(dtype)
     state = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
     return f, x, (torch.randn(B, H, dtype=torch.float64).to(state) if h0 else None)
+
+
+def assert_same_training_state(a, b):
+    """Two qrnn-train checkpoints hold the same training state, bit for bit."""
+    assert a["progress"] == b["progress"]
+    for key in a["model"]:
+        assert torch.equal(a["model"][key], b["model"][key]), key
+    for pa, pb in zip(a["optimizer"]["state"].values(), b["optimizer"]["state"].values()):
+        for key in pa:
+            assert torch.equal(torch.as_tensor(pa[key]), torch.as_tensor(pb[key])), key
+    assert a["scaler"] == b["scaler"]
+    assert a["scheduler"] == b["scheduler"]

@@ -283,7 +283,28 @@ _LAYER_DEFAULTS: dict[str, Any] = {name: _Default(value) for name, value in
                    dict(window=1, output_gate=True, zoneout=0.0, bias=True, save_prev_x=False, use_cuda=True).items()}
 
 
-class QRNNLayer(nn.Module):
+if TYPE_CHECKING:
+    class _TypedCall(nn.Module):
+        """What calling a QRNN layer returns, for type checkers (nn.Module.__call__ says Any)."""
+
+        @overload
+        def __call__(self, input: Tensor, hx: Optional[Tensor] = None, lengths: Optional[Tensor] = None, *,
+                     hidden: Optional[Tensor] = None) -> tuple[Tensor, Tensor]: ...
+
+        @overload
+        def __call__(self, input: Tensor, hx: Union[QRNNState, tuple], lengths: Optional[Tensor] = None, *,
+                     hidden: None = None) -> tuple[Tensor, QRNNState]: ...
+
+        @overload  # QRNN only
+        def __call__(self, input: PackedSequence, hx: Optional[Tensor] = None, lengths: None = None, *,
+                     hidden: Optional[Tensor] = None) -> tuple[PackedSequence, Tensor]: ...
+
+        def __call__(self, input, hx=None, lengths=None, *, hidden=None): ...
+else:
+    _TypedCall = nn.Module
+
+
+class QRNNLayer(_TypedCall):
     """One single-direction QRNN layer, state-dict compatible with
     salesforce/pytorch-qrnn's ``QRNNLayer`` (``linear.weight``, ``linear.bias``).
 
@@ -394,17 +415,6 @@ class QRNNLayer(nn.Module):
         if self.save_prev_x and self.window > 1 and tail is not None and not _is_exporting():
             self.prevX = tail.detach()
 
-    if TYPE_CHECKING:  # what a call returns, for type checkers (nn.Module.__call__ says Any)
-        @overload
-        def __call__(self, input: Tensor, hx: Optional[Tensor] = None, lengths: Optional[Tensor] = None, *,
-                     hidden: Optional[Tensor] = None) -> tuple[Tensor, Tensor]: ...
-
-        @overload
-        def __call__(self, input: Tensor, hx: Union[QRNNState, tuple], lengths: Optional[Tensor] = None, *,
-                     hidden: None = None) -> tuple[Tensor, QRNNState]: ...
-
-        def __call__(self, input, hx=None, lengths=None, *, hidden=None): ...
-
     def forward(self, input: Tensor, hx: Union[Tensor, QRNNState, tuple, None] = None,
                 lengths: Optional[Tensor] = None, *, hidden: Union[Tensor, QRNNState, tuple, None] = None):
         refuse_fx_proxy("qrnn.QRNNLayer", input, hx, hidden)
@@ -493,7 +503,7 @@ def _check_tail(tail, window: int, batch: int, features: int, batch_first: bool,
     return tail if window > 1 else None
 
 
-class QRNN(nn.Module):
+class QRNN(_TypedCall):
     """A multi-layer Quasi-Recurrent Neural Network: a drop-in for ``torch.nn.GRU``.
 
     Same constructor arguments as ``nn.GRU`` plus the QRNN ones, same
@@ -638,21 +648,6 @@ class QRNN(nn.Module):
             shape = (batch, steps, features) if self.batch_first else (steps, batch, features)
             tails.append(torch.zeros(shape, device=device, dtype=dtype))
         return QRNNState(c, tuple(tails))
-
-    if TYPE_CHECKING:  # what a call returns, for type checkers (nn.Module.__call__ says Any)
-        @overload
-        def __call__(self, input: Tensor, hx: Optional[Tensor] = None, lengths: Optional[Tensor] = None, *,
-                     hidden: Optional[Tensor] = None) -> tuple[Tensor, Tensor]: ...
-
-        @overload
-        def __call__(self, input: Tensor, hx: Union[QRNNState, tuple], lengths: Optional[Tensor] = None, *,
-                     hidden: None = None) -> tuple[Tensor, QRNNState]: ...
-
-        @overload
-        def __call__(self, input: PackedSequence, hx: Optional[Tensor] = None, lengths: None = None, *,
-                     hidden: Optional[Tensor] = None) -> tuple[PackedSequence, Tensor]: ...
-
-        def __call__(self, input, hx=None, lengths=None, *, hidden=None): ...
 
     def forward(self, input, hx: Union[Tensor, QRNNState, tuple, None] = None, lengths: Optional[Tensor] = None,
                 *, hidden: Union[Tensor, QRNNState, tuple, None] = None):

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 import qrnn
+from conftest import assert_same_training_state
 from qrnn.checkpoint import load
 from qrnn.train import Trainer, TrainingStopped
 from qrnn.train import main as train_main
@@ -78,16 +79,6 @@ def _assert_only_committed_files(run_dir):
             name.startswith("ckpt-") and name.endswith(".pt")), name
 
 
-def _assert_same_training_state(a, b):
-    assert a["progress"] == b["progress"]
-    for key in a["model"]:
-        assert torch.equal(a["model"][key], b["model"][key]), key
-    for pa, pb in zip(a["optimizer"]["state"].values(), b["optimizer"]["state"].values()):
-        for key in pa:
-            assert torch.equal(torch.as_tensor(pa[key]), torch.as_tensor(pb[key])), key
-    assert a["scheduler"] == b["scheduler"]
-
-
 def test_sigterm_during_a_step_checkpoints_the_position_and_resumes_bit_identical(base, reference, tmp_path):
     """Before: SIGTERM ended the process at once (status -15), the partial epoch unsaved."""
     run_dir = tmp_path / "run"
@@ -100,7 +91,7 @@ def test_sigterm_during_a_step_checkpoints_the_position_and_resumes_bit_identica
     _assert_only_committed_files(run_dir)
     # The same command line continues it, and it ends as if never stopped.
     assert train_main(base + ["--epochs", "2", "--checkpoint-dir", str(run_dir)]) == 0
-    _assert_same_training_state(reference, load(_latest(run_dir)))
+    assert_same_training_state(reference, load(_latest(run_dir)))
 
 
 def test_sigusr1_during_a_save_commits_it_and_promotes_best_pt(base, tmp_path):

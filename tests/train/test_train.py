@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 import qrnn
+from conftest import assert_same_training_state
 from qrnn.checkpoint import load
 from qrnn.train import Trainer, choose_precision, fit, generate_main
 from qrnn.train import main as train_main
@@ -31,17 +32,6 @@ def tiny_data(tmp_path_factory):
 def _latest(run_dir):
     with qrnn.checkpoint.AsyncCheckpointer(run_dir) as scanner:
         return scanner.latest()
-
-
-def _assert_same_training_state(a, b):
-    assert a["progress"] == b["progress"]
-    for key in a["model"]:
-        assert torch.equal(a["model"][key], b["model"][key]), key
-    for pa, pb in zip(a["optimizer"]["state"].values(), b["optimizer"]["state"].values()):
-        for key in pa:
-            assert torch.equal(torch.as_tensor(pa[key]), torch.as_tensor(pb[key])), key
-    assert a["scaler"] == b["scaler"]
-    assert a["scheduler"] == b["scheduler"]
 
 
 # ---------------------------------------------------------------- data
@@ -225,7 +215,7 @@ def test_resume_is_bit_identical(tiny_data, tmp_path):
     assert train_main(resume + ["--checkpoint-dir", mid]) == 0
     reference = load(_latest(one_go))
     for other in (split, mid):
-        _assert_same_training_state(reference, load(_latest(other)))
+        assert_same_training_state(reference, load(_latest(other)))
 
 
 # ---------------------------------------------------------------- errors

@@ -91,6 +91,37 @@ def forward_mode_active() -> bool:
     return _forward_ad._current_level >= 0
 
 
+def first_derivative_only(op_name: str, backward_op: Callable) -> type[torch.autograd.Function]:
+    """A family's backward op as torch.func and forward mode see it (an autograd.Function,
+    vmapped through the op's own rule); differentiating it again is refused, as the op's own
+    registration (``backward_op.register_autograd(refuse_double_backward(op_name))``) does."""
+    refuse = refuse_double_backward(op_name)
+
+    class FirstDerivativeOnly(torch.autograd.Function):
+        generate_vmap_rule = True
+
+        @staticmethod
+        def forward(*args):
+            return backward_op(*args)
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            pass
+
+        backward = staticmethod(refuse)
+        jvp = staticmethod(refuse)
+
+    FirstDerivativeOnly.__name__ = FirstDerivativeOnly.__qualname__ = f"{op_name}_backward_first_derivative_only"
+    return FirstDerivativeOnly
+
+
+def refuse_double_backward(op_name: str) -> Callable:
+    """A backward (or tangent) rule that raises the double-backward error naming ``op_name``."""
+    def refuse(ctx, *grads):
+        raise NotImplementedError(DOUBLE_BACKWARD_MESSAGE.format(op=op_name))
+    return refuse
+
+
 def refuse_legacy_onnx() -> None:
     """The TorchScript ONNX exporter traces the custom op into a graph it cannot translate
     (and, before this check, a no-grad trace recorded the kernel's outputs as constants)."""

@@ -15,9 +15,10 @@ import torch
 from torch import Tensor
 
 from ._dispatch import (
-    DOUBLE_BACKWARD_MESSAGE,
     direct_call_allowed,
+    first_derivative_only,
     fold_batch,
+    refuse_double_backward,
     refuse_legacy_onnx,
     register_kernel,
     register_vmap,
@@ -93,12 +94,8 @@ def _backward(ctx, grad_h):
     return grad_f, grad_x, (grad_h0 if h0 is not None else None), None
 
 
-def _no_double_backward(ctx, *grads):
-    raise NotImplementedError(DOUBLE_BACKWARD_MESSAGE.format(op="forget_mult"))
-
-
 forget_mult_op.register_autograd(_backward, setup_context=_setup_context)
-forget_mult_backward_op.register_autograd(_no_double_backward)
+forget_mult_backward_op.register_autograd(refuse_double_backward("forget_mult"))
 
 
 # ---- torch.func and forward-mode AD ---------------------------------------------------------
@@ -106,26 +103,7 @@ forget_mult_backward_op.register_autograd(_no_double_backward)
 # tangent rule; under those transforms qrnn.forget_mult calls the op through these instead.
 
 
-class _ForgetMultBackward(torch.autograd.Function):
-    """forget_mult_backward_op as torch.func sees it: differentiating it again is refused."""
-
-    generate_vmap_rule = True
-
-    @staticmethod
-    def forward(grad_h, f, x, h, h0, batch_first):
-        return forget_mult_backward_op(grad_h, f, x, h, h0, batch_first)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        pass
-
-    @staticmethod
-    def backward(ctx, *grads):
-        raise NotImplementedError(DOUBLE_BACKWARD_MESSAGE.format(op="forget_mult"))
-
-    @staticmethod
-    def jvp(ctx, *tangents):
-        raise NotImplementedError(DOUBLE_BACKWARD_MESSAGE.format(op="forget_mult"))
+_ForgetMultBackward = first_derivative_only("forget_mult", forget_mult_backward_op)
 
 
 def _linear_scan(a: Tensor, f: Tensor, batch_first: bool) -> Tensor:

@@ -18,11 +18,12 @@ import torch
 from torch import Tensor
 
 from ._dispatch import (
-    DOUBLE_BACKWARD_MESSAGE,
     FORWARD_MODE_MESSAGE,
     direct_call_allowed,
+    first_derivative_only,
     fold_batch,
     forward_mode_active,
+    refuse_double_backward,
     refuse_legacy_onnx,
     register_kernel,
     register_vmap,
@@ -128,12 +129,8 @@ def _gates_backward(ctx, grad_output, grad_c_n, _grad_states):
     return grad_gates, (grad_c0 if c0 is not None else None), None, None, None, None, None, None
 
 
-def _no_double_backward(ctx, *grads):
-    raise NotImplementedError(DOUBLE_BACKWARD_MESSAGE.format(op="qrnn_gates"))
-
-
 qrnn_gates_op.register_autograd(_gates_backward, setup_context=_gates_setup_context)
-qrnn_gates_backward_op.register_autograd(_no_double_backward)
+qrnn_gates_backward_op.register_autograd(refuse_double_backward("qrnn_gates"))
 
 
 # ---- torch.func ---------------------------------------------------------------------------------
@@ -142,26 +139,7 @@ qrnn_gates_backward_op.register_autograd(_no_double_backward)
 # unfused form (PyTorch ops around qrnn.forget_mult, whose tangent rule runs the kernels).
 
 
-class _QrnnGatesBackward(torch.autograd.Function):
-    """qrnn_gates_backward_op as torch.func sees it: differentiating it again is refused."""
-
-    generate_vmap_rule = True
-
-    @staticmethod
-    def forward(*args):
-        return qrnn_gates_backward_op(*args)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        pass
-
-    @staticmethod
-    def backward(ctx, *grads):
-        raise NotImplementedError(DOUBLE_BACKWARD_MESSAGE.format(op="qrnn_gates"))
-
-    @staticmethod
-    def jvp(ctx, *tangents):
-        raise NotImplementedError(DOUBLE_BACKWARD_MESSAGE.format(op="qrnn_gates"))
+_QrnnGatesBackward = first_derivative_only("qrnn_gates", qrnn_gates_backward_op)
 
 
 class _QrnnGates(torch.autograd.Function):
