@@ -116,7 +116,8 @@ def test_kill_before_best_pt_promotion_is_repaired_on_resume(base, tmp_path):
     code, _, err = _run(base, run_dir, "SIGKILL@best@1", ["--epochs", "1"])
     assert code == -signal.SIGKILL, err[-2000:]
     assert not (run_dir / "best.pt").exists()
-    # Links planted under both names are replaced, never followed.
+    # A link planted as best.pt is replaced, one planted as best.pt.tmp (not a name the writer
+    # uses: its temporaries are hidden, unique names) is neither followed nor touched.
     (tmp_path / "outside").write_text("not a checkpoint")
     (run_dir / "best.pt").symlink_to(tmp_path / "outside")
     (run_dir / "best.pt.tmp").symlink_to(tmp_path / "elsewhere")
@@ -124,6 +125,7 @@ def test_kill_before_best_pt_promotion_is_repaired_on_resume(base, tmp_path):
     assert not (run_dir / "best.pt").is_symlink()
     assert os.path.samefile(run_dir / "best.pt", run_dir / f"ckpt-{EPOCH_STEPS:012d}.pt")
     assert not (tmp_path / "elsewhere").exists() and (tmp_path / "outside").read_text() == "not a checkpoint"
+    (run_dir / "best.pt.tmp").unlink()
     _assert_only_committed_files(run_dir)
 
 

@@ -4,7 +4,7 @@ measuring how long training waited for them, best.pt, and finding and reading th
 from __future__ import annotations
 
 import os
-from typing import Optional
+from typing import Optional, Union
 
 import torch
 
@@ -60,7 +60,7 @@ class CheckpointStallMeter:
         if handle is None or not (wait or handle.done()):
             return
         self._best_handle = None
-        _write_best(self.checkpointer, os.path.basename(handle.result()))
+        _write_best(self.checkpointer, handle.result())
 
     def close(self) -> None:
         self.checkpointer.wait()
@@ -68,12 +68,12 @@ class CheckpointStallMeter:
         self.checkpointer.close()
 
 
-def _write_best(checkpointer: AsyncCheckpointer, source: str) -> None:
-    """Make best.pt the committed checkpoint `source` of the checkpointer's folder by the
+def _write_best(checkpointer: AsyncCheckpointer, checkpoint: Union[int, str]) -> None:
+    """Make best.pt the committed `checkpoint` (a step, or a path) of the checkpointer's folder by the
     writer's commit rules (AsyncCheckpointer.publish: a temporary that follows no link, a hard
     link or else a copy, fsync, rename, fsync of the folder, all relative to the folder's
     descriptor). One function, so that tests can interrupt a promotion."""
-    checkpointer.publish(source, BEST_NAME)
+    checkpointer.publish(checkpoint, BEST_NAME)
 
 
 def restore_best(directory: str, best_step: Optional[int],
@@ -98,10 +98,10 @@ def restore_best(directory: str, best_step: Optional[int],
     except OSError:  # no best.pt
         pass
     if checkpointer is not None:
-        _write_best(checkpointer, name)
+        _write_best(checkpointer, best_step)
     else:
         with AsyncCheckpointer(directory) as writer:  # takes the writer lock, releases it on close
-            _write_best(writer, name)
+            _write_best(writer, best_step)
     return True
 
 
