@@ -250,7 +250,11 @@ def test_torchrun_restart_after_a_rank_dies_resumes_bit_identical(runs):
                             "--epochs", "1", "--checkpoint-dir", str(run_dir)]
     code, out, err = run_launch(command, env, folder / "launch", timeout=240)
     assert code == 0, (out[-2000:], err[-3000:])
-    assert sorted(os.listdir(folder / "exit")) == ["rank0-attempt1", "rank1-attempt1"]
+    exits = {name: (folder / "exit" / name).read_text() for name in os.listdir(folder / "exit")}
+    # Rank 0 of the failed attempt returns 2 after its one-line report, unless the agent's
+    # SIGTERM (sent once rank 1 died) ends it first: a race, decided by the machine's load.
+    assert exits.pop("rank0-attempt0", "2") == "2", exits
+    assert exits == {"rank0-attempt1": "0", "rank1-attempt1": "0"}
     stderr = _worker_stderr(folder / "logs")
     assert _qrnn_lines(stderr[("attempt_0", "0")]) == [
         "qrnn-train: error: rank 0: rank 1 of 2 stopped answering at step 16 (dead, or hung past --dist-timeout "
