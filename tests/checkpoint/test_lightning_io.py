@@ -109,3 +109,14 @@ def test_failure_surfaces_at_next_save_and_at_teardown(tmp_path):
         with pytest.raises(CheckpointError, match="end.ckpt"):
             io.teardown()
     assert sorted(os.listdir(tmp_path)) == ["next.ckpt"]
+
+
+def test_remote_paths_use_lightnings_own_writer():
+    io = QRNNCheckpointIO()
+    path = "memory://qrnn-test/remote.ckpt"  # fsspec's in-memory file system
+    io.save_checkpoint({"w": torch.arange(3)}, path)
+    assert torch.equal(io.load_checkpoint(path)["w"], torch.arange(3))
+    io.remove_checkpoint(path)
+    with pytest.raises(FileNotFoundError):
+        io.load_checkpoint(path)
+    io.teardown()
