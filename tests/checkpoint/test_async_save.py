@@ -194,3 +194,24 @@ def test_failure_at_exit_is_reported(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "a save failed before exit" in result.stderr and "full.pt" in result.stderr
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_forked_child_saves_with_its_own_writer(tmp_path):
+    parent = async_save({"x": torch.ones(1 << 20)}, tmp_path / "parent.pt")
+    pid = os.fork()
+    if pid == 0:  # the child: never return into pytest
+        code = 1
+        try:
+            try:
+                parent.wait()
+            except RuntimeError:  # the parent's save: its outcome is known only there
+                async_save({"x": torch.arange(4)}, tmp_path / "child.pt").result()
+                code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    parent.result()
+    assert torch.equal(torch.load(tmp_path / "child.pt", weights_only=True)["x"], torch.arange(4))
+    assert torch.load(tmp_path / "parent.pt", weights_only=True)["x"].shape == (1 << 20,)

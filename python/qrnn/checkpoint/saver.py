@@ -46,6 +46,17 @@ _saver_lock = threading.Lock()
 _saver: Optional[FileSaver] = None
 
 
+def _after_fork_in_child() -> None:
+    """A thread of the parent may have held the lock; the saver itself resets like any
+    checkpointer (fresh writer threads at its first save in the child)."""
+    global _saver_lock
+    _saver_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def saver() -> FileSaver:
     """The process's FileSaver, created at the first save (and again after wait_all's close
     at exit, or in a forked child, which resets it like any checkpointer)."""
