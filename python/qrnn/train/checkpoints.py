@@ -60,7 +60,7 @@ class CheckpointStallMeter:
         if handle is None or not (wait or handle.done()):
             return
         self._best_handle = None
-        _write_best(self.checkpointer, os.path.basename(handle.result()))
+        _write_best(self.checkpointer, handle.result())
 
     def close(self) -> None:
         self.checkpointer.wait()
@@ -69,7 +69,8 @@ class CheckpointStallMeter:
 
 
 def _write_best(checkpointer: AsyncCheckpointer, source: str) -> None:
-    """Make best.pt the committed checkpoint `source` of the checkpointer's folder by the
+    """Make best.pt the committed checkpoint at path `source` (publish takes a path or a
+    step, not a bare name) in the checkpointer's folder by the
     writer's commit rules (AsyncCheckpointer.publish: a temporary that follows no link, a hard
     link or else a copy, fsync, rename, fsync of the folder, all relative to the folder's
     descriptor). One function, so that tests can interrupt a promotion."""
@@ -98,10 +99,10 @@ def restore_best(directory: str, best_step: Optional[int],
     except OSError:  # no best.pt
         pass
     if checkpointer is not None:
-        _write_best(checkpointer, name)
+        _write_best(checkpointer, source)
     else:
         with AsyncCheckpointer(directory) as writer:  # takes the writer lock, releases it on close
-            _write_best(writer, name)
+            _write_best(writer, source)
     return True
 
 
