@@ -10,6 +10,9 @@ state, about 0.5 GB (``--quick``: a small model, about 30 MB). Figures:
 * total time until the file is committed (fsynced, renamed, folder fsynced) against
   torch.save plus one fsync;
 * DCP async_save's blocking and total time on the same state, for reference;
+* ``qrnn.checkpoint.async_save(state, path)`` blocking time against torch.save of the same
+  state, and (where Lightning is installed) ``QRNNCheckpointIO``'s two back-to-back saves of
+  one checkpoint event (top-k and last) against two torch.saves;
 * a short training loop's per-epoch time with a save every epoch (overlap mode) against
   the same loop without saves, alternating epochs (process CPU time reported alongside);
 * with ``--checkpoint-sizes 2,5`` (GiB; not in ``--quick``): the *first* save() of a state
@@ -22,6 +25,7 @@ file system and disk) and are deleted at the end.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import statistics
@@ -34,7 +38,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import qrnn
-from qrnn.checkpoint import AsyncCheckpointer
+from qrnn.checkpoint import AsyncCheckpointer, async_save, wait_all
 
 from .common import Result
 
@@ -122,8 +126,12 @@ def _save_figures(trainer: _Trainer, folder: str, rounds: int) -> dict:
     import torch.distributed.checkpoint as dcp
 
     samples: dict = {k: [] for k in ("torch_save", "torch_fsync", "dcp_block", "dcp_total", "default_block",
-                               "default_total", "overlap_block", "overlap_total")}
+                               "default_total", "overlap_block", "overlap_total", "async_block", "lightning_block")}
     ckpt = AsyncCheckpointer(os.path.join(folder, "qrnn"), keep_last=1)
+    lightning_io = None
+    if importlib.util.find_spec("lightning") or importlib.util.find_spec("pytorch_lightning"):
+        from qrnn.checkpoint.lightning import QRNNCheckpointIO
+        lightning_io = QRNNCheckpointIO()
     for r in range(rounds + 1):  # round 0 warms every path up (allocation, planning caches)
         record = r > 0
         state = trainer.state(r)
@@ -151,6 +159,24 @@ def _save_figures(trainer: _Trainer, folder: str, rounds: int) -> dict:
             samples["dcp_block"].append(returned - start)
             samples["dcp_total"].append(finished - start)
 
+        path = os.path.join(folder, "async.pt")
+        start = time.perf_counter()
+        pending = async_save(state, path)
+        returned = time.perf_counter()
+        pending.result()
+        if record:
+            samples["async_block"].append(returned - start)
+
+        if lightning_io is not None:  # one ModelCheckpoint event: its top-k file, then last.ckpt
+            start = time.perf_counter()
+            lightning_io.save_checkpoint(state, os.path.join(folder, f"epoch={r}.ckpt"))
+            lightning_io.save_checkpoint(state, os.path.join(folder, "last.ckpt"))
+            returned = time.perf_counter()
+            lightning_io.teardown()
+            lightning_io.remove_checkpoint(os.path.join(folder, f"epoch={r}.ckpt"))
+            if record:
+                samples["lightning_block"].append(returned - start)
+
         handle = ckpt.save(state, 2 * r)
         assert handle is not None  # a blocking save always returns its handle
         handle.result()
@@ -167,7 +193,8 @@ def _save_figures(trainer: _Trainer, folder: str, rounds: int) -> dict:
             samples["overlap_block"].append(handle.blocked_seconds)
             samples["overlap_total"].append(handle.total_seconds)
     ckpt.close()
-    return {k: statistics.median(v) for k, v in samples.items()}
+    wait_all()
+    return {k: statistics.median(v) if v else None for k, v in samples.items()}
 
 
 def _epoch_figures(trainer: _Trainer, folder: str, steps: int, pairs: int) -> dict:
@@ -309,6 +336,14 @@ def run(quick: bool = False, first_save_gib=()) -> list:
     ratio = t["overlap_total"] / base_total
     results.append(Result(AREA, f"total to committed file, overlap mode, vs torch.save + fsync ({size})", ratio,
                           "x", None, None, f"{ms(t['overlap_total'])}, includes the overlapped forward/backward"))
+    share = t["async_block"] / base
+    results.append(Result(AREA, f"async_save blocking time vs torch.save, same object ({size})", 100 * share, "%",
+                          "<= 25%", share <= 0.25, f"{ms(t['async_block'])} vs torch.save {ms(base)}"))
+    if t["lightning_block"] is not None:
+        share = t["lightning_block"] / (2 * base)
+        results.append(Result(AREA, f"Lightning QRNNCheckpointIO blocking, top-k + last saves, vs two torch.saves "
+                              f"({size})", 100 * share, "%", "<= 25%", share <= 0.25,
+                              f"{ms(t['lightning_block'])} vs 2 x torch.save {ms(base)}"))
     share = t["dcp_block"] / base
     results.append(Result(AREA, f"DCP async_save blocking vs torch.save ({size})", 100 * share, "%", None, None,
                           f"{ms(t['dcp_block'])}; DCP total {ms(t['dcp_total'])} = "

@@ -55,6 +55,10 @@ structure before unpickling, so an untrusted file cannot make it allocate much m
 holds. A staging image that the memory cgroup cannot hold (or that cannot be allocated)
 makes ``save()`` write from the live tensors instead, blocking like torch.save.
 
+``async_save(obj, path)`` is torch.save's asynchronous twin on the same machinery (one
+writer per process for every call, two snapshots in flight at most); ``wait_all()`` waits
+for them, and they are finished at exit like every checkpointer's.
+
 Fork: in a child created by ``os.fork()`` a checkpointer inherited from the parent works
 with fresh writer threads; the parent's saves stay the parent's (their handles raise
 RuntimeError in the child), and nothing in the child waits for them.
@@ -64,7 +68,10 @@ from .checkpointer import AsyncCheckpointer
 from .errors import CheckpointError, CorruptCheckpointError
 from .handle import SaveHandle
 from .reader import load, verify
+from .saver import async_save, wait_all
 
 # The package by responsibility, one direction of imports:
-#   checkpointer -> handle -> staging -> (qrnn._C);  checkpointer -> pickler;  reader -> errors.
-__all__ = ["AsyncCheckpointer", "SaveHandle", "CheckpointError", "CorruptCheckpointError", "load", "verify"]
+#   saver -> checkpointer -> handle -> staging -> (qrnn._C);  checkpointer -> pickler;  reader -> errors.
+# lightning (QRNNCheckpointIO) -> saver is imported only by whoever asks for it.
+__all__ = ["AsyncCheckpointer", "SaveHandle", "CheckpointError", "CorruptCheckpointError", "load", "verify",
+           "async_save", "wait_all"]

@@ -11,7 +11,7 @@ import threading
 import time
 import warnings
 import weakref
-from typing import Any, Iterable, Optional, Union
+from typing import Any, Callable, Iterable, NamedTuple, Optional, Union
 
 import torch
 
@@ -112,46 +112,30 @@ class _CudaWaiter(threading.Thread):
                 save.gpu_copies_landed()  # the CPU part may still be copying from its storages
 
 
-class AsyncCheckpointer:
-    """Saves checkpoints of ``state`` in the background into ``directory`` (created if
-    missing) as ``<prefix><step:012d>.pt``, keeping the ``keep_last`` most recently committed
-    checkpoints (None: all) and holding at most ``max_pending`` snapshots in memory. ``copy_threads`` threads do
-    the CPU staging copy in default mode (one thread in overlap mode). ``direct_io`` writes
-    with O_DIRECT where the file system supports it (less CPU and page-cache churn).
-    ``private=True`` creates every file with mode 0600 (else 0666; the umask applies to both).
+class SaveTarget(NamedTuple):
+    """Where one save goes: its final path, the open folder holding it (every file operation
+    is relative to it) and the retention its commit applies (keep_last 0: none)."""
 
-    The folder is opened once, here (created with its parents, each fsynced); every later
-    create, rename, fsync, listing and unlink is relative to it and follows no symbolic link
-    in it, so renaming the folder, swapping it for a link or a ``chdir`` redirects nothing.
-    The first ``save()``, ``write_file()`` or ``publish()`` takes the folder's writer lock
-    for ``prefix`` (one writer per folder and prefix, in any process, container or host);
-    a second writer gets a :class:`CheckpointError` naming the holder. Reading takes no lock."""
+    path: str
+    folder: Any
+    keep_last: int = 0
+    prefix: str = ""
+    suffix: str = ""
 
-    def __init__(self, directory: Union[str, os.PathLike], keep_last: Optional[int] = 3, max_pending: int = 1,
-                 *, prefix: str = "ckpt-", copy_threads: Optional[int] = None, direct_io: bool = True,
+
+class SaveQueue:
+    """The save machinery an AsyncCheckpointer and ``async_save`` share: one C++ writer (its
+    threads), ``max_pending`` staging slots, the saves in flight and their unreported
+    failures. Where each save goes is its :class:`SaveTarget`."""
+
+    _warn_depth = 3  # frames from a warning in _save_unstaged up to the public call
+
+    def __init__(self, max_pending: int = 1, *, copy_threads: Optional[int] = None, direct_io: bool = True,
                  private: bool = False, _sync: bool = True):
-        if keep_last is not None and (not isinstance(keep_last, int) or keep_last < 1):
-            raise ValueError(f"keep_last must be an int >= 1 or None, got {keep_last!r}")
-        if not isinstance(max_pending, int) or max_pending < 1:
-            raise ValueError(f"max_pending must be an int >= 1, got {max_pending!r}")
-        if not isinstance(prefix, str):
-            raise TypeError(f"prefix must be a str, got {type(prefix).__name__}")
-        if not prefix or os.sep in prefix or "\0" in prefix or prefix.startswith("."):
-            raise ValueError(f"prefix must be a plain file-name start, got {prefix!r}")
-        if copy_threads is None:
-            copy_threads = max(1, min(4, os.cpu_count() or 1))
-        if not isinstance(copy_threads, int) or copy_threads < 1:
-            raise ValueError(f"copy_threads must be an int >= 1, got {copy_threads!r}")
-        self.directory = os.fspath(directory)
-        self._where = os.path.abspath(self.directory)  # paths handed out stay right after a chdir
-        self._folder: Any = _C.CheckpointFolder(self._where, create=True)  # OSError as the system says
-        self._locked = False
+        copy_threads = self.check_options(max_pending, copy_threads)
         self._file_mode = 0o600 if private else 0o666
         self._sync = _sync
-        self.keep_last = keep_last
         self.max_pending = max_pending
-        self.prefix = prefix
-        self.suffix = ".pt"
         self._copy_threads = copy_threads
         self._writer_options = dict(max_pending=max_pending, copy_threads=copy_threads, direct_io=direct_io,
                                     sync=_sync)
@@ -162,83 +146,20 @@ class AsyncCheckpointer:
         self._streams: dict = {}
         self._cuda_waiter: Optional[_CudaWaiter] = None
         self._closed = False
-        # Nothing is deleted here: a checkpointer may only read (an evaluator's). The writer
-        # removes dead writers' temporaries before its first save into the folder.
         _live_checkpointers.add(self)
 
-    # -- public API --
+    @staticmethod
+    def check_options(max_pending: Any, copy_threads: Any) -> int:
+        """ValueError for a bad ``max_pending`` or ``copy_threads``; the copy threads to use."""
+        if not isinstance(max_pending, int) or max_pending < 1:
+            raise ValueError(f"max_pending must be an int >= 1, got {max_pending!r}")
+        if copy_threads is None:
+            copy_threads = max(1, min(4, os.cpu_count() or 1))
+        if not isinstance(copy_threads, int) or copy_threads < 1:
+            raise ValueError(f"copy_threads must be an int >= 1, got {copy_threads!r}")
+        return copy_threads
 
-    def save(self, state: Any, step: int, *, overlap_with: Union[torch.optim.Optimizer,
-             Iterable[torch.optim.Optimizer], None] = None, block: bool = True) -> Optional[SaveHandle]:
-        """Snapshot ``state`` and write it in the background as step ``step``.
-
-        Returns a :class:`SaveHandle`, or None when ``block=False`` and ``max_pending`` saves
-        are still in flight (the save is skipped). Raises :class:`CheckpointError` for an
-        earlier save that failed, after making this save (its handle: the error's
-        ``next_handle``). With ``overlap_with`` (an
-        optimizer or several), the snapshot completes in the background and the optimizers'
-        next ``step()`` waits for it; see the module notes for when that is safe."""
-        start = time.perf_counter()
-        step = check_step(step)
-        optimizers = self._optimizers(overlap_with)
-        with self._lock:
-            self._check_open()
-            earlier = self._take_unreported()
-            slot = self._acquire_slot(block)
-            if slot is None:
-                if earlier is not None:
-                    raise earlier[0]
-                return None
-            if earlier is None:
-                earlier = self._take_unreported()  # the save we waited for may have failed
-            try:
-                save = self._submit(state, step, optimizers, slot)
-            except BaseException:
-                if earlier is not None:  # failed before starting: report it later
-                    earlier[1].reported = False
-                    self._saves.insert(0, earlier[1])
-                raise
-        if optimizers:
-            for opt in optimizers:
-                add_barrier(opt, save)
-        else:
-            save.wait_staged()
-        save.blocked_seconds = time.perf_counter() - start
-        if earlier is not None:
-            earlier[0].next_handle = save.handle
-            raise earlier[0]
-        return save.handle
-
-    def reserve(self, state: Any, *, wait: bool = False) -> None:
-        """Allocate the staging memory that saves of ``state`` (or of a state with tensors of
-        the same sizes) need, in every free slot, and fault it in on a background thread, so
-        that even the first save() only copies. Call it once the state has its final sizes
-        (e.g. after the first optimizer step creates Adam's state); a save() that comes
-        first is still correct (the copy and the background thread share the memory safely).
-        ``wait=True`` returns once the memory is in place."""
-        with self._lock:
-            self._check_open()
-            data, stored = pickle_state(state)
-            staging_size = self._plan(0, data, [(0, s.nbytes) for s in stored])[1]
-            pinned = any(s.device.type != "cpu" for s in stored)
-            buffers = []
-            short = self._memory_shortage(self._slots[0], staging_size, pinned)
-            if short is not None:
-                warnings.warn(f"qrnn.checkpoint: reserve() allocated nothing: {short}; saves write from the "
-                              "live tensors instead", RuntimeWarning, stacklevel=2)
-                return
-            for slot in self._slots:
-                if slot.free():
-                    slot.ensure(staging_size, pinned=pinned)
-                    if not slot.pinned:
-                        buffers.append(slot.buffer)  # the thread's reference keeps it mapped
-        if not buffers:
-            return
-        thread = threading.Thread(target=lambda: [b.populate(0, staging_size) for b in buffers],
-                                  name="qrnn-checkpoint-reserve", daemon=True)
-        thread.start()
-        if wait:
-            thread.join()
+    # -- shared by every front --
 
     def wait(self) -> None:
         """Block until every save so far is committed; raise the first unreported failure."""
@@ -260,71 +181,12 @@ class AsyncCheckpointer:
             finally:
                 if self._writer is not None:
                     self._writer.close()
-                if self._locked:
-                    self._folder.unlock_writer()
-                    self._locked = False
+                self._release()
                 if self._cuda_waiter is not None:
                     self._cuda_waiter.queue.put(None)
                     self._cuda_waiter.join()
                 self._slots = []
             self._raise_unreported()
-
-    def latest(self, order: str = "commit") -> Optional[str]:
-        """Path of the most recently committed checkpoint in the directory (``order="step"``:
-        of the highest step), or None. Temporary files of saves in progress are never
-        returned, and nothing is deleted."""
-        found = self._list(order)
-        return os.path.join(self._where, found[-1][0]) if found else None
-
-    def checkpoints(self, order: str = "commit") -> list[str]:
-        """Paths of all committed checkpoints in the directory, oldest commit first
-        (``order="step"``: lowest step first). Reads only."""
-        return [os.path.join(self._where, name) for name, _, _ in self._list(order)]
-
-    def write_file(self, name: str, data: bytes) -> str:
-        """Write ``name`` (a plain file name, not a checkpoint's) in the folder the way
-        checkpoints are written: an exclusive temporary that follows no link, fsync, rename
-        over ``name``, folder fsync. A link planted under ``name`` is replaced, never
-        followed. Returns the path; raises :class:`CheckpointError`."""
-        self._check_own_name(name, "name")
-        folder = self._writer_folder()
-        try:
-            folder.write_file(name, bytes(data), self._file_mode, self._sync)
-        except OSError as error:
-            raise _checkpoint_error(error, operation="write") from None
-        return os.path.join(self._where, name)
-
-    def publish(self, checkpoint: Union[int, str, os.PathLike], name: str) -> str:
-        """Give a committed checkpoint of this folder (its step, or its path) a second name
-        ``name`` (e.g. ``"best.pt"``) by the rules of :meth:`write_file`: a hard link under
-        a temporary name renamed over ``name`` (a copy where the file system has no hard
-        links). Returns the new path; raises :class:`CheckpointError`."""
-        self._check_own_name(name, "name")
-        if isinstance(checkpoint, (str, os.PathLike)):
-            path = os.path.abspath(os.fspath(checkpoint))
-            if os.path.dirname(path) != self._where:
-                raise ValueError(f"{os.fspath(checkpoint)!r} is not a file of {self.directory!r}")
-            source = os.path.basename(path)
-        else:
-            source = _C.checkpoint_file_name(self.prefix, check_step(checkpoint), self.suffix)
-        folder = self._writer_folder()
-        try:
-            folder.publish(source, name, self._file_mode, self._sync)
-        except OSError as error:
-            raise _checkpoint_error(error, operation="publish") from None
-        return os.path.join(self._where, name)
-
-    def __enter__(self) -> AsyncCheckpointer:
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
-            self.close()
-            return
-        try:  # an exception is already propagating: still finish the saves, do not mask it
-            self.close()
-        except CheckpointError as error:
-            warnings.warn(f"qrnn.checkpoint: {error}", RuntimeWarning, stacklevel=2)
 
     def __del__(self):
         if getattr(self, "_closed", True):
@@ -340,28 +202,8 @@ class AsyncCheckpointer:
         """The C++ writer (a test checkpointer overrides this to inject disk failures)."""
         return _C.CheckpointWriter(**self._writer_options)
 
-    def _path(self, step: int) -> str:
-        return os.path.join(self._where, _C.checkpoint_file_name(self.prefix, step, self.suffix))
-
-    def _check_own_name(self, name: str, what: str) -> None:
-        """A plain name that is neither a checkpoint of this naming nor a temporary."""
-        if not isinstance(name, str):
-            raise TypeError(f"{what} must be a str, got {type(name).__name__}")
-        if (not name or name in (".", "..") or "/" in name or "\0" in name
-                or _C.checkpoint_parse_name(name, self.prefix, self.suffix) is not None
-                or _C.checkpoint_is_temporary(name)):
-            raise ValueError(f"{what} must be a plain file name other than a checkpoint's, got {name!r}")
-
-    def _writer_folder(self):
-        """The folder, with this checkpointer's writer lock held (taken at the first write)."""
-        self._check_open()
-        if not self._locked:
-            try:
-                self._folder.lock_writer(self.prefix)
-            except OSError as error:
-                raise _checkpoint_error(error, operation="lock") from None
-            self._locked = True
-        return self._folder
+    def _release(self) -> None:
+        """close(): after the writer stopped (AsyncCheckpointer lets go of its writer lock)."""
 
     def _memory_shortage(self, slot: StagingSlot, nbytes: int, pinned: bool) -> Optional[str]:
         """Why a staging image of ``nbytes`` must not be allocated now (None: it may): more
@@ -379,17 +221,49 @@ class AsyncCheckpointer:
         return (f"its staging image needs {nbytes} bytes and the memory cgroup leaves {free} bytes free "
                 f"of its {limit}-byte limit")
 
-    def _save_unstaged(self, state: Any, step: int, why: str) -> PendingSave:
+    def _save(self, state: Any, step: Optional[int], optimizers: list, block: bool, start: float,
+              target: Callable[[], SaveTarget]) -> Optional[SaveHandle]:
+        """save()'s steps for any front: report an earlier failure after making this save,
+        wait for a slot, snapshot and submit to ``target()`` (asked under the lock)."""
+        with self._lock:
+            self._check_open()
+            earlier = self._take_unreported()
+            slot = self._acquire_slot(block)
+            if slot is None:
+                if earlier is not None:
+                    raise earlier[0]
+                return None
+            if earlier is None:
+                earlier = self._take_unreported()  # the save we waited for may have failed
+            try:
+                save = self._submit(state, step, optimizers, slot, target())
+            except BaseException:
+                if earlier is not None:  # failed before starting: report it later
+                    earlier[1].reported = False
+                    self._saves.insert(0, earlier[1])
+                raise
+        if optimizers:
+            for opt in optimizers:
+                add_barrier(opt, save)
+        else:
+            save.wait_staged()
+        save.blocked_seconds = time.perf_counter() - start
+        if earlier is not None:
+            earlier[0].next_handle = save.handle
+            raise earlier[0]
+        return save.handle
+
+    def _save_unstaged(self, state: Any, step: Optional[int], why: str, target: SaveTarget) -> PendingSave:
         """No staging image: write from the live tensors on this thread (torch.save's writer,
         one storage at a time), by the same commit protocol, after every earlier save."""
         start = time.perf_counter()
-        path = self._path(step)
-        warnings.warn(f"qrnn.checkpoint: checkpoint step {step} is written from the live tensors, blocking "
-                      f"like torch.save: {why}", RuntimeWarning, stacklevel=4)
+        path = target.path
+        warnings.warn(f"qrnn.checkpoint: checkpoint '{path}' is written from the live tensors, blocking "
+                      f"like torch.save: {why}", RuntimeWarning, stacklevel=self._warn_depth + 2)
         for earlier in list(self._saves):
             earlier.wait()  # commit order: theirs first
         name = os.path.basename(path)
-        folder = self._folder
+        folder = target.folder
         try:
             fd, temporary = folder.create_temporary(name, self._file_mode)
         except OSError as error:
@@ -410,26 +284,22 @@ class AsyncCheckpointer:
                                   f"tensors failed too: {type(error).__name__}: {error}", path, step=step,
                                   operation="write") from None
         try:
-            notes = folder.commit(fd, temporary, name, keep_last=self.keep_last or 0, prefix=self.prefix,
-                                  suffix=self.suffix, sync=self._sync)
+            notes = folder.commit(fd, temporary, name, keep_last=target.keep_last, prefix=target.prefix,
+                                  suffix=target.suffix, sync=self._sync)
         except OSError as error:
             raise _checkpoint_error(error, step=step, operation="commit") from None
         save = PendingSave(_Written(notes, time.perf_counter() - start), step, path, {}, [])
         self._saves.append(save)
         return save
 
-    def _plan(self, step: int, data: bytes, sources: list) -> tuple:
+    def _plan(self, path: str, data: bytes, sources: list) -> tuple:
         """(payload offsets, staging bytes, file bytes) of a save, as the writer lays it out."""
         if self._writer is None:  # after fork: a new writer, with threads of this process
             self._writer = self._new_writer()
-        return self._writer.plan(self._path(step), data, sources)
+        return self._writer.plan(path, data, sources)
 
-    def _list(self, order: str) -> list:
-        if order not in ("commit", "step"):
-            raise ValueError(f"order must be 'commit' or 'step', got {order!r}")
-        return self._folder.list(self.prefix, self.suffix, by_step=order == "step")
-
-    def _submit(self, state, step: int, optimizers: list, slot: StagingSlot) -> PendingSave:
+    def _submit(self, state, step: Optional[int], optimizers: list, slot: StagingSlot,
+                target: SaveTarget) -> PendingSave:
         """Under the lock: pickle, plan, stage (or queue the GPU copies) and submit one save."""
         data, stored = pickle_state(state)
         on_gpu = [s.device.type != "cpu" for s in stored]
@@ -437,8 +307,8 @@ class AsyncCheckpointer:
             if gpu and s.device.type != "cuda":
                 raise TypeError(f"qrnn.checkpoint saves CPU and CUDA tensors, got one on {s.device}")
         sources = [(0 if gpu else s.storage.data_ptr(), s.nbytes) for s, gpu in zip(stored, on_gpu)]
-        folder = self._writer_folder()
-        offsets, staging_size, _ = self._plan(step, data, sources)
+        path, folder = target.path, target.folder
+        offsets, staging_size, _ = self._plan(path, data, sources)
         short = self._memory_shortage(slot, staging_size, any(on_gpu))
         if short is None:
             try:
@@ -448,16 +318,15 @@ class AsyncCheckpointer:
             except (MemoryError, RuntimeError) as error:  # no address space, no pinned memory
                 short = f"its staging image of {staging_size} bytes could not be allocated ({error})"
         if short is not None:
-            return self._save_unstaged(state, step, short)
+            return self._save_unstaged(state, step, short, target)
         gate, cuda_done = None, {}
         if any(on_gpu):
             gate = _C.CheckpointGate()
             cuda_done = slot.copy_from_gpu(stored, on_gpu, offsets, self._streams)
-        path = self._path(step)
         try:
             status = self._writer.submit(
                 path, data, sources, staging=slot.address, staging_capacity=slot.capacity, gate=gate,
-                keep_last=self.keep_last or 0, prefix=self.prefix, suffix=self.suffix,
+                keep_last=target.keep_last, prefix=target.prefix, suffix=target.suffix,
                 copy_threads=1 if optimizers else self._copy_threads, block=True, folder=folder,
                 file_mode=self._file_mode)
         except BaseException:
@@ -542,3 +411,183 @@ class AsyncCheckpointer:
             self._cuda_waiter = _CudaWaiter()
             self._cuda_waiter.start()
         return self._cuda_waiter
+
+
+class AsyncCheckpointer(SaveQueue):
+    """Saves checkpoints of ``state`` in the background into ``directory`` (created if
+    missing) as ``<prefix><step:012d>.pt``, keeping the ``keep_last`` most recently committed
+    checkpoints (None: all) and holding at most ``max_pending`` snapshots in memory. ``copy_threads`` threads do
+    the CPU staging copy in default mode (one thread in overlap mode). ``direct_io`` writes
+    with O_DIRECT where the file system supports it (less CPU and page-cache churn).
+    ``private=True`` creates every file with mode 0600 (else 0666; the umask applies to both).
+
+    The folder is opened once, here (created with its parents, each fsynced); every later
+    create, rename, fsync, listing and unlink is relative to it and follows no symbolic link
+    in it, so renaming the folder, swapping it for a link or a ``chdir`` redirects nothing.
+    The first ``save()``, ``write_file()`` or ``publish()`` takes the folder's writer lock
+    for ``prefix`` (one writer per folder and prefix, in any process, container or host);
+    a second writer gets a :class:`CheckpointError` naming the holder. Reading takes no lock."""
+
+    def __init__(self, directory: Union[str, os.PathLike], keep_last: Optional[int] = 3, max_pending: int = 1,
+                 *, prefix: str = "ckpt-", copy_threads: Optional[int] = None, direct_io: bool = True,
+                 private: bool = False, _sync: bool = True):
+        if keep_last is not None and (not isinstance(keep_last, int) or keep_last < 1):
+            raise ValueError(f"keep_last must be an int >= 1 or None, got {keep_last!r}")
+        if not isinstance(prefix, str):
+            raise TypeError(f"prefix must be a str, got {type(prefix).__name__}")
+        if not prefix or os.sep in prefix or "\0" in prefix or prefix.startswith("."):
+            raise ValueError(f"prefix must be a plain file-name start, got {prefix!r}")
+        self.check_options(max_pending, copy_threads)  # before the folder is created
+        self.directory = os.fspath(directory)
+        self._where = os.path.abspath(self.directory)  # paths handed out stay right after a chdir
+        self._folder: Any = _C.CheckpointFolder(self._where, create=True)  # OSError as the system says
+        self._locked = False
+        self.keep_last = keep_last
+        self.prefix = prefix
+        self.suffix = ".pt"
+        # Nothing is deleted here: a checkpointer may only read (an evaluator's). The writer
+        # removes dead writers' temporaries before its first save into the folder.
+        super().__init__(max_pending, copy_threads=copy_threads, direct_io=direct_io, private=private, _sync=_sync)
+
+    # -- public API --
+
+    def save(self, state: Any, step: int, *, overlap_with: Union[torch.optim.Optimizer,
+             Iterable[torch.optim.Optimizer], None] = None, block: bool = True) -> Optional[SaveHandle]:
+        """Snapshot ``state`` and write it in the background as step ``step``.
+
+        Returns a :class:`SaveHandle`, or None when ``block=False`` and ``max_pending`` saves
+        are still in flight (the save is skipped). Raises :class:`CheckpointError` for an
+        earlier save that failed, after making this save (its handle: the error's
+        ``next_handle``). With ``overlap_with`` (an
+        optimizer or several), the snapshot completes in the background and the optimizers'
+        next ``step()`` waits for it; see the module notes for when that is safe."""
+        start = time.perf_counter()
+        step = check_step(step)
+        return self._save(state, step, self._optimizers(overlap_with), block, start, lambda: self._target(step))
+
+    def reserve(self, state: Any, *, wait: bool = False) -> None:
+        """Allocate the staging memory that saves of ``state`` (or of a state with tensors of
+        the same sizes) need, in every free slot, and fault it in on a background thread, so
+        that even the first save() only copies. Call it once the state has its final sizes
+        (e.g. after the first optimizer step creates Adam's state); a save() that comes
+        first is still correct (the copy and the background thread share the memory safely).
+        ``wait=True`` returns once the memory is in place."""
+        with self._lock:
+            self._check_open()
+            data, stored = pickle_state(state)
+            staging_size = self._plan(self._path(0), data, [(0, s.nbytes) for s in stored])[1]
+            pinned = any(s.device.type != "cpu" for s in stored)
+            buffers = []
+            short = self._memory_shortage(self._slots[0], staging_size, pinned)
+            if short is not None:
+                warnings.warn(f"qrnn.checkpoint: reserve() allocated nothing: {short}; saves write from the "
+                              "live tensors instead", RuntimeWarning, stacklevel=2)
+                return
+            for slot in self._slots:
+                if slot.free():
+                    slot.ensure(staging_size, pinned=pinned)
+                    if not slot.pinned:
+                        buffers.append(slot.buffer)  # the thread's reference keeps it mapped
+        if not buffers:
+            return
+        thread = threading.Thread(target=lambda: [b.populate(0, staging_size) for b in buffers],
+                                  name="qrnn-checkpoint-reserve", daemon=True)
+        thread.start()
+        if wait:
+            thread.join()
+
+    def latest(self, order: str = "commit") -> Optional[str]:
+        """Path of the most recently committed checkpoint in the directory (``order="step"``:
+        of the highest step), or None. Temporary files of saves in progress are never
+        returned, and nothing is deleted."""
+        found = self._list(order)
+        return os.path.join(self._where, found[-1][0]) if found else None
+
+    def checkpoints(self, order: str = "commit") -> list[str]:
+        """Paths of all committed checkpoints in the directory, oldest commit first
+        (``order="step"``: lowest step first). Reads only."""
+        return [os.path.join(self._where, name) for name, _, _ in self._list(order)]
+
+    def write_file(self, name: str, data: bytes) -> str:
+        """Write ``name`` (a plain file name, not a checkpoint's) in the folder the way
+        checkpoints are written: an exclusive temporary that follows no link, fsync, rename
+        over ``name``, folder fsync. A link planted under ``name`` is replaced, never
+        followed. Returns the path; raises :class:`CheckpointError`."""
+        self._check_own_name(name, "name")
+        folder = self._writer_folder()
+        try:
+            folder.write_file(name, bytes(data), self._file_mode, self._sync)
+        except OSError as error:
+            raise _checkpoint_error(error, operation="write") from None
+        return os.path.join(self._where, name)
+
+    def publish(self, checkpoint: Union[int, str, os.PathLike], name: str) -> str:
+        """Give a committed checkpoint of this folder (its step, or its path) a second name
+        ``name`` (e.g. ``"best.pt"``) by the rules of :meth:`write_file`: a hard link under
+        a temporary name renamed over ``name`` (a copy where the file system has no hard
+        links). Returns the new path; raises :class:`CheckpointError`."""
+        self._check_own_name(name, "name")
+        if isinstance(checkpoint, (str, os.PathLike)):
+            path = os.path.abspath(os.fspath(checkpoint))
+            if os.path.dirname(path) != self._where:
+                raise ValueError(f"{os.fspath(checkpoint)!r} is not a file of {self.directory!r}")
+            source = os.path.basename(path)
+        else:
+            source = _C.checkpoint_file_name(self.prefix, check_step(checkpoint), self.suffix)
+        folder = self._writer_folder()
+        try:
+            folder.publish(source, name, self._file_mode, self._sync)
+        except OSError as error:
+            raise _checkpoint_error(error, operation="publish") from None
+        return os.path.join(self._where, name)
+
+    def __enter__(self) -> AsyncCheckpointer:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+            return
+        try:  # an exception is already propagating: still finish the saves, do not mask it
+            self.close()
+        except CheckpointError as error:
+            warnings.warn(f"qrnn.checkpoint: {error}", RuntimeWarning, stacklevel=2)
+
+    # -- internals --
+
+    def _target(self, step: int) -> SaveTarget:
+        """The checkpoint of ``step`` in this folder, with the writer lock held."""
+        return SaveTarget(self._path(step), self._writer_folder(), self.keep_last or 0, self.prefix, self.suffix)
+
+    def _release(self) -> None:
+        if self._locked:
+            self._folder.unlock_writer()
+            self._locked = False
+
+    def _path(self, step: int) -> str:
+        return os.path.join(self._where, _C.checkpoint_file_name(self.prefix, step, self.suffix))
+
+    def _check_own_name(self, name: str, what: str) -> None:
+        """A plain name that is neither a checkpoint of this naming nor a temporary."""
+        if not isinstance(name, str):
+            raise TypeError(f"{what} must be a str, got {type(name).__name__}")
+        if (not name or name in (".", "..") or "/" in name or "\0" in name
+                or _C.checkpoint_parse_name(name, self.prefix, self.suffix) is not None
+                or _C.checkpoint_is_temporary(name)):
+            raise ValueError(f"{what} must be a plain file name other than a checkpoint's, got {name!r}")
+
+    def _writer_folder(self):
+        """The folder, with this checkpointer's writer lock held (taken at the first write)."""
+        self._check_open()
+        if not self._locked:
+            try:
+                self._folder.lock_writer(self.prefix)
+            except OSError as error:
+                raise _checkpoint_error(error, operation="lock") from None
+            self._locked = True
+        return self._folder
+
+    def _list(self, order: str) -> list:
+        if order not in ("commit", "step"):
+            raise ValueError(f"order must be 'commit' or 'step', got {order!r}")
+        return self._folder.list(self.prefix, self.suffix, by_step=order == "step")

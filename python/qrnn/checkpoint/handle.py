@@ -24,7 +24,7 @@ _fork_generation = 0  # bumped in a forked child: saves from before belong to th
 class PendingSave:
     """What the checkpointer tracks of one submitted save."""
 
-    def __init__(self, status, step: int, path: str, cuda_done: dict, sources: list):
+    def __init__(self, status, step: Optional[int], path: str, cuda_done: dict, sources: list):
         self.step = step
         self.path = path
         self.sequence = next(_save_counter)  # submission order
@@ -43,8 +43,12 @@ class PendingSave:
         """Made by the parent before fork(): its outcome is known only there."""
         return self._generation != _fork_generation
 
+    def describe(self) -> str:
+        """How messages name this save: its step, or its path (async_save has no step)."""
+        return f"checkpoint step {self.step}" if self.step is not None else f"checkpoint '{self.path}'"
+
     def parent_error(self) -> RuntimeError:
-        return RuntimeError(f"checkpoint step {self.step} was saved by the parent process before fork(); "
+        return RuntimeError(f"{self.describe()} was saved by the parent process before fork(); "
                             "its outcome is known only there")
 
     def finished(self) -> bool:
@@ -124,13 +128,21 @@ class SaveHandle:
         For CUDA tensors, the current streams wait for the copy (the host does not)."""
         self._save.wait_staged()
 
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """Block until the save is committed or failed, at most ``timeout`` seconds; returns
+        whether it finished. Raises nothing: a failure stays for ``result()`` and for the
+        next call of whoever made the save to report."""
+        if self._save.from_parent():
+            raise self._save.parent_error()
+        return self._save.wait(timeout)
+
     def result(self, timeout: Optional[float] = None) -> str:
         """The committed file's path; raises CheckpointError if the save failed, TimeoutError
         if it is still running after ``timeout`` seconds."""
         if self._save.from_parent():
             raise self._save.parent_error()
         if not self._save.wait(timeout):
-            raise TimeoutError(f"checkpoint step {self.step} still being written after {timeout} s")
+            raise TimeoutError(f"{self._save.describe()} still being written after {timeout} s")
         error = self._save.error()
         if error is not None:
             self._save.reported = True
