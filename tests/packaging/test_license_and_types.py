@@ -4,6 +4,7 @@ py.typed beside the code, and a type checker that sees a QRNN call's result as t
 import importlib.metadata
 import importlib.resources
 import importlib.util
+import inspect
 import os
 import pathlib
 import shutil
@@ -55,3 +56,15 @@ def test_type_checker_sees_qrnn_calls_as_tensors(tmp_path):
     assert len(revealed) == 4, result.stdout + result.stderr
     assert revealed[0] == revealed[1] == revealed[3] == '"torch._tensor.Tensor"', result.stdout
     assert "Tensor" in revealed[2] and "Any" not in revealed[2], result.stdout
+
+
+def test_public_signatures_show_real_defaults():
+    """help() and inspect show the defaults, not a sentinel object."""
+    text = str(inspect.signature(qrnn.QRNNLayer))
+    assert "object at 0x" not in text
+    for shown in ("window: 'int' = 1", "output_gate: 'bool' = True", "zoneout: 'float' = 0.0",
+                  "save_prev_x: 'bool' = False"):
+        assert shown in text, text
+    # A default that is shown is still told apart from the same value passed by position.
+    with pytest.raises(TypeError, match="multiple values for argument 'window'"):
+        qrnn.QRNNLayer(4, 8, 1, window=1)
