@@ -28,14 +28,14 @@ def tensor_archive(path, payload: bytes, *, compression=zipfile.ZIP_STORED, name
     class Storage:  # pickles as torch.save's persistent id of a FloatStorage
         pass
 
-    def persistent_id(obj):
-        if isinstance(obj, Storage):
-            return ("storage", torch.FloatStorage, name.rsplit("/", 1)[-1], "cpu", numel)
-        return None
+    class Pickler(pickle.Pickler):  # a method: Python 3.13 refuses persistent_id set on an instance
+        def persistent_id(self, obj):
+            if isinstance(obj, Storage):
+                return ("storage", torch.FloatStorage, name.rsplit("/", 1)[-1], "cpu", numel)
+            return None
 
     buffer = io.BytesIO()
-    pickler = pickle.Pickler(buffer, protocol=2)
-    pickler.persistent_id = persistent_id
+    pickler = Pickler(buffer, protocol=2)
     rebuild = torch._utils._rebuild_tensor_v2
     pickler.dump({"w": _Reduce(rebuild, (Storage(), 0, (numel,), (1,), False, {}))})
     with zipfile.ZipFile(path, "w", compression=compression) as z:
