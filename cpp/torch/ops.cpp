@@ -1,0 +1,226 @@
+// libqrnn_torch: the qrnn:: PyTorch operators for processes without Python (a C++ program
+// running an AOTInductor package or an exported program), on PyTorch's stable C ABI.
+//
+// It is compiled against torch's headers only and links the torch-free core (libqrnn), not
+// libtorch: its torch symbols resolve from the process that loads it, so one binary serves
+// every torch release with the stable ABI (built with TORCH_TARGET_VERSION = 2.9, the first
+// one). The schemas are character for character those of python/qrnn/ops/*.py; the kernels
+// are the core's, called as the Python backends (python/qrnn/ops/cpu.py) call them.
+//
+// Registration is once per process: the core's claim_torch_ops says whether the Python
+// package (`import qrnn`) or an earlier load already owns the operators; then this library
+// registers nothing.
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <torch/csrc/stable/library.h>
+#include <torch/csrc/stable/ops.h>
+#include <torch/csrc/stable/tensor.h>
+
+#include "qrnn/forget_mult.hpp"
+#include "qrnn/qrnn_gates.hpp"
+#include "qrnn/torch_ops_owner.hpp"
+
+namespace {
+
+using torch::headeronly::ScalarType;
+using torch::stable::Tensor;
+
+// ---- Tensors to the core's views (python/qrnn/ops/kernel_args.py's view2 / view3) ----------
+
+qrnn::DType dtype_of(const Tensor& t, const char* op, const char* name) {
+    switch (t.scalar_type()) {
+        case ScalarType::Float: return qrnn::DType::float32;
+        case ScalarType::Double: return qrnn::DType::float64;
+        case ScalarType::BFloat16: return qrnn::DType::bfloat16;
+        case ScalarType::Half: return qrnn::DType::float16;
+        default:
+            throw std::invalid_argument(std::string(op) + ": " + name +
+                                        " must be float32, float64, bfloat16 or float16");
+    }
+}
+
+ScalarType state_scalar_type(ScalarType t) {
+    return (t == ScalarType::BFloat16 || t == ScalarType::Half) ? ScalarType::Float : t;
+}
+
+// (data, stride_t, stride_b, stride_h) in the kernels' time-major order; empty: absent.
+template <typename View>
+View view3(const Tensor& t, bool batch_first) {
+    if (t.numel() == 0) return View{};
+    const auto s = t.strides();
+    View v;
+    v.data = t.data_ptr();
+    v.stride_t = batch_first ? s[1] : s[0];
+    v.stride_b = batch_first ? s[0] : s[1];
+    v.stride_h = s[2];
+    return v;
+}
+
+template <typename View>
+View view2(const std::optional<Tensor>& t) {
+    if (!t.has_value()) return View{};
+    View v;
+    v.data = t->data_ptr();
+    v.stride_b = t->stride(0);
+    v.stride_h = t->stride(1);
+    return v;
+}
+
+// ---- Argument checks: the kernels take shapes on trust ----------------------------------------
+
+void require(bool ok, const std::string& message) {
+    if (!ok) throw std::invalid_argument(message);
+}
+
+void check_cpu(const Tensor& t, const char* op, const char* name) {
+    require(t.is_cpu(), std::string(op) + ": " + name + " must be a CPU tensor (this build of libqrnn_torch "
+                                                        "has CPU kernels only)");
+}
+
+void check_state(const std::optional<Tensor>& state, const Tensor& like, int64_t batch, int64_t hidden,
+                 const char* op, const char* name) {
+    if (!state.has_value()) return;
+    check_cpu(*state, op, name);
+    require(state->dim() == 2 && state->size(0) == batch && state->size(1) == hidden,
+            std::string(op) + ": " + name + " must have shape (batch, hidden) = (" + std::to_string(batch) + ", " +
+                std::to_string(hidden) + ")");
+    const ScalarType dtype = state->scalar_type();
+    require(dtype == like.scalar_type() || dtype == state_scalar_type(like.scalar_type()),
+            std::string(op) + ": " + name + " must have the input's dtype (or float32 next to 16-bit inputs)");
+}
+
+// ---- qrnn::forget_mult ------------------------------------------------------------------------
+
+Tensor forget_mult(Tensor f, Tensor x, std::optional<Tensor> h0, bool batch_first) {
+    constexpr const char* op = "forget_mult";
+    require(f.dim() == 3, "forget_mult: f must be 3-D");
+    check_cpu(f, op, "f");
+    check_cpu(x, op, "x");
+    const qrnn::DType dtype = dtype_of(f, op, "f");
+    require(x.scalar_type() == f.scalar_type(), "forget_mult: x must have f's dtype");
+    require(x.dim() == 3 && x.size(0) == f.size(0) && x.size(1) == f.size(1) && x.size(2) == f.size(2),
+            "forget_mult: x must have f's shape");
+    qrnn::ForgetMultForwardParams p;
+    p.seq_len = f.size(batch_first ? 1 : 0);
+    p.batch = f.size(batch_first ? 0 : 1);
+    p.hidden = f.size(2);
+    check_state(h0, f, p.batch, p.hidden, op, "h0");
+    Tensor h = torch::stable::new_empty(f, f.sizes());
+    p.dtype = dtype;
+    p.f = view3<qrnn::ConstView3>(f, batch_first);
+    p.x = view3<qrnn::ConstView3>(x, batch_first);
+    p.h0 = view2<qrnn::ConstView2>(h0);
+    p.h0_dtype = h0.has_value() ? dtype_of(*h0, op, "h0") : dtype;
+    p.h = view3<qrnn::View3>(h, batch_first);
+    qrnn::cpu::forget_mult_forward(p, 0);
+    return h;
+}
+
+// ---- qrnn::qrnn_gates -------------------------------------------------------------------------
+
+std::tuple<Tensor, Tensor, Tensor> qrnn_gates(Tensor gates, std::optional<Tensor> c0,
+                                              std::optional<Tensor> forget_mask, std::optional<Tensor> lengths,
+                                              double forget_scale, bool output_gate, bool batch_first,
+                                              bool reverse) {
+    constexpr const char* op = "qrnn_gates";
+    const int64_t n_gates = output_gate ? 3 : 2;
+    check_cpu(gates, op, "gates");
+    const qrnn::DType dtype = dtype_of(gates, op, "gates");
+    require(gates.dim() == 3 && gates.size(2) % n_gates == 0,
+            "qrnn_gates: gates must be 3-D with the last size a multiple of " + std::to_string(n_gates));
+    require(forget_scale >= 0.0 && forget_scale <= 1.0, "qrnn_gates: forget_scale must be in [0, 1]");
+    const int64_t hidden = gates.size(2) / n_gates;
+    const int64_t batch = gates.size(batch_first ? 0 : 1);
+    const int64_t seq_len = gates.size(batch_first ? 1 : 0);
+    check_state(c0, gates, batch, hidden, op, "c0");
+    const std::vector<int64_t> out_shape{gates.size(0), gates.size(1), hidden};
+    if (forget_mask.has_value()) {
+        check_cpu(*forget_mask, op, "forget_mask");
+        require(forget_mask->dim() == 3 && forget_mask->size(0) == out_shape[0] &&
+                    forget_mask->size(1) == out_shape[1] && forget_mask->size(2) == hidden,
+                "qrnn_gates: forget_mask must have the output's shape");
+        require(forget_mask->scalar_type() == gates.scalar_type(), "qrnn_gates: forget_mask must have gates' dtype");
+    }
+    if (lengths.has_value()) {
+        check_cpu(*lengths, op, "lengths");
+        require(lengths->dim() == 1 && lengths->size(0) == batch && lengths->scalar_type() == ScalarType::Long,
+                "qrnn_gates: lengths must be a 1-D int64 tensor of batch size");
+    }
+
+    Tensor output = torch::stable::new_empty(gates, out_shape);
+    // The backward needs every c[t]; without an output gate that is the output itself.
+    Tensor states = torch::stable::new_empty(gates, output_gate ? out_shape : std::vector<int64_t>{0});
+    Tensor c_n = torch::stable::new_empty(gates, {batch, hidden}, state_scalar_type(gates.scalar_type()));
+
+    qrnn::QrnnGatesForwardParams p;
+    p.seq_len = seq_len;
+    p.batch = batch;
+    p.hidden = hidden;
+    p.dtype = dtype;
+    p.output_gate = output_gate;
+    p.gates = view3<qrnn::ConstView3>(gates, batch_first);
+    p.gate_stride = hidden * gates.stride(2);
+    if (forget_mask.has_value()) p.forget_mask = view3<qrnn::ConstView3>(*forget_mask, batch_first);
+    p.forget_scale = forget_scale;
+    p.c0 = view2<qrnn::ConstView2>(c0);
+    p.c0_dtype = c0.has_value() ? dtype_of(*c0, op, "c0") : dtype;
+    if (lengths.has_value()) {
+        p.lengths = static_cast<const int64_t*>(lengths->data_ptr());
+        p.lengths_stride = lengths->stride(0);
+    }
+    p.reverse = reverse;
+    p.output = view3<qrnn::View3>(output, batch_first);
+    if (output_gate) p.states = view3<qrnn::View3>(states, batch_first);
+    p.c_n = view2<qrnn::View2>(std::optional<Tensor>(c_n));
+    p.c_n_dtype = state_scalar_type(gates.scalar_type()) == ScalarType::Float ? qrnn::DType::float32 : dtype;
+    qrnn::cpu::qrnn_gates_forward(p, 0);
+    return {output, c_n, states};
+}
+
+// ---- Registration, once per process ------------------------------------------------------------
+
+// Python's torch.library.custom_op schemas (python/qrnn/ops/forget_mult.py, qrnn_gates.py).
+constexpr const char* kForgetMultSchema =
+    "forget_mult(Tensor f, Tensor x, Tensor? h0, bool batch_first) -> Tensor";
+constexpr const char* kQrnnGatesSchema =
+    "qrnn_gates(Tensor gates, Tensor? c0, Tensor? forget_mask, Tensor? lengths, float forget_scale, "
+    "bool output_gate, bool batch_first, bool reverse) -> (Tensor, Tensor, Tensor)";
+
+void check(AOTITorchError error, const char* what) {
+    if (error != AOTI_TORCH_SUCCESS) throw std::runtime_error(std::string("libqrnn_torch: ") + what + " failed");
+}
+
+// The registrations live as long as the library; the handles unregister when deleted.
+class Registration {
+public:
+    Registration() {
+        if (qrnn::claim_torch_ops(qrnn::TorchOpsOwner::torch_library) != qrnn::TorchOpsOwner::none) {
+            return;  // `import qrnn` or an earlier load of this library registered them
+        }
+        check(aoti_torch_library_init_fragment("qrnn", __FILE__, __LINE__, &definitions_), "init_fragment");
+        check(aoti_torch_library_def(definitions_, kForgetMultSchema), "def forget_mult");
+        check(aoti_torch_library_def(definitions_, kQrnnGatesSchema), "def qrnn_gates");
+        check(aoti_torch_library_init_impl("qrnn", "CPU", __FILE__, __LINE__, &cpu_), "init_impl CPU");
+        check(aoti_torch_library_impl(cpu_, "forget_mult", TORCH_BOX(&forget_mult)), "impl forget_mult");
+        check(aoti_torch_library_impl(cpu_, "qrnn_gates", TORCH_BOX(&qrnn_gates)), "impl qrnn_gates");
+    }
+    ~Registration() {
+        if (cpu_ != nullptr) aoti_torch_delete_library_object(cpu_);
+        if (definitions_ != nullptr) aoti_torch_delete_library_object(definitions_);
+    }
+    Registration(const Registration&) = delete;
+    Registration& operator=(const Registration&) = delete;
+
+private:
+    TorchLibraryHandle definitions_ = nullptr;
+    TorchLibraryHandle cpu_ = nullptr;
+};
+
+const Registration registration;
+
+}  // namespace
