@@ -24,9 +24,10 @@ import torch
 
 from . import _C  # type: ignore[attr-defined, unused-ignore]  # compiled, no stub
 
-__all__ = ["torch_library", "MINIMUM_TORCH", "TorchLibraryError"]
+__all__ = ["torch_library", "MINIMUM_TORCH", "MINIMUM_TORCH_TEXT", "TorchLibraryError"]
 
 MINIMUM_TORCH = (2, 9)  # the first torch with the stable ABI's operator registration
+MINIMUM_TORCH_TEXT = "2.9"
 # Only the stable ABI of MINIMUM_TORCH is used, whichever torch compiles it.
 _TARGET_VERSION = f"0x{MINIMUM_TORCH[0]:02x}{MINIMUM_TORCH[1]:02x}000000000000"
 _LIBRARY_NAME = "libqrnn_torch.so"
@@ -48,10 +49,14 @@ def _cache_root() -> Path:
 
 def _compile_command(source: Path, output: Path, compiler: str) -> list[str]:
     package = _package_dir()
-    torch_include = Path(torch.__file__).parent / "include"
+    torch_dir = Path(torch.__file__).parent
     return [*shlex.split(compiler), "-O2", "-std=c++17", "-shared", "-fPIC", "-fvisibility=hidden",
-            f"-DTORCH_TARGET_VERSION={_TARGET_VERSION}", f"-I{torch_include}", f"-I{package / 'include'}",
-            str(source), f"-L{package / 'lib'}", "-lqrnn", f"-Wl,-rpath,{package / 'lib'}", "-o", str(output)]
+            f"-DTORCH_TARGET_VERSION={_TARGET_VERSION}", f"-I{torch_dir / 'include'}", f"-I{package / 'include'}",
+            str(source), f"-L{package / 'lib'}", "-lqrnn", f"-Wl,-rpath,{package / 'lib'}",
+            # libtorch_cpu for its stable C functions only: Python loads torch's libraries
+            # privately (RTLD_LOCAL), so they must be named; a C++ program's libtorch, loaded
+            # first under the same name, serves them there.
+            f"-L{torch_dir / 'lib'}", "-ltorch_cpu", f"-Wl,-rpath,{torch_dir / 'lib'}", "-o", str(output)]
 
 
 def torch_library() -> str:
@@ -62,7 +67,7 @@ def torch_library() -> str:
     ``torch.ops.load_library``. Needs torch >= 2.9 and a C++17 compiler (``$CXX``, else
     ``c++``); the cache is ``$QRNN_CACHE_DIR``, else ``~/.cache/torch-qrnn``."""
     if tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) < MINIMUM_TORCH:
-        raise TorchLibraryError(f"qrnn's C++ torch library needs torch >= {MINIMUM_TORCH[0]}.{MINIMUM_TORCH[1]} "
+        raise TorchLibraryError(f"qrnn's C++ torch library needs torch >= {MINIMUM_TORCH_TEXT} "
                                 f"(the stable C ABI for operators); this is torch {torch.__version__}")
     source = _package_dir() / "src" / "torch_ops.cpp"
     if not source.is_file():
