@@ -10,6 +10,8 @@
 // Registration is once per process: the core's claim_torch_ops says whether the Python
 // package (`import qrnn`) or an earlier load already owns the operators; then this library
 // registers nothing.
+#include <dlfcn.h>
+
 #include <cstdint>
 #include <optional>
 #include <stdexcept>
@@ -24,6 +26,10 @@
 #include "qrnn/forget_mult.hpp"
 #include "qrnn/qrnn_gates.hpp"
 #include "qrnn/torch_ops_owner.hpp"
+#if defined(QRNN_WITH_CUDA)
+#include "qrnn/forget_mult_cuda.hpp"
+#include "qrnn/qrnn_gates_cuda.hpp"
+#endif
 
 namespace {
 
@@ -77,15 +83,51 @@ void require(bool ok, const std::string& message) {
     if (!ok) throw std::invalid_argument(message);
 }
 
-void check_cpu(const Tensor& t, const char* op, const char* name) {
-    require(t.is_cpu(), std::string(op) + ": " + name + " must be a CPU tensor (this build of libqrnn_torch "
-                                                        "has CPU kernels only)");
+// Every tensor on the first one's device, and a device this build has kernels for.
+void check_device(const Tensor& t, const Tensor& first, const char* op, const char* name) {
+#if defined(QRNN_WITH_CUDA)
+    require(t.is_cpu() || t.is_cuda(), std::string(op) + ": " + name + " must be a CPU or CUDA tensor");
+#else
+    require(t.is_cpu(), std::string(op) + ": " + name + " must be a CPU tensor (this libqrnn_torch has CPU kernels "
+                                                        "only: its core library was built without CUDA)");
+#endif
+    require(t.is_cpu() == first.is_cpu() && t.get_device_index() == first.get_device_index(),
+            std::string(op) + ": " + name + " must be on the first argument's device");
 }
+
+// Functions of the torch that loaded this library, looked up when first needed: those of
+// newer releases than the stable ABI targeted here, and CUDA ones, absent from a CPU torch.
+void* torch_function(const char* library, const char* name) {
+    void* handle = dlopen(library, RTLD_LAZY | RTLD_NOLOAD);  // already loaded by the process, or absent
+    return handle != nullptr ? dlsym(handle, name) : nullptr;
+}
+
+// torch's intra-op thread count (torch >= 2.10; before: one thread per core), as the
+// Python backends pass torch.get_num_threads().
+int torch_num_threads() {
+    using Function = AOTITorchError (*)(uint32_t*);
+    static const auto get = reinterpret_cast<Function>(torch_function("libtorch_cpu.so", "torch_get_num_threads"));
+    uint32_t threads = 0;
+    return (get != nullptr && get(&threads) == AOTI_TORCH_SUCCESS) ? static_cast<int>(threads) : 0;
+}
+
+#if defined(QRNN_WITH_CUDA)
+// torch's current CUDA stream of `device`: the kernels launch where torch's work is queued.
+void* current_cuda_stream(int32_t device) {
+    using Function = AOTITorchError (*)(int32_t, void**);
+    static const auto get =
+        reinterpret_cast<Function>(torch_function("libtorch_cuda.so", "aoti_torch_get_current_cuda_stream"));
+    require(get != nullptr, "libqrnn_torch: CUDA tensors, but this torch has no CUDA stream function");
+    void* stream = nullptr;
+    require(get(device, &stream) == AOTI_TORCH_SUCCESS, "libqrnn_torch: torch's current CUDA stream is unavailable");
+    return stream;
+}
+#endif
 
 void check_state(const std::optional<Tensor>& state, const Tensor& like, int64_t batch, int64_t hidden,
                  const char* op, const char* name) {
     if (!state.has_value()) return;
-    check_cpu(*state, op, name);
+    check_device(*state, like, op, name);
     require(state->dim() == 2 && state->size(0) == batch && state->size(1) == hidden,
             std::string(op) + ": " + name + " must have shape (batch, hidden) = (" + std::to_string(batch) + ", " +
                 std::to_string(hidden) + ")");
@@ -99,8 +141,8 @@ void check_state(const std::optional<Tensor>& state, const Tensor& like, int64_t
 Tensor forget_mult(Tensor f, Tensor x, std::optional<Tensor> h0, bool batch_first) {
     constexpr const char* op = "forget_mult";
     require(f.dim() == 3, "forget_mult: f must be 3-D");
-    check_cpu(f, op, "f");
-    check_cpu(x, op, "x");
+    check_device(f, f, op, "f");
+    check_device(x, f, op, "x");
     const qrnn::DType dtype = dtype_of(f, op, "f");
     require(x.scalar_type() == f.scalar_type(), "forget_mult: x must have f's dtype");
     require(x.dim() == 3 && x.size(0) == f.size(0) && x.size(1) == f.size(1) && x.size(2) == f.size(2),
@@ -117,7 +159,14 @@ Tensor forget_mult(Tensor f, Tensor x, std::optional<Tensor> h0, bool batch_firs
     p.h0 = view2<qrnn::ConstView2>(h0);
     p.h0_dtype = h0.has_value() ? dtype_of(*h0, op, "h0") : dtype;
     p.h = view3<qrnn::View3>(h, batch_first);
-    qrnn::cpu::forget_mult_forward(p, 0);
+#if defined(QRNN_WITH_CUDA)
+    if (f.is_cuda()) {
+        const int32_t device = f.get_device_index();
+        qrnn::cuda::forget_mult_forward(p, current_cuda_stream(device), qrnn::cuda::Schedule::automatic, device);
+        return h;
+    }
+#endif
+    qrnn::cpu::forget_mult_forward(p, torch_num_threads());
     return h;
 }
 
@@ -129,7 +178,7 @@ std::tuple<Tensor, Tensor, Tensor> qrnn_gates(Tensor gates, std::optional<Tensor
                                               bool reverse) {
     constexpr const char* op = "qrnn_gates";
     const int64_t n_gates = output_gate ? 3 : 2;
-    check_cpu(gates, op, "gates");
+    check_device(gates, gates, op, "gates");
     const qrnn::DType dtype = dtype_of(gates, op, "gates");
     require(gates.dim() == 3 && gates.size(2) % n_gates == 0,
             "qrnn_gates: gates must be 3-D with the last size a multiple of " + std::to_string(n_gates));
@@ -140,14 +189,14 @@ std::tuple<Tensor, Tensor, Tensor> qrnn_gates(Tensor gates, std::optional<Tensor
     check_state(c0, gates, batch, hidden, op, "c0");
     const std::vector<int64_t> out_shape{gates.size(0), gates.size(1), hidden};
     if (forget_mask.has_value()) {
-        check_cpu(*forget_mask, op, "forget_mask");
+        check_device(*forget_mask, gates, op, "forget_mask");
         require(forget_mask->dim() == 3 && forget_mask->size(0) == out_shape[0] &&
                     forget_mask->size(1) == out_shape[1] && forget_mask->size(2) == hidden,
                 "qrnn_gates: forget_mask must have the output's shape");
         require(forget_mask->scalar_type() == gates.scalar_type(), "qrnn_gates: forget_mask must have gates' dtype");
     }
     if (lengths.has_value()) {
-        check_cpu(*lengths, op, "lengths");
+        check_device(*lengths, gates, op, "lengths");
         require(lengths->dim() == 1 && lengths->size(0) == batch && lengths->scalar_type() == ScalarType::Long,
                 "qrnn_gates: lengths must be a 1-D int64 tensor of batch size");
     }
@@ -178,7 +227,14 @@ std::tuple<Tensor, Tensor, Tensor> qrnn_gates(Tensor gates, std::optional<Tensor
     if (output_gate) p.states = view3<qrnn::View3>(states, batch_first);
     p.c_n = view2<qrnn::View2>(std::optional<Tensor>(c_n));
     p.c_n_dtype = state_scalar_type(gates.scalar_type()) == ScalarType::Float ? qrnn::DType::float32 : dtype;
-    qrnn::cpu::qrnn_gates_forward(p, 0);
+#if defined(QRNN_WITH_CUDA)
+    if (gates.is_cuda()) {
+        const int32_t device = gates.get_device_index();
+        qrnn::cuda::qrnn_gates_forward(p, current_cuda_stream(device), device);
+        return {output, c_n, states};
+    }
+#endif
+    qrnn::cpu::qrnn_gates_forward(p, torch_num_threads());
     return {output, c_n, states};
 }
 
@@ -208,8 +264,14 @@ public:
         check(aoti_torch_library_init_impl("qrnn", "CPU", __FILE__, __LINE__, &cpu_), "init_impl CPU");
         check(aoti_torch_library_impl(cpu_, "forget_mult", TORCH_BOX(&forget_mult)), "impl forget_mult");
         check(aoti_torch_library_impl(cpu_, "qrnn_gates", TORCH_BOX(&qrnn_gates)), "impl qrnn_gates");
+#if defined(QRNN_WITH_CUDA)
+        check(aoti_torch_library_init_impl("qrnn", "CUDA", __FILE__, __LINE__, &cuda_), "init_impl CUDA");
+        check(aoti_torch_library_impl(cuda_, "forget_mult", TORCH_BOX(&forget_mult)), "impl forget_mult");
+        check(aoti_torch_library_impl(cuda_, "qrnn_gates", TORCH_BOX(&qrnn_gates)), "impl qrnn_gates");
+#endif
     }
     ~Registration() {
+        if (cuda_ != nullptr) aoti_torch_delete_library_object(cuda_);
         if (cpu_ != nullptr) aoti_torch_delete_library_object(cpu_);
         if (definitions_ != nullptr) aoti_torch_delete_library_object(definitions_);
     }
@@ -219,6 +281,7 @@ public:
 private:
     TorchLibraryHandle definitions_ = nullptr;
     TorchLibraryHandle cpu_ = nullptr;
+    TorchLibraryHandle cuda_ = nullptr;  // CUDA builds of the core only
 };
 
 const Registration registration;

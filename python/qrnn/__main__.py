@@ -11,8 +11,8 @@ import time
 import torch
 
 import qrnn
-from qrnn.reference import forget_mult_reference
 from qrnn.cpp_library import TorchLibraryError
+from qrnn.reference import forget_mult_reference
 
 
 def self_check() -> int:

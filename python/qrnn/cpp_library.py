@@ -50,13 +50,16 @@ def _cache_root() -> Path:
 def _compile_command(source: Path, output: Path, compiler: str) -> list[str]:
     package = _package_dir()
     torch_dir = Path(torch.__file__).parent
+    # With a CUDA core library the CUDA kernels are registered too (no CUDA headers needed).
+    cuda = ["-DQRNN_WITH_CUDA"] if _C.build_info()["cuda"] else []
     return [*shlex.split(compiler), "-O2", "-std=c++17", "-shared", "-fPIC", "-fvisibility=hidden",
-            f"-DTORCH_TARGET_VERSION={_TARGET_VERSION}", f"-I{torch_dir / 'include'}", f"-I{package / 'include'}",
+            f"-DTORCH_TARGET_VERSION={_TARGET_VERSION}", *cuda,
+            f"-I{torch_dir / 'include'}", f"-I{package / 'include'}",
             str(source), f"-L{package / 'lib'}", "-lqrnn", f"-Wl,-rpath,{package / 'lib'}",
             # libtorch_cpu for its stable C functions only: Python loads torch's libraries
             # privately (RTLD_LOCAL), so they must be named; a C++ program's libtorch, loaded
             # first under the same name, serves them there.
-            f"-L{torch_dir / 'lib'}", "-ltorch_cpu", f"-Wl,-rpath,{torch_dir / 'lib'}", "-o", str(output)]
+            f"-L{torch_dir / 'lib'}", "-ltorch_cpu", f"-Wl,-rpath,{torch_dir / 'lib'}", "-ldl", "-o", str(output)]
 
 
 def torch_library() -> str:

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 import qrnn
-from qrnn import cpp_library
 from conftest import CONSUMER, _cmake, run_python
+from qrnn import cpp_library
 
 pytestmark = pytest.mark.skipif(
     torch.__version__ < cpp_library.MINIMUM_TORCH_TEXT,
@@ -153,9 +153,16 @@ def test_loading_before_import_makes_the_import_say_what_to_do(cache_dir):
         torch.ops.load_library({path!r})
         out, c_n, states = torch.ops.qrnn.qrnn_gates(torch.randn(5, 2, 9), None, None, None, 1.0, True, False, False)
         print(tuple(out.shape), tuple(c_n.shape), tuple(states.shape))
+        for bad in (torch.randn(5, 2, 8), torch.randn(5, 2, 9).int()):  # the library's checks, not a crash
+            try:
+                torch.ops.qrnn.qrnn_gates(bad, None, None, None, 1.0, True, False, False)
+            except ValueError as e:
+                print("checked:", e)
         import qrnn
     """)
     assert "(5, 2, 3) (2, 3) (5, 2, 3)" in proc.stdout
+    assert "checked: qrnn_gates: gates must be 3-D with the last size a multiple of 3" in proc.stdout
+    assert "checked: qrnn_gates: gates must be float32, float64, bfloat16 or float16" in proc.stdout
     assert proc.returncode != 0 and "ImportError" in proc.stderr and "import qrnn first" in proc.stderr
 
 

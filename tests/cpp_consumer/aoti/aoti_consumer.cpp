@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <ATen/ops/empty.h>
+
 #include "run_qrnn.inc"
 
 namespace {
