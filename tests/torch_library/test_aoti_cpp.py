@@ -153,6 +153,12 @@ def test_loading_before_import_makes_the_import_say_what_to_do(cache_dir):
         torch.ops.load_library({path!r})
         out, c_n, states = torch.ops.qrnn.qrnn_gates(torch.randn(5, 2, 9), None, None, None, 1.0, True, False, False)
         print(tuple(out.shape), tuple(c_n.shape), tuple(states.shape))
+        f, x, h0 = torch.rand(2, 6, 4, dtype=torch.float64), torch.randn(2, 6, 4, dtype=torch.float64), torch.randn(2, 4)
+        h, state = torch.ops.qrnn.forget_mult(f, x, h0.double(), True), h0.double()  # batch_first
+        for t in range(6):  # the float64 recurrence, inline: qrnn.reference cannot be imported here
+            state = f[:, t] * x[:, t] + (1 - f[:, t]) * state
+            assert (h[:, t] - state).abs().max() < 1e-12
+        print("forget_mult matches")
         for bad in (torch.randn(5, 2, 8), torch.randn(5, 2, 9).int()):  # the library's checks, not a crash
             try:
                 torch.ops.qrnn.qrnn_gates(bad, None, None, None, 1.0, True, False, False)
@@ -160,7 +166,7 @@ def test_loading_before_import_makes_the_import_say_what_to_do(cache_dir):
                 print("checked:", e)
         import qrnn
     """)
-    assert "(5, 2, 3) (2, 3) (5, 2, 3)" in proc.stdout
+    assert "(5, 2, 3) (2, 3) (5, 2, 3)" in proc.stdout and "forget_mult matches" in proc.stdout, proc.stderr
     assert "checked: qrnn_gates: gates must be 3-D with the last size a multiple of 3" in proc.stdout
     assert "checked: qrnn_gates: gates must be float32, float64, bfloat16 or float16" in proc.stdout
     assert proc.returncode != 0 and "ImportError" in proc.stderr and "import qrnn first" in proc.stderr
