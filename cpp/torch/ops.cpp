@@ -1,10 +1,10 @@
 // libqrnn_torch: the qrnn:: PyTorch operators for processes without Python (a C++ program
 // running an AOTInductor package or an exported program), on PyTorch's stable C ABI.
 //
-// It is compiled against torch's headers only and links the torch-free core (libqrnn), not
-// libtorch: its torch symbols resolve from the process that loads it, so one binary serves
-// every torch release with the stable ABI (built with TORCH_TARGET_VERSION = 2.9, the first
-// one). The schemas are character for character those of python/qrnn/ops/*.py; the kernels
+// It uses only the stable C functions of torch (aoti_torch_*, torch_*; no libtorch C++ API),
+// built with TORCH_TARGET_VERSION = 2.9, the first release that has them, so the binary does
+// not depend on the torch release it was compiled against; it links the torch-free core
+// (libqrnn), and libtorch_cpu by name for those C functions (qrnn.torch_library() builds it). The schemas are character for character those of python/qrnn/ops/*.py; the kernels
 // are the core's, called as the Python backends (python/qrnn/ops/cpu.py) call them.
 //
 // Registration is once per process: the core's claim_torch_ops says whether the Python
