@@ -204,3 +204,9 @@ def test_the_cli_reports_a_failed_build(monkeypatch, capsys):
     monkeypatch.setenv("QRNN_CACHE_DIR", "unused")
     assert main(["--torch-library"]) == 1
     assert "python -m qrnn: building qrnn's C++ torch library needs" in capsys.readouterr().err
+
+
+def test_the_cache_defaults_to_the_user_cache_folder(tmp_path, monkeypatch):
+    monkeypatch.delenv("QRNN_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert cpp_library._cache_root() == tmp_path / "torch-qrnn"
