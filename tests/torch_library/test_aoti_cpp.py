@@ -153,8 +153,9 @@ def test_loading_before_import_makes_the_import_say_what_to_do(cache_dir):
         torch.ops.load_library({path!r})
         out, c_n, states = torch.ops.qrnn.qrnn_gates(torch.randn(5, 2, 9), None, None, None, 1.0, True, False, False)
         print(tuple(out.shape), tuple(c_n.shape), tuple(states.shape))
-        f, x, h0 = torch.rand(2, 6, 4, dtype=torch.float64), torch.randn(2, 6, 4, dtype=torch.float64), torch.randn(2, 4)
-        h, state = torch.ops.qrnn.forget_mult(f, x, h0.double(), True), h0.double()  # batch_first
+        f, x = torch.rand(2, 6, 4, dtype=torch.float64), torch.randn(2, 6, 4, dtype=torch.float64)
+        state = torch.randn(2, 4, dtype=torch.float64)
+        h = torch.ops.qrnn.forget_mult(f, x, state, True)  # batch_first
         for t in range(6):  # the float64 recurrence, inline: qrnn.reference cannot be imported here
             state = f[:, t] * x[:, t] + (1 - f[:, t]) * state
             assert (h[:, t] - state).abs().max() < 1e-12
