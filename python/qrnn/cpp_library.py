@@ -2,12 +2,13 @@
 
 An AOTInductor package or exported program of a qrnn model calls ``qrnn::qrnn_gates`` (and
 ``qrnn::forget_mult``; the forward operators: inference graphs hold no others) through
-PyTorch's dispatcher; in a process without Python those operators come from this
-library. It uses only PyTorch's stable C ABI (torch >= 2.9: no libtorch C++ API), but it
-needs torch's headers to compile, which an isolated ``pip install`` does not see: so it is compiled here, once, on first use, from the source the
-package ships, against the installed torch and core library, and cached per (source, core
-library, torch version, compiler). Loading it into a process where ``import qrnn`` already
-registered the operators registers nothing.
+PyTorch's dispatcher; in a process without Python those operators come from this library.
+It uses only PyTorch's stable C ABI (torch >= 2.9: no libtorch C++ API), but it needs
+torch's headers to compile, which an isolated ``pip install`` does not see: so it is
+compiled here, once, on first use, from the source the package ships, against the installed
+torch and core library, and cached per (source, core library, torch version, compiler).
+Loading it into a process where ``import qrnn`` already registered the operators registers
+nothing.
 """
 
 from __future__ import annotations
