@@ -160,6 +160,7 @@ def test_loading_before_import_makes_the_import_say_what_to_do(cache_dir):
             state = f[:, t] * x[:, t] + (1 - f[:, t]) * state
             assert (h[:, t] - state).abs().max() < 1e-12
         print("forget_mult matches")
+        print("CUDA kernels:", torch._C._dispatch_has_kernel_for_dispatch_key("qrnn::qrnn_gates", "CUDA"))
         for bad in (torch.randn(5, 2, 8), torch.randn(5, 2, 9).int()):  # the library's checks, not a crash
             try:
                 torch.ops.qrnn.qrnn_gates(bad, None, None, None, 1.0, True, False, False)
@@ -168,6 +169,8 @@ def test_loading_before_import_makes_the_import_say_what_to_do(cache_dir):
         import qrnn
     """)
     assert "(5, 2, 3) (2, 3) (5, 2, 3)" in proc.stdout and "forget_mult matches" in proc.stdout, proc.stderr
+    # CUDA kernels are registered where the core library has them (run on a GPU only there)
+    assert f"CUDA kernels: {qrnn.build_info()['cuda']}" in proc.stdout
     assert "checked: qrnn_gates: gates must be 3-D with the last size a multiple of 3" in proc.stdout
     assert "checked: qrnn_gates: gates must be float32, float64, bfloat16 or float16" in proc.stdout
     assert proc.returncode != 0 and "ImportError" in proc.stderr and "import qrnn first" in proc.stderr
