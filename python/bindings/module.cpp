@@ -8,6 +8,7 @@
 
 #include "bindings.hpp"
 #include "qrnn/build_info.hpp"
+#include "qrnn/torch_ops_owner.hpp"
 
 PYBIND11_MODULE(_C, m) {
     namespace py = pybind11;
@@ -22,6 +23,12 @@ PYBIND11_MODULE(_C, m) {
         d["cuda"] = info.cuda;
         d["cuda_architectures"] = info.cuda_architectures;
         return d;
+    });
+    // The Python ops claim the qrnn:: operators before defining them (qrnn.ops._dispatch):
+    // returns the previous owner, "none", "python" or "torch_library".
+    m.def("claim_torch_ops", [] {
+        static const char* const names[] = {"none", "python", "torch_library"};
+        return names[static_cast<int>(qrnn::claim_torch_ops(qrnn::TorchOpsOwner::python))];
     });
     qrnn::bindings::bind_kernels(m);
     qrnn::bindings::bind_checkpoint(m);

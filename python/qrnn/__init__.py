@@ -2,20 +2,23 @@
 
 ``qrnn.forget_mult`` is the ForgetMult recurrence on CPU (and CUDA when built with
 it); ``qrnn.build_info()`` says what this build contains; ``qrnn.cmake_dir()`` and
-``qrnn.include_dir()`` point C++ projects at the installed headers and CMake package.
+``qrnn.include_dir()`` point C++ projects at the installed headers and CMake package;
+``qrnn.torch_library()`` builds (once) and returns libqrnn_torch, the qrnn:: operators for
+C++ programs that run an exported model.
 """
 
 from pathlib import Path as _Path
 
 from . import _C  # type: ignore[attr-defined]  # compiled extension, no stub: mypy looks for an attribute
 from . import checkpoint as checkpoint  # qrnn.checkpoint: non-blocking, crash-safe saves
+from .cpp_library import torch_library
 from .modules import QRNN, QRNNLayer, QRNNState, qrnn_layer
 from .ops.forget_mult import forget_mult
 from .ops.qrnn_gates import qrnn_gates
 
 __version__ = _C.build_info()["version"]
 
-__all__ = ["forget_mult", "build_info", "cmake_dir", "include_dir", "__version__",
+__all__ = ["forget_mult", "build_info", "cmake_dir", "include_dir", "torch_library", "__version__",
            "QRNN", "QRNNLayer", "QRNNState", "qrnn_layer", "qrnn_gates"]
 
 

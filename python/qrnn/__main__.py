@@ -1,6 +1,7 @@
 """``python -m qrnn``: build info and a self-check of the kernels on this machine.
 
-``--cmake-dir`` / ``--include-dir`` print the folders a C++ project needs.
+``--cmake-dir`` / ``--include-dir`` print the folders a C++ project needs; ``--torch-library``
+the path of libqrnn_torch (the qrnn:: operators for C++ programs), compiled on first use.
 """
 
 import argparse
@@ -10,6 +11,7 @@ import time
 import torch
 
 import qrnn
+from qrnn.cpp_library import TorchLibraryError
 from qrnn.reference import forget_mult_reference
 
 
@@ -45,7 +47,16 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m qrnn", description=__doc__)
     parser.add_argument("--cmake-dir", action="store_true", help="print the folder to pass as qrnn_DIR")
     parser.add_argument("--include-dir", action="store_true", help="print the C++ include folder")
+    parser.add_argument("--torch-library", action="store_true",
+                        help="print the path of libqrnn_torch (compiled against this torch on first use)")
     args = parser.parse_args(argv)
+    if args.torch_library:
+        try:
+            print(qrnn.torch_library())
+        except TorchLibraryError as error:
+            print(f"python -m qrnn: {error}", file=sys.stderr)
+            return 1
+        return 0
     if args.cmake_dir:
         print(qrnn.cmake_dir())
         return 0

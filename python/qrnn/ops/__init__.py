@@ -14,6 +14,16 @@ Imports run one way: the family modules import the backends, never the reverse.
   per-device registration).
 """
 
+from .. import _C  # type: ignore[attr-defined, unused-ignore]  # compiled, no stub
+
+# The qrnn:: operators have one owner per process (qrnn/torch_ops_owner.hpp): the C++
+# torch library, when loaded before `import qrnn`, already defined them without the
+# autograd, fake and fallback registrations defined below.
+if _C.claim_torch_ops() == "torch_library":
+    raise ImportError("the qrnn:: operators were registered by qrnn's C++ torch library (libqrnn_torch), loaded "
+                      "into this process before `import qrnn`; import qrnn first (the library then leaves the "
+                      "operators to it), or load the library only in processes without Python")
+
 from .checks import (
     check_forget_mult_args,
     check_forget_mult_backward_args,
