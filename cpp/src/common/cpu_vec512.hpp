@@ -73,7 +73,13 @@ inline void store(T* p, __mmask16 m, V v) {
     } else if constexpr (std::is_same_v<T, float16>) {
         _mm256_mask_storeu_epi16(p, m, _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     } else {
+#if defined(__AVX512BF16__)
+        // The same rounding and NaN in one instruction, except that it flushes float32
+        // subnormals (below 1.2e-38) to zero.
+        _mm256_mask_storeu_epi16(p, m, (__m256i)_mm512_cvtneps_pbh(v));
+#else
         _mm256_mask_storeu_epi16(p, m, to_bfloat16_bits(v));
+#endif
     }
 }
 
