@@ -11,7 +11,9 @@
 // converted inside the math loop, and other 16-bit rows (float16, masks, saved states,
 // output gradients) are first widened into small float buffers (and results narrowed back). Each loop then stays
 // simple enough to vectorise well (one float per lane, no spills). Absent optional
-// inputs (zoneout mask, output gradient) read from a row of ones / zeros.
+// inputs (zoneout mask, output gradient) read from a row of ones / zeros. Built for
+// AVX-512, contiguous float32 and 16-bit rows take forward_row / backward_row instead:
+// the same math in intrinsics (common/cpu_vec512.hpp), one pass per step and row.
 #pragma once
 
 #include "common/cpu_kernel_common.hpp"
