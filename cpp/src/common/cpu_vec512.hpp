@@ -89,20 +89,36 @@ struct Ratio {
     V num, den;
 };
 
-// tanh(x) = num / den. max(-9, x) keeps a NaN x (the second operand wins when unordered).
-inline Ratio tanh_ratio(V x) {
-    const V xc = _mm512_min_ps(splat(9.f), _mm512_max_ps(splat(-9.f), x));
+// x P(x^2) and Q(x^2) for x clamped to [-limit, limit], P and Q of degree 4 given by their
+// coefficients from the highest. max(-limit, x) keeps a NaN x (the second operand wins
+// when unordered).
+inline Ratio rational(V x, float limit, const float (&p_coef)[5], const float (&q_coef)[5]) {
+    const V xc = _mm512_min_ps(splat(limit), _mm512_max_ps(splat(-limit), x));
     const V u = _mm512_mul_ps(xc, xc);
-    V p = _mm512_fmadd_ps(splat(1.34226202e-08f), u, splat(2.06632813e-05f));
-    p = _mm512_fmadd_ps(p, u, splat(3.49911864e-03f));
-    p = _mm512_fmadd_ps(p, u, splat(1.33840834e-01f));
-    p = _mm512_fmadd_ps(p, u, splat(1.f));
-    V q = _mm512_fmadd_ps(splat(7.80587458e-07f), u, splat(3.29123891e-04f));
-    q = _mm512_fmadd_ps(q, u, splat(2.58906725e-02f));
-    q = _mm512_fmadd_ps(q, u, splat(4.67174049e-01f));
-    q = _mm512_fmadd_ps(q, u, splat(1.f));
+    V p = _mm512_fmadd_ps(splat(p_coef[0]), u, splat(p_coef[1]));
+    V q = _mm512_fmadd_ps(splat(q_coef[0]), u, splat(q_coef[1]));
+    for (int k = 2; k < 5; ++k) {
+        p = _mm512_fmadd_ps(p, u, splat(p_coef[k]));
+        q = _mm512_fmadd_ps(q, u, splat(q_coef[k]));
+    }
     return {_mm512_mul_ps(xc, p), q};
 }
+
+// The coefficients of cpu_math.hpp's tanh_ratio.
+constexpr float kTanhP[5] = {1.34226202e-08f, 2.06632813e-05f, 3.49911864e-03f, 1.33840834e-01f, 1.f};
+constexpr float kTanhQ[5] = {7.80587458e-07f, 3.29123891e-04f, 2.58906725e-02f, 4.67174049e-01f, 1.f};
+// tanh(x / 2) with the halving folded into the coefficients: P's scaled by 0.5 * 0.25^k and
+// Q's by 0.25^k for the term in u^k, all powers of two, so the result is bit for bit
+// tanh_ratio(0.5f * x) with two multiplies fewer per sigmoid.
+constexpr float kHalfTanhP[5] = {1.34226202e-08f / 512, 2.06632813e-05f / 128, 3.49911864e-03f / 32,
+                                 1.33840834e-01f / 8, 0.5f};
+constexpr float kHalfTanhQ[5] = {7.80587458e-07f / 256, 3.29123891e-04f / 64, 2.58906725e-02f / 16,
+                                 4.67174049e-01f / 4, 1.f};
+
+// tanh(x) = num / den.
+inline Ratio tanh_ratio(V x) { return rational(x, 9.f, kTanhP, kTanhQ); }
+// tanh(x / 2) = num / den, for the sigmoids.
+inline Ratio half_tanh_ratio(V x) { return rational(x, 18.f, kHalfTanhP, kHalfTanhQ); }
 
 // 1 / d for d in [1, 420^3] (or NaN): a 14-bit estimate and one Newton step.
 inline V reciprocal(V d) {
@@ -115,8 +131,7 @@ inline V sigmoid_from_tanh(V t) { return _mm512_fmadd_ps(splat(0.5f), t, splat(0
 
 // tanh(a), sigmoid(b), sigmoid(c) with one reciprocal.
 inline void tanh_sigmoid_sigmoid(V a, V b, V c, V& ta, V& sb, V& sc) {
-    const Ratio ra = tanh_ratio(a), rb = tanh_ratio(_mm512_mul_ps(splat(0.5f), b)),
-                rc = tanh_ratio(_mm512_mul_ps(splat(0.5f), c));
+    const Ratio ra = tanh_ratio(a), rb = half_tanh_ratio(b), rc = half_tanh_ratio(c);
     const V dab = _mm512_mul_ps(ra.den, rb.den);
     const V r = reciprocal(_mm512_mul_ps(dab, rc.den));
     const V r_c = _mm512_mul_ps(r, rc.den);
@@ -127,7 +142,7 @@ inline void tanh_sigmoid_sigmoid(V a, V b, V c, V& ta, V& sb, V& sc) {
 
 // tanh(a), sigmoid(b) with one reciprocal.
 inline void tanh_sigmoid(V a, V b, V& ta, V& sb) {
-    const Ratio ra = tanh_ratio(a), rb = tanh_ratio(_mm512_mul_ps(splat(0.5f), b));
+    const Ratio ra = tanh_ratio(a), rb = half_tanh_ratio(b);
     const V r = reciprocal(_mm512_mul_ps(ra.den, rb.den));
     ta = clamp_unit(_mm512_mul_ps(ra.num, _mm512_mul_ps(r, rb.den)));
     sb = sigmoid_from_tanh(clamp_unit(_mm512_mul_ps(rb.num, _mm512_mul_ps(r, ra.den))));
