@@ -152,10 +152,17 @@ inline void backward_math(const TG* __restrict__ gz, const TG* __restrict__ gf, 
 template <typename T, bool Contig>
 constexpr bool vectorised = Contig && !std::is_same_v<T, double>;
 
+// Z, F and O of lanes j.. (masked by m), activated. `ahead`: the offset of the gate rows
+// the next step reads (0: none), asked for into L2 while this step computes.
 template <typename T, bool OutputGate>
-inline void activations(const T* gz, const T* gf, const T* go, int64_t j, __mmask16 m, vec512::V& z,
+inline void activations(const T* gz, const T* gf, const T* go, int64_t j, __mmask16 m, int64_t ahead, vec512::V& z,
                         vec512::V& s, vec512::V& o) {
     using namespace vec512;
+    if (ahead) {
+        _mm_prefetch(reinterpret_cast<const char*>(gz + j + ahead), _MM_HINT_T1);
+        _mm_prefetch(reinterpret_cast<const char*>(gf + j + ahead), _MM_HINT_T1);
+        if constexpr (OutputGate) _mm_prefetch(reinterpret_cast<const char*>(go + j + ahead), _MM_HINT_T1);
+    }
     if constexpr (OutputGate) {
         tanh_sigmoid_sigmoid(load(gz + j, m), load(gf + j, m), load(go + j, m), z, s, o);
     } else {
@@ -166,14 +173,14 @@ inline void activations(const T* gz, const T* gf, const T* go, int64_t j, __mmas
 
 template <typename T, bool OutputGate>
 inline void forward_row(const T* __restrict__ gz, const T* __restrict__ gf, const T* __restrict__ go,
-                        const float* __restrict__ keep, float scale, float* __restrict__ c, T* __restrict__ h,
-                        T* __restrict__ state, int64_t n) {
+                        int64_t ahead, const float* __restrict__ keep, float scale, float* __restrict__ c,
+                        T* __restrict__ h, T* __restrict__ state, int64_t n) {
     using namespace vec512;
     const V vscale = splat(scale);
     for (int64_t j = 0; j < n; j += kLanes) {
         const __mmask16 m = lanes(n - j);
         V z, s, o;
-        activations<T, OutputGate>(gz, gf, go, j, m, z, s, o);
+        activations<T, OutputGate>(gz, gf, go, j, m, ahead, z, s, o);
         const V f = _mm512_mul_ps(_mm512_mul_ps(s, _mm512_maskz_loadu_ps(m, keep + j)), vscale);
         const V cp = _mm512_maskz_loadu_ps(m, c + j);
         const V cj = _mm512_fmadd_ps(f, _mm512_sub_ps(z, cp), cp);  // f z + (1 - f) c
@@ -184,18 +191,21 @@ inline void forward_row(const T* __restrict__ gz, const T* __restrict__ gf, cons
 }
 
 // backward_math for contiguous rows: c[t-1] (TC) is the saved state of type T, or c0 (float)
-// before the first step.
+// before the first step. cprev_next and dh_next: the next step's rows, asked for into L2
+// (null: none).
 template <typename T, typename TC, bool OutputGate>
 inline void backward_row(const T* __restrict__ gz, const T* __restrict__ gf, const T* __restrict__ go,
-                         const float* __restrict__ keep, float scale, const TC* __restrict__ cprev,
-                         const T* __restrict__ dh, float* __restrict__ grad, T* __restrict__ dz, T* __restrict__ df,
-                         T* __restrict__ dout, int64_t n) {
+                         int64_t ahead, const float* __restrict__ keep, float scale, const TC* __restrict__ cprev,
+                         const T* __restrict__ dh, const T* cprev_next, const T* dh_next, float* __restrict__ grad,
+                         T* __restrict__ dz, T* __restrict__ df, T* __restrict__ dout, int64_t n) {
     using namespace vec512;
     const V vscale = splat(scale), one = splat(1.f);
     for (int64_t j = 0; j < n; j += kLanes) {
         const __mmask16 m = lanes(n - j);
         V z, s, o;
-        activations<T, OutputGate>(gz, gf, go, j, m, z, s, o);
+        activations<T, OutputGate>(gz, gf, go, j, m, ahead, z, s, o);
+        if (cprev_next) _mm_prefetch(reinterpret_cast<const char*>(cprev_next + j), _MM_HINT_T1);
+        if (dh_next) _mm_prefetch(reinterpret_cast<const char*>(dh_next + j), _MM_HINT_T1);
         const V kf = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, keep + j), vscale);
         const V f = _mm512_mul_ps(s, kf);
         const V cp = load(cprev + j, m);
@@ -322,7 +332,10 @@ void gates_forward_items(const QrnnGatesForwardParams& p, int64_t begin, int64_t
                 T* out = row_at<T>(p.output, t, it);
                 T* state = p.states.data ? row_at<T>(p.states, t, it) : nullptr;
                 if constexpr (vectorised<T, Contig>) {
-                    forward_row<T, OutputGate>(g, g + in.gs, g + 2 * in.gs, keep.data, in.scale, c, out, state, n);
+                    const int64_t ahead =
+                        k + 1 < it.valid ? (step_time(k + 1, it.valid, p.reverse) - t) * p.gates.stride_t : 0;
+                    forward_row<T, OutputGate>(g, g + in.gs, g + 2 * in.gs, ahead, keep.data, in.scale, c, out, state,
+                                               n);
                     continue;
                 } else if constexpr (in_place || converts_inline<T>) {
                     forward_math<T, T, M, OutputGate>(g, g + in.gs, g + 2 * in.gs, in.sg, keep.data, keep.stride,
@@ -387,16 +400,23 @@ void gates_backward_items(const QrnnGatesBackwardParams& p, int64_t begin, int64
                 M* grad = &s.state[i * block];
                 if constexpr (vectorised<T, Contig>) {
                     if (has_dh) {
+                        // What the next step (k - 1) reads is asked for ahead: its gates,
+                        // output gradient and c[t-1] (none before its first step).
+                        const auto time_of = [&](int64_t step) { return step_time(step, it.valid, p.reverse); };
+                        const int64_t ahead = k > 0 ? (time_of(k - 1) - t) * p.gates.stride_t : 0;
                         const T* dh_row = row_at<T>(p.grad_output, t, it);
-                        const T* g1 = g + in.gs;
-                        const T* g2 = g + 2 * in.gs;
+                        const T* dh_next = k > 0 ? row_at<T>(p.grad_output, time_of(k - 1), it) : nullptr;
+                        const T* c_next = k > 1 ? row_at<T>(p.states, time_of(k - 2), it) : nullptr;
+                        const T *g1 = g + in.gs, *g2 = g + 2 * in.gs;
+                        T *d1 = dg + dgs, *d2 = dg + 2 * dgs;
                         if (k > 0)
-                            backward_row<T, T, OutputGate>(g, g1, g2, keep.data, in.scale,
-                                                           row_at<T>(p.states, step_time(k - 1, it.valid, p.reverse), it),
-                                                           dh_row, grad, dg, dg + dgs, dg + 2 * dgs, n);
+                            backward_row<T, T, OutputGate>(g, g1, g2, ahead, keep.data, in.scale,
+                                                           row_at<T>(p.states, time_of(k - 1), it), dh_row, c_next,
+                                                           dh_next, grad, dg, d1, d2, n);
                         else
-                            backward_row<T, float, OutputGate>(g, g1, g2, keep.data, in.scale, &s.state2[i * block],
-                                                               dh_row, grad, dg, dg + dgs, dg + 2 * dgs, n);
+                            backward_row<T, float, OutputGate>(g, g1, g2, ahead, keep.data, in.scale,
+                                                               &s.state2[i * block], dh_row, c_next, dh_next, grad, dg,
+                                                               d1, d2, n);
                         continue;
                     }
                 }
