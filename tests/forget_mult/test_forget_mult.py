@@ -272,7 +272,7 @@ def test_core_validates_again():
 def test_build_info():
     info = qrnn.build_info()
     assert info["version"] == qrnn.__version__
-    assert info["simd"] in ("generic", "avx2", "avx512")
+    assert info["simd"] in ("generic", "avx2", "avx512", "avx512_bf16")
     assert isinstance(info["cuda"], bool)
 
 

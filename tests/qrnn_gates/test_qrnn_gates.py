@@ -158,7 +158,9 @@ def test_strided_inputs_read_in_place():
 def test_each_instruction_set():
     """QRNN_SIMD caps the instruction set: the other kernel copies give the same results
     (the selection is made once per process, so each set runs in its own, concurrently)."""
-    isas = ["generic"] if qrnn.build_info()["simd"] == "generic" else ["generic", "avx2"]
+    simd = qrnn.build_info()["simd"]
+    # The default set runs every other test; avx512 is a fallback only where avx512_bf16 leads.
+    isas = ["generic"] if simd == "generic" else ["generic", "avx2"] + (["avx512"] if simd == "avx512_bf16" else [])
     code = textwrap.dedent("""
         import torch, qrnn
         from qrnn.reference import qrnn_gates_reference
@@ -185,6 +187,34 @@ def test_each_instruction_set():
         out, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, f"{isa}: {err}"
         assert out.strip() == isa
+
+
+@pytest.mark.skipif(qrnn.build_info()["simd"] != "avx512_bf16", reason="this CPU or build has no avx512_bf16 kernels")
+def test_native_bfloat16_stores_round_like_the_fallback(tmp_path):
+    """The avx512_bf16 kernels store bfloat16 with the CPU's conversion instruction; the
+    avx512 ones round in integer code. Same math, so every bfloat16 output and gradient
+    (rounding ties, NaN, saturated gates included) must be bit for bit the same."""
+    code = textwrap.dedent("""
+        import sys, torch, qrnn
+        torch.manual_seed(0)
+        g = 3 * torch.randn(9, 4, 3 * 37)
+        g[0, 0, :6] = torch.tensor([float("nan"), float("inf"), -float("inf"), 1e30, -1e-30, 0.0])
+        g = g.to(torch.bfloat16).requires_grad_()
+        c0 = torch.randn(4, 37)
+        out, c_n = qrnn.qrnn_gates(g, c0, forget_mask=(torch.rand(9, 4, 37) > 0.3).to(torch.bfloat16))
+        grad = torch.autograd.grad((out.float() * torch.randn(9, 4, 37)).sum(), g)[0]
+        torch.save({"simd": qrnn.build_info()["simd"], "out": out.view(torch.int16), "c_n": c_n.view(torch.int32),
+                    "grad": grad.view(torch.int16)}, sys.argv[1])
+    """)
+    results = {}
+    for isa in ("avx512_bf16", "avx512"):
+        path = tmp_path / f"{isa}.pt"
+        subprocess.run([sys.executable, "-c", code, str(path)], env=dict(os.environ, QRNN_SIMD=isa), check=True)
+        results[isa] = torch.load(path)
+        assert results[isa]["simd"] == isa
+    native, fallback = results["avx512_bf16"], results["avx512"]
+    for key in ("out", "c_n", "grad"):
+        assert torch.equal(native[key], fallback[key]), key
 
 
 @pytest.mark.parametrize("shape", [(0, 3), (4, 0), (0, 0)])

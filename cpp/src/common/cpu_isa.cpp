@@ -15,8 +15,15 @@ Isa detect() {
                             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
     const bool has_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                           __builtin_cpu_supports("f16c");
-    if (has_avx512 && (want.empty() || want == "avx512")) return Isa::avx512;
-    if (has_avx2 && (want.empty() || want == "avx512" || want == "avx2")) return Isa::avx2;
+#if defined(QRNN_HAVE_AVX512_BF16_KERNELS)
+    const bool has_avx512_bf16 = has_avx512 && __builtin_cpu_supports("avx512bf16");
+#else
+    const bool has_avx512_bf16 = false;  // the compiler could not build those kernels
+#endif
+    // Each level also serves a cap above it that this CPU (or build) lacks.
+    if (has_avx512_bf16 && (want.empty() || want == "avx512_bf16")) return Isa::avx512_bf16;
+    if (has_avx512 && (want.empty() || want == "avx512_bf16" || want == "avx512")) return Isa::avx512;
+    if (has_avx2 && (want.empty() || want == "avx512_bf16" || want == "avx512" || want == "avx2")) return Isa::avx2;
 #endif
     (void)want;
     return Isa::generic;

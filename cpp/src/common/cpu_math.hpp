@@ -8,8 +8,9 @@
 // The coefficients are our own fit (iteratively reweighted least squares on the
 // relative error, in float64); evaluated in float32 the error is below 4e-7 over the
 // whole line. sigmoid(x) = (1 + tanh(x / 2)) / 2. Q lies in [1, 420], so the
-// denominators of the two or three gates of one element share a single division:
-// divisions, not multiplies, are what limit these loops.
+// denominators of the two or three gates of one element share a single division.
+// On AVX-512, contiguous float32 and 16-bit rows use the same functions written with
+// intrinsics instead (cpu_vec512.hpp, which says why).
 #pragma once
 
 #include <cmath>

@@ -33,7 +33,16 @@ namespace avx512 {
 template <typename ForwardParams, typename BackwardParams>
 const KernelTable<ForwardParams, BackwardParams>& kernel_table();
 }
+namespace avx512_bf16 {
+template <typename ForwardParams, typename BackwardParams>
+const KernelTable<ForwardParams, BackwardParams>& kernel_table();
+}
 #endif
+
+// Whether a family compiles its kernels for avx512_bf16 as well (it specialises this to
+// true before its first selected_table call); the others run their avx512 kernels there.
+template <typename ForwardParams, typename BackwardParams>
+constexpr bool has_avx512_bf16_kernels = false;
 
 // The family's table for the instruction set selected_isa() picks, looked up once.
 template <typename ForwardParams, typename BackwardParams>
@@ -42,6 +51,12 @@ const KernelTable<ForwardParams, BackwardParams>& selected_table() {
     static const Table& table = []() -> const Table& {
         switch (selected_isa()) {
 #if defined(QRNN_HAVE_X86_KERNELS)
+            case Isa::avx512_bf16:
+#if defined(QRNN_HAVE_AVX512_BF16_KERNELS)
+                if constexpr (has_avx512_bf16_kernels<ForwardParams, BackwardParams>)
+                    return avx512_bf16::kernel_table<ForwardParams, BackwardParams>();
+#endif
+                return avx512::kernel_table<ForwardParams, BackwardParams>();
             case Isa::avx512: return avx512::kernel_table<ForwardParams, BackwardParams>();
             case Isa::avx2: return avx2::kernel_table<ForwardParams, BackwardParams>();
 #endif

@@ -7,6 +7,11 @@
 #include "qrnn_gates/check.hpp"
 
 namespace qrnn::cpu {
+
+// The gate kernels store bfloat16 with the native conversion where the CPU has it.
+template <>
+constexpr bool has_avx512_bf16_kernels<QrnnGatesForwardParams, QrnnGatesBackwardParams> = true;
+
 namespace {
 
 const auto& selected() { return selected_table<QrnnGatesForwardParams, QrnnGatesBackwardParams>(); }

@@ -11,13 +11,18 @@
 // converted inside the math loop, and other 16-bit rows (float16, masks, saved states,
 // output gradients) are first widened into small float buffers (and results narrowed back). Each loop then stays
 // simple enough to vectorise well (one float per lane, no spills). Absent optional
-// inputs (zoneout mask, output gradient) read from a row of ones / zeros.
+// inputs (zoneout mask, output gradient) read from a row of ones / zeros. Built for
+// AVX-512, contiguous float32 and 16-bit rows take forward_row / backward_row instead:
+// the same math in intrinsics (common/cpu_vec512.hpp), one pass per step and row.
 #pragma once
 
 #include "common/cpu_kernel_common.hpp"
 #include "common/cpu_math.hpp"
 #include "common/isa_table.hpp"
 #include "qrnn/qrnn_gates.hpp"
+#if defined(__AVX512F__)
+#include "common/cpu_vec512.hpp"
+#endif
 
 namespace qrnn::cpu::QRNN_ISA {
 
@@ -136,6 +141,100 @@ inline void backward_math(const TG* __restrict__ gz, const TG* __restrict__ gf, 
     }
 }
 
+#if defined(__AVX512F__)
+// ---- The same steps sixteen lanes at a time (contiguous rows, float32 math) ------------
+//
+// One pass per step and row: the gates convert in registers, and the forward writes the
+// output and the saved state in the same loop (no widened rows, no second pass over c).
+
+// The vector kernels cover contiguous float32 and 16-bit rows; float64 and strided rows
+// take the loops above.
+template <typename T, bool Contig>
+constexpr bool vectorised = Contig && !std::is_same_v<T, double>;
+
+// Z, F and O of lanes j.. (masked by m), activated. `ahead`: the offset of the gate rows
+// the next step reads (0: none), asked for into L2 while this step computes.
+template <typename T, bool OutputGate>
+inline void activations(const T* gz, const T* gf, const T* go, int64_t j, __mmask16 m, int64_t ahead, vec512::V& z,
+                        vec512::V& s, vec512::V& o) {
+    using namespace vec512;
+    if (ahead) {
+        _mm_prefetch(reinterpret_cast<const char*>(gz + j + ahead), _MM_HINT_T1);
+        _mm_prefetch(reinterpret_cast<const char*>(gf + j + ahead), _MM_HINT_T1);
+        if constexpr (OutputGate) _mm_prefetch(reinterpret_cast<const char*>(go + j + ahead), _MM_HINT_T1);
+    }
+    if constexpr (OutputGate) {
+        tanh_sigmoid_sigmoid(load(gz + j, m), load(gf + j, m), load(go + j, m), z, s, o);
+    } else {
+        tanh_sigmoid(load(gz + j, m), load(gf + j, m), z, s);
+        o = splat(1.f);
+    }
+}
+
+template <typename T, bool OutputGate>
+inline void forward_row(const T* __restrict__ gz, const T* __restrict__ gf, const T* __restrict__ go,
+                        int64_t ahead, const float* __restrict__ keep, float scale, float* __restrict__ c,
+                        T* __restrict__ h, T* __restrict__ state, int64_t n) {
+    using namespace vec512;
+    const V vscale = splat(scale);
+    for (int64_t j = 0; j < n; j += kLanes) {
+        const __mmask16 m = lanes(n - j);
+        V z, s, o;
+        activations<T, OutputGate>(gz, gf, go, j, m, ahead, z, s, o);
+        const V f = _mm512_mul_ps(_mm512_mul_ps(s, _mm512_maskz_loadu_ps(m, keep + j)), vscale);
+        const V cp = _mm512_maskz_loadu_ps(m, c + j);
+        const V cj = _mm512_fmadd_ps(f, _mm512_sub_ps(z, cp), cp);  // f z + (1 - f) c
+        _mm512_mask_storeu_ps(c + j, m, cj);
+        store(h + j, m, OutputGate ? _mm512_mul_ps(o, cj) : cj);
+        if (state) store(state + j, m, cj);
+    }
+}
+
+// backward_math for contiguous rows: c[t-1] (TC) is the saved state of type T, or c0 (float)
+// before the first step. cprev_next and dh_next: the next step's rows, asked for into L2
+// (null: none).
+template <typename T, typename TC, bool OutputGate>
+inline void backward_row(const T* __restrict__ gz, const T* __restrict__ gf, const T* __restrict__ go,
+                         int64_t ahead, const float* __restrict__ keep, float scale, const TC* __restrict__ cprev,
+                         const T* __restrict__ dh, const T* cprev_next, const T* dh_next, float* __restrict__ grad,
+                         T* __restrict__ dz, T* __restrict__ df, T* __restrict__ dout, int64_t n) {
+    using namespace vec512;
+    const V vscale = splat(scale), one = splat(1.f);
+    for (int64_t j = 0; j < n; j += kLanes) {
+        const __mmask16 m = lanes(n - j);
+        V z, s, o;
+        activations<T, OutputGate>(gz, gf, go, j, m, ahead, z, s, o);
+        if (cprev_next) _mm_prefetch(reinterpret_cast<const char*>(cprev_next + j), _MM_HINT_T1);
+        if (dh_next) _mm_prefetch(reinterpret_cast<const char*>(dh_next + j), _MM_HINT_T1);
+        const V kf = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, keep + j), vscale);
+        const V f = _mm512_mul_ps(s, kf);
+        const V cp = load(cprev + j, m);
+        const V dhv = load(dh + j, m);
+        const V zc = _mm512_sub_ps(z, cp);
+        V g;
+        if constexpr (OutputGate) {
+            const V cj = _mm512_fmadd_ps(f, zc, cp);
+            g = _mm512_fmadd_ps(dhv, o, _mm512_maskz_loadu_ps(m, grad + j));
+            store(dout + j, m, _mm512_mul_ps(_mm512_mul_ps(dhv, cj), _mm512_mul_ps(o, _mm512_sub_ps(one, o))));
+        } else {
+            g = _mm512_add_ps(_mm512_maskz_loadu_ps(m, grad + j), dhv);
+        }
+        const V fg = _mm512_mul_ps(f, g);
+        store(dz + j, m, _mm512_mul_ps(fg, _mm512_fnmadd_ps(z, z, one)));
+        store(df + j, m, _mm512_mul_ps(_mm512_mul_ps(zc, g), _mm512_mul_ps(kf, _mm512_mul_ps(s, _mm512_sub_ps(one, s)))));
+        _mm512_mask_storeu_ps(grad + j, m, _mm512_sub_ps(g, fg));
+    }
+}
+#else
+template <typename T, bool Contig>
+constexpr bool vectorised = false;
+// Declared for the discarded `if constexpr` branches; never instantiated without AVX-512.
+template <typename T, bool OutputGate, typename... Args>
+void forward_row(Args...);
+template <typename T, typename TC, bool OutputGate, typename... Args>
+void backward_row(Args...);
+#endif
+
 // ---- Work items ---------------------------------------------------------------------
 
 // A work item (common/cpu_kernel_common.hpp) and its sequence's valid steps.
@@ -231,7 +330,14 @@ void gates_forward_items(const QrnnGatesForwardParams& p, int64_t begin, int64_t
                 const Row<M> keep = in.keep(p, t, it, s);
                 M* c = &s.state[i * block];
                 T* out = row_at<T>(p.output, t, it);
-                if constexpr (in_place || converts_inline<T>) {
+                T* state = p.states.data ? row_at<T>(p.states, t, it) : nullptr;
+                if constexpr (vectorised<T, Contig>) {
+                    const int64_t ahead =
+                        k + 1 < it.valid ? (step_time(k + 1, it.valid, p.reverse) - t) * p.gates.stride_t : 0;
+                    forward_row<T, OutputGate>(g, g + in.gs, g + 2 * in.gs, ahead, keep.data, in.scale, c, out, state,
+                                               n);
+                    continue;
+                } else if constexpr (in_place || converts_inline<T>) {
                     forward_math<T, T, M, OutputGate>(g, g + in.gs, g + 2 * in.gs, in.sg, keep.data, keep.stride,
                                                       in.scale, c, out, so, n);
                 } else {
@@ -240,7 +346,7 @@ void gates_forward_items(const QrnnGatesForwardParams& p, int64_t begin, int64_t
                                                       s.row(4), 1, n);
                     narrow(s.row(4), n, out, so);
                 }
-                if (p.states.data) narrow(c, n, row_at<T>(p.states, t, it), ss);
+                if (state) narrow(c, n, state, ss);
             }
         }
         for (int64_t i = 0; i < count; ++i) {
@@ -290,14 +396,36 @@ void gates_backward_items(const QrnnGatesBackwardParams& p, int64_t begin, int64
                 const int64_t t = step_time(k, it.valid, p.reverse), n = it.n;
                 const T* g = row_at<T>(p.gates, t, it);
                 const Row<M> keep = in.keep(p, t, it, s);
+                T* dg = row_at<T>(p.grad_gates, t, it);
+                M* grad = &s.state[i * block];
+                if constexpr (vectorised<T, Contig>) {
+                    if (has_dh) {
+                        // What the next step (k - 1) reads is asked for ahead: its gates,
+                        // output gradient and c[t-1] (none before its first step).
+                        const auto time_of = [&](int64_t step) { return step_time(step, it.valid, p.reverse); };
+                        const int64_t ahead = k > 0 ? (time_of(k - 1) - t) * p.gates.stride_t : 0;
+                        const T* dh_row = row_at<T>(p.grad_output, t, it);
+                        const T* dh_next = k > 0 ? row_at<T>(p.grad_output, time_of(k - 1), it) : nullptr;
+                        const T* c_next = k > 1 ? row_at<T>(p.states, time_of(k - 2), it) : nullptr;
+                        const T *g1 = g + in.gs, *g2 = g + 2 * in.gs;
+                        T *d1 = dg + dgs, *d2 = dg + 2 * dgs;
+                        if (k > 0)
+                            backward_row<T, T, OutputGate>(g, g1, g2, ahead, keep.data, in.scale,
+                                                           row_at<T>(p.states, time_of(k - 1), it), dh_row, c_next,
+                                                           dh_next, grad, dg, d1, d2, n);
+                        else
+                            backward_row<T, float, OutputGate>(g, g1, g2, ahead, keep.data, in.scale,
+                                                               &s.state2[i * block], dh_row, c_next, dh_next, grad, dg,
+                                                               d1, d2, n);
+                        continue;
+                    }
+                }
                 // c[t-1]: the saved state of the previous step, or c0 before the first.
                 const Row<M> cprev =
                     k > 0 ? read_row<T, M>(row_at<T>(p.states, step_time(k - 1, it.valid, p.reverse), it), sc, n, s.row(4))
                           : Row<M>{&s.state2[i * block], 1};
                 const Row<M> dh = has_dh ? read_row<T, M>(row_at<T>(p.grad_output, t, it), sd, n, s.row(5))
                                          : Row<M>{s.zeros, 1};
-                M* grad = &s.state[i * block];
-                T* dg = row_at<T>(p.grad_gates, t, it);
                 if constexpr (in_place || converts_inline<T>) {
                     backward_math<T, T, M, OutputGate>(g, g + in.gs, g + 2 * in.gs, in.sg, keep.data, keep.stride,
                                                        in.scale, cprev.data, cprev.stride, dh.data, dh.stride, grad,
