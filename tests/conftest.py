@@ -161,7 +161,7 @@ def _cuda_include():
 
 class Emulator:
     """ctypes front of tests/cuda_emulation/emulate_kernels.cpp. Each method takes the
-    argument tuple qrnn.kernel_args builds for qrnn._C's CUDA launchers (the very numbers
+    argument tuple qrnn.ops.kernel_args builds for qrnn._C's CUDA launchers (the very numbers
     a GPU call passes) and the launch plan (vector width, chunks) the launch would use."""
 
     def __init__(self, path: Path):
