@@ -126,6 +126,15 @@ def test_layers_split_by_concern():
         assert imports == {"qrnn.pytorch_qrnn"}, (path.name, imports)
 
 
+def test_cuda_common_includes_no_family():
+    """cuda/common/ holds what both op families' CUDA halves share: none of its files
+    includes a family's (cuda/forget_mult/, cuda/qrnn_gates/)."""
+    include = re.compile(r'#include\s+"(forget_mult|qrnn_gates)/')
+    hits = [f"{p.name}:{i}" for p in sorted((REPO / "cuda" / "common").iterdir()) if p.is_file()
+            for i, line in enumerate(p.read_text().splitlines(), 1) if include.search(line)]
+    assert hits == []
+
+
 def test_no_test_hooks_in_public_headers():
     """Fault injection and other test-only switches live in private headers (cpp/src/)."""
     pattern = re.compile(r"FaultInjection|\bfault_\w|\bfail_(after|errno|throw|times)|\binject|\btesting\b")
