@@ -18,6 +18,7 @@ from .checkpoints import CheckpointStallMeter, restore_best
 from .distributed import Distributed, all_gather_object, all_reduce_max
 from .errors import TrainError, TrainingStopped
 from .precision import AUTOCAST_DTYPES, choose_precision
+from .records import EpochRecord
 from .state import regroup_carry, rng_state, seed_everything, set_rng_state, tree_map
 from .stopping import DEFAULT_STOP_GRACE, STOP_SIGNALS, StopRequest, catch_stop_signals
 
@@ -283,20 +284,20 @@ class Trainer:
                 self.best_valid_loss = valid_loss
                 if self.checkpoint_dir is not None:
                     self.best_step = self.step
-            record = {"epoch": epoch + 1, "complete": stats["completed"], "step": self.step,
-                      "train_loss": stats["train_loss"], "valid_loss": valid_loss,
-                      "tokens": stats["tokens"],
-                      "tokens_per_s": stats["tokens"] / max(stats["train_seconds"], 1e-9),
-                      "skipped_steps": self.skipped_steps,
-                      "lr": self.optimizer.param_groups[0]["lr"], "precision": self.precision}
+            record = EpochRecord(epoch=epoch + 1, complete=stats["completed"], step=self.step,
+                                 train_loss=stats["train_loss"], valid_loss=valid_loss, tokens=stats["tokens"],
+                                 tokens_per_s=stats["tokens"] / max(stats["train_seconds"], 1e-9),
+                                 skipped_steps=self.skipped_steps, lr=self.optimizer.param_groups[0]["lr"],
+                                 precision=self.precision)
             self.history.append(record)
             self.save_checkpoint(best=best)
             seconds = time.perf_counter() - epoch_start
             # This epoch's stall: the wait in its first optimizer.step() for the previous
             # epoch's snapshot, plus the blocking part of its own save().
             stall = self.checkpoints.take_stall_seconds() if self.checkpoints is not None else 0.0
-            record.update(seconds=seconds, checkpoint_stall_ms=stall * 1e3,
-                          checkpoint_stall_pct=100 * stall / seconds)
+            record["seconds"] = seconds
+            record["checkpoint_stall_ms"] = stall * 1e3
+            record["checkpoint_stall_pct"] = 100 * stall / seconds
             if on_epoch_end is not None and self.dist.is_main:
                 on_epoch_end(record)
             if not stats["completed"]:
@@ -364,7 +365,7 @@ class Trainer:
         if same_world:
             set_rng_state(state["rng"][self.dist.rank], self.device)
         else:  # a new number of processes: fresh per-rank streams, continuing deterministically
-            seed_everything(1_000_003 * (self.epoch + 1) + self.dist.rank)
+            seed_everything(1_000_003 * (self.epoch + 1), rank=self.dist.rank)
 
     def save_checkpoint(self, best: bool = False):
         """Checkpoint the full training state (plus `checkpoint_extra`) as step `self.step`;
