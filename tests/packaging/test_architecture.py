@@ -135,6 +135,18 @@ def test_cuda_common_includes_no_family():
     assert hits == []
 
 
+def test_library_imports_no_application_dependency():
+    """tqdm and matplotlib (the 'train' extra) are imported only inside the functions that
+    draw a progress bar or a plot, never by a module's top level."""
+    hits = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            hits += [f"{path.name}: {name}" for name in names if name.split(".")[0] in ("tqdm", "matplotlib")]
+    assert hits == []
+
+
 def test_no_test_hooks_in_public_headers():
     """Fault injection and other test-only switches live in private headers (cpp/src/)."""
     pattern = re.compile(r"FaultInjection|\bfault_\w|\bfail_(after|errno|throw|times)|\binject|\btesting\b")

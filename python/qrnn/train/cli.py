@@ -6,6 +6,7 @@ N processes."""
 from __future__ import annotations
 
 import gc
+import importlib.util
 import io
 import json
 import math
@@ -81,6 +82,15 @@ def _locate_run(args, dist) -> tuple:
     return run_dir, resume_path
 
 
+def _check_application_dependencies(settings: Settings) -> None:
+    """The loss plot needs matplotlib, the progress bar tqdm: the 'train' extra installs both."""
+    missing = [name for name in ("matplotlib",) + (() if settings.no_progress else ("tqdm",))
+               if importlib.util.find_spec(name) is None]
+    if missing:
+        raise TrainError(f"qrnn-train needs {' and '.join(missing)}: pip install 'torch-qrnn[train]' "
+                         "(from a source checkout: pip install '.[train]')")
+
+
 def _batches(split: str, ids, settings: Settings, dist) -> BPTTBatches:
     try:
         return BPTTBatches(ids, settings.batch_size, settings.bptt, dist.rank, dist.world)
@@ -150,6 +160,7 @@ def _train(args) -> int:
         if checkpoint is not None:
             _check_checkpoint(checkpoint, resume_path, _RESUME_KEYS)
         settings = resolve(args, checkpoint)
+        _check_application_dependencies(settings)
         vocab = _vocabulary(checkpoint, resume_path) if checkpoint else None
         corpus = load_corpus(settings.data, settings.level, vocab=vocab)
         fingerprint = _fingerprint(corpus.train)

@@ -178,12 +178,23 @@ class Trainer:
             self.stop_signal = int(signum)
         return bool(stop or signum), bool(save) and self.step != self._saved_step
 
+    def _progress_bar(self, total: int):
+        """tqdm's bar over this epoch's batches, or one that shows nothing without progress
+        (tqdm comes with the 'train' extra: the library runs without it)."""
+        if not self.progress:
+            return _NoProgressBar()
+        try:
+            from tqdm.auto import tqdm
+        except ImportError:
+            raise TrainError("the progress bar needs tqdm: pip install 'torch-qrnn[train]', or pass "
+                             "progress=False") from None
+        return tqdm(total=total, initial=self.position, desc=f"epoch {self.epoch + 1}", unit="batch", leave=False,
+                    dynamic_ncols=True)
+
     def train_epoch(self, data: Sequence, max_steps: Optional[int] = None,
                     deadline: Optional[float] = None) -> dict:
         """Train from the current position to the end of the epoch (or until max_steps /
         the monotonic-clock deadline). Returns the loss and throughput of what ran."""
-        from tqdm.auto import tqdm
-
         if self.position == 0:
             self.carry = None
         if hasattr(data, "set_epoch"):
@@ -191,8 +202,7 @@ class Trainer:
         self.module.train()
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         tokens = 0
-        bar = tqdm(total=len(data), initial=self.position, desc=f"epoch {self.epoch + 1}",
-                   unit="batch", disable=not self.progress, leave=False, dynamic_ncols=True)
+        bar = self._progress_bar(len(data))
         start = time.perf_counter()
         completed = True
         with bar:
@@ -384,6 +394,22 @@ class Trainer:
                                                     self.optimizer if self.checkpoint_overlap else None)
         state.update(self.checkpoint_extra)
         return self.checkpoints.save(state, self.step, best=best, prepare_seconds=time.perf_counter() - start)
+
+
+class _NoProgressBar:
+    """The part of tqdm's bar train_epoch uses, showing nothing."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        return None
+
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def set_postfix_str(self, text: str = "", refresh: bool = True) -> None:
+        pass
 
 
 def fit(model: nn.Module, train_data: Sequence, optimizer: torch.optim.Optimizer, loss_fn: Callable, *,
