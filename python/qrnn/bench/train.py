@@ -129,7 +129,7 @@ def application_overhead(device: str, precision: str, config: dict, quick: bool)
     t = {name: 0.0 for name in loops}
     for order in (list(loops), list(reversed(loops))):
         times = measure_interleaved({name: loops[name] for name in order}, device=device,
-                                    rounds=2 if quick else 5, repeat=1, warmup=1)
+                                    rounds=2 if quick else 9, repeat=1, warmup=1)
         for name, seconds in times.items():
             t[name] += seconds / 2
     ratio = t["qrnn-train"] / t["bare"]
