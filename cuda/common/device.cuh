@@ -107,23 +107,29 @@ template <> __device__ __forceinline__ double narrow<double>(double v) { return 
 template <> __device__ __forceinline__ __half narrow<__half>(float v) { return __float2half_rn(v); }
 template <> __device__ __forceinline__ __nv_bfloat16 narrow<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 
+// 16-bit pairs convert with the 2-wide intrinsics.
+template <typename T> struct PairOf { using type = void; };
+template <> struct PairOf<__half> { using type = __half2; };
+template <> struct PairOf<__nv_bfloat16> { using type = __nv_bfloat162; };
+template <typename T, int V>
+inline constexpr bool kPairs = V % 2 == 0 && !std::is_void_v<typename PairOf<T>::type>;
+
+__device__ __forceinline__ float2 widen_pair(__half2 p) { return __half22float2(p); }
+__device__ __forceinline__ float2 widen_pair(__nv_bfloat162 p) { return __bfloat1622float2(p); }
+template <typename P> __device__ __forceinline__ P narrow_pair(float a, float b);
+template <> __device__ __forceinline__ __half2 narrow_pair<__half2>(float a, float b) { return __floats2half2_rn(a, b); }
+template <> __device__ __forceinline__ __nv_bfloat162 narrow_pair<__nv_bfloat162>(float a, float b) {
+    return __floats2bfloat162_rn(a, b);
+}
+
 template <typename T, int V>
 __device__ __forceinline__ void unpack(const Pack<T, V>& pack, Math<T> (&out)[V]) {
-    if constexpr (V % 2 == 0 && std::is_same_v<T, __half>) {
+    if constexpr (kPairs<T, V>) {
 #pragma unroll
         for (int k = 0; k < V; k += 2) {
-            __half2 pair;
+            typename PairOf<T>::type pair;
             memcpy(&pair, &pack.v[k], sizeof(pair));
-            const float2 w = __half22float2(pair);
-            out[k] = w.x;
-            out[k + 1] = w.y;
-        }
-    } else if constexpr (V % 2 == 0 && std::is_same_v<T, __nv_bfloat16>) {
-#pragma unroll
-        for (int k = 0; k < V; k += 2) {
-            __nv_bfloat162 pair;
-            memcpy(&pair, &pack.v[k], sizeof(pair));
-            const float2 w = __bfloat1622float2(pair);
+            const float2 w = widen_pair(pair);
             out[k] = w.x;
             out[k + 1] = w.y;
         }
@@ -136,16 +142,10 @@ __device__ __forceinline__ void unpack(const Pack<T, V>& pack, Math<T> (&out)[V]
 template <typename T, int V>
 __device__ __forceinline__ Pack<T, V> pack_of(const Math<T> (&in)[V]) {
     Pack<T, V> pack;
-    if constexpr (V % 2 == 0 && std::is_same_v<T, __half>) {
+    if constexpr (kPairs<T, V>) {
 #pragma unroll
         for (int k = 0; k < V; k += 2) {
-            const __half2 pair = __floats2half2_rn(in[k], in[k + 1]);
-            memcpy(&pack.v[k], &pair, sizeof(pair));
-        }
-    } else if constexpr (V % 2 == 0 && std::is_same_v<T, __nv_bfloat16>) {
-#pragma unroll
-        for (int k = 0; k < V; k += 2) {
-            const __nv_bfloat162 pair = __floats2bfloat162_rn(in[k], in[k + 1]);
+            const auto pair = narrow_pair<typename PairOf<T>::type>(in[k], in[k + 1]);
             memcpy(&pack.v[k], &pair, sizeof(pair));
         }
     } else {
@@ -157,41 +157,44 @@ __device__ __forceinline__ Pack<T, V> pack_of(const Math<T> (&in)[V]) {
 
 // ---- h0 / grad_h0: (batch, hidden), read once per column, dtype known at run time ----
 
+// Calls fn(k, element offset) for unit k < n of a column in a (batch, hidden) state array.
+template <int V, typename ViewT, typename Fn>
+__device__ __forceinline__ void for_state_units(const ViewT& v, int64_t b, int64_t j0, int n, Fn&& fn) {
+    const int64_t base = b * v.stride_b + j0 * v.stride_h;
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+        if (k >= n) break;
+        fn(k, base + k * v.stride_h);
+    }
+}
+
 template <typename M, int V>
 __device__ __forceinline__ void load_state(const ConstView2& v, DType dtype, int64_t b, int64_t j0, int n,
                                            M (&out)[V]) {
 #pragma unroll
     for (int k = 0; k < V; ++k) out[k] = M(0);
     if (v.data == nullptr) return;
-    const int64_t base = b * v.stride_b + j0 * v.stride_h;
-#pragma unroll
-    for (int k = 0; k < V; ++k) {
-        if (k >= n) break;
-        const int64_t o = base + k * v.stride_h;
+    for_state_units<V>(v, b, j0, n, [&](int k, int64_t o) {
         switch (dtype) {
             case DType::float32: out[k] = M(load_element(static_cast<const float*>(v.data) + o)); break;
             case DType::float64: out[k] = M(load_element(static_cast<const double*>(v.data) + o)); break;
             case DType::bfloat16: out[k] = M(widen(load_element(static_cast<const __nv_bfloat16*>(v.data) + o))); break;
             case DType::float16: out[k] = M(widen(load_element(static_cast<const __half*>(v.data) + o))); break;
         }
-    }
+    });
 }
 
 template <typename M, int V>
 __device__ __forceinline__ void store_state(const View2& v, DType dtype, int64_t b, int64_t j0, int n,
                                             const M (&in)[V]) {
-    const int64_t base = b * v.stride_b + j0 * v.stride_h;
-#pragma unroll
-    for (int k = 0; k < V; ++k) {
-        if (k >= n) break;
-        const int64_t o = base + k * v.stride_h;
+    for_state_units<V>(v, b, j0, n, [&](int k, int64_t o) {
         switch (dtype) {
             case DType::float32: static_cast<float*>(v.data)[o] = float(in[k]); break;
             case DType::float64: static_cast<double*>(v.data)[o] = double(in[k]); break;
             case DType::bfloat16: static_cast<__nv_bfloat16*>(v.data)[o] = __float2bfloat16_rn(float(in[k])); break;
             case DType::float16: static_cast<__half*>(v.data)[o] = __float2half_rn(float(in[k])); break;
         }
-    }
+    });
 }
 
 // ---- Where a thread works ----------------------------------------------------------
