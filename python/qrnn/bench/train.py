@@ -121,7 +121,8 @@ def application_overhead(device: str, precision: str, config: dict, quick: bool)
         model.train()
         carry = None
         for index in range(len(batches)):
-            carry = bare_step(*batches[index], carry)
+            inputs, targets = batches[index]
+            carry = bare_step(inputs, targets, carry)
 
     loops = {"qrnn-train": lambda: trainer.train_epoch(batches), "bare": bare_epoch}
     # Both orders within each round pair, so that whatever the one running second inherits
