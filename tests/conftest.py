@@ -21,6 +21,9 @@ from qrnn.ops import kernel_args
 from qrnn.ops._testing import native_kernels
 from qrnn.reference import forget_mult_backward_reference
 
+# Fresh random inputs for every test; a failure prints its seed, --seed N replays it.
+from seeds import _fresh_seed, pytest_addoption, pytest_runtest_makereport  # noqa: F401
+
 # (atol, rtol) of a kernel's output against the float64 reference, per storage dtype.
 # 16-bit storage rounds every stored element (bf16: 8 mantissa bits, fp16: 11); the state
 # itself is carried in float32, so errors do not grow with sequence length.
@@ -96,13 +99,6 @@ def assert_forget_mult_grads(h, grad_h, f, x, h0, batch_first, dtype, what=""):
         assert h0.grad.dtype == h0.dtype
         assert_close_to_reference(h0.grad, ref_h0, dtype, f"grad_h0 {what}")
 
-@pytest.fixture(autouse=True)
-def _fresh_seed(request):
-    """Fresh random inputs each run (never a fixed seed), printed on failure to reproduce."""
-    seed = torch.seed() % (2**31)
-    torch.manual_seed(seed)
-    request.node.user_properties.append(("seed", seed))
-    yield
 
 
 def run_python(code, *args, timeout=120):
@@ -161,7 +157,7 @@ def _cuda_include():
 
 class Emulator:
     """ctypes front of tests/cuda_emulation/emulate_kernels.cpp. Each method takes the
-    argument tuple qrnn.kernel_args builds for qrnn._C's CUDA launchers (the very numbers
+    argument tuple qrnn.ops.kernel_args builds for qrnn._C's CUDA launchers (the very numbers
     a GPU call passes) and the launch plan (vector width, chunks) the launch would use."""
 
     def __init__(self, path: Path):

@@ -1,5 +1,5 @@
 // Host side of the CUDA kernels: launch the kernel and grid a plan runs (run_plan, in
-// forget_mult/kernels.cuh) on a stream and check the launch; load a family's kernels.
+// common/kernel_family.cuh) on a stream and check the launch; load a family's kernels.
 // Included by the per-dtype translation units (<family>/<dtype>.cu), each expanding
 // QRNN_DEFINE_CUDA_LAUNCHERS once for its family.
 #pragma once
@@ -10,8 +10,9 @@
 #include <string>
 #include <type_traits>
 
+#include "common/device.cuh"
+#include "common/kernel_family.cuh"
 #include "common/launch.hpp"
-#include "forget_mult/kernels.cuh"
 
 namespace qrnn::cuda::kernels {
 

@@ -138,8 +138,8 @@ void launch_of_dtype(const Params& p, const LaunchPlan& plan, void* stream) {
     by_dtype(p.dtype, [&](auto dtype) { launch<decltype(dtype)::value>(p, plan, stream); });
 }
 
-// Throws std::runtime_error naming `what` if the last launch failed (defined in
-// forget_mult/entry.cu, which owns the CUDA runtime error handling).
+// Throws std::runtime_error naming `what` if the last launch failed (common/launch.cu, which
+// owns the CUDA runtime error handling).
 void check_launch(const char* what);
 // Throws std::runtime_error naming `what` unless `error` (a cudaError_t) is cudaSuccess;
 // driver-version errors name the driver found and the one needed.
@@ -154,7 +154,7 @@ enum class KernelFamily : int { none = -1, forget_mult = 0, gates = 1 };
 // translation units.
 template <DType D, KernelFamily F> void load_kernels();
 
-// What every launching entry point (`what`) does first (forget_mult/entry.cu): once per
+// What every launching entry point (`what`) does first (common/launch.cu): once per
 // process, check that the driver can run this build's CUDA runtime; make `device` current
 // (-1: the device `data` lives on, or the current one for host memory) until the guard
 // goes; and once per device, load the family's kernels of `dtype` (all their widths and

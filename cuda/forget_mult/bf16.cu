@@ -1,5 +1,6 @@
 // ForgetMult CUDA launchers for bfloat16 storage: one translation unit per dtype, so the
 // kernels of different dtypes compile in parallel.
 #include "common/launch.cuh"
+#include "forget_mult/kernels.cuh"
 
 QRNN_DEFINE_CUDA_LAUNCHERS(qrnn::DType::bfloat16, ForgetMultKernels)

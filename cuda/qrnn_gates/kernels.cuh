@@ -2,7 +2,7 @@
 // layout of qrnn/qrnn_gates.hpp), templated over the storage type T, the hidden units
 // per thread V and the steps of loads a thread keeps in flight U. Math and the carried
 // state are float32 (float64 for double); the packs, widening and state helpers are
-// ForgetMult's (forget_mult/kernels.cuh).
+// the ones ForgetMult's kernels use too (common/device.cuh).
 //
 // A thread owns one batch row b and V consecutive hidden units and walks that row's
 // valid steps k = 0 .. valid - 1, at time t = k, or valid - 1 - k when `reverse`. Like
@@ -19,7 +19,9 @@
 #include <cmath>
 #include <cstdint>
 
-#include "forget_mult/kernels.cuh"
+#include "common/device.cuh"
+#include "common/kernel_family.cuh"
+#include "common/launch.hpp"
 #include "qrnn/qrnn_gates.hpp"
 
 namespace qrnn::cuda::kernels {

@@ -1,5 +1,5 @@
 // qrnn._C's CPU kernels (<qrnn/forget_mult.hpp>, <qrnn/qrnn_gates.hpp>) as fast calls,
-// and the argument lists and dtype codes qrnn.kernel_args builds its calls from.
+// and the argument lists and dtype codes qrnn.ops.kernel_args builds its calls from.
 #include <pybind11/pybind11.h>
 
 #include "bindings.hpp"

@@ -12,7 +12,8 @@ from pathlib import Path as _Path
 from . import _C  # type: ignore[attr-defined]  # compiled extension, no stub: mypy looks for an attribute
 from . import checkpoint as checkpoint  # qrnn.checkpoint: non-blocking, crash-safe saves
 from .cpp_library import torch_library
-from .modules import QRNN, QRNNLayer, QRNNState, qrnn_layer
+from .functional import qrnn_layer
+from .modules import QRNN, QRNNLayer, QRNNState
 from .ops.forget_mult import forget_mult
 from .ops.qrnn_gates import qrnn_gates
 

@@ -84,15 +84,6 @@ def test_cli_runs_areas_and_writes_report(tmp_path, monkeypatch, capsys):
     assert (plots / "fake.png").is_file() and "## fake" in md.read_text()
 
 
-def test_sections_of_the_earlier_marker_style_are_kept(tmp_path):
-    md = tmp_path / "BENCHMARKS.md"
-    md.write_text("# Benchmarks\n\n<!-- area:old -->\n## old\n\n**1 of 2 targets met.**\n\n| t |\n<!-- end:old -->\n")
-    report.write_markdown(str(md), {"new": fake_results("new")}, machine_info(), False, {}, area_order=["old", "new"])
-    text = md.read_text()
-    assert "## old" in text and "**1 of 2 targets met.**" in text and "## new" in text
-    assert "| [old](#old) | 1 / 2 |" in text
-
-
 def test_hand_written_block_survives_rewrites(tmp_path):
     path = tmp_path / "BENCHMARKS.md"
     info = machine_info()

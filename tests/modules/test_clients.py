@@ -1,4 +1,5 @@
-"""Programs QRNN users already run: the original pytorch-qrnn API (as awd-lstm-lm uses it),
+"""Programs QRNN users already run: the original pytorch-qrnn API through the torchqrnn
+package (its README, awd-lstm-lm),
 modules put in place of a layer's Linear, generic hidden-state handling, whole-model
 pickles loaded with weights_only, ONNX export through onnxruntime, torch.export.
 
@@ -19,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import qrnn
-import qrnn as torchqrnn  # how awd-lstm-lm-style code imports it
+import torchqrnn
 from qrnn.reference import qrnn_layer_reference
 
 F64 = torch.float64
@@ -80,49 +81,49 @@ def test_layer_original_keywords_and_positions():
     assert (layer.window, layer.save_prev_x, layer.zoneout, layer.output_gate) == (2, True, 0.0, True)
     assert layer.linear.weight.shape == (18, 8)
     # pytorch-qrnn's positional order: (input_size, hidden_size, save_prev_x, zoneout, window, output_gate, use_cuda)
-    layer = qrnn.QRNNLayer(4, 6, True, 0.25, 2, False, False)
+    layer = torchqrnn.QRNNLayer(4, 6, True, 0.25, 2, False, False)
     assert (layer.save_prev_x, layer.zoneout, layer.window, layer.output_gate, layer.use_cuda) == (
         True, 0.25, 2, False, False)
     assert layer.linear.weight.shape == (12, 8)
     # today's positional order is unchanged: (input_size, hidden_size, window, output_gate, zoneout, bias)
     layer = qrnn.QRNNLayer(4, 6, 3, False, 0.5, False)
     assert (layer.window, layer.output_gate, layer.zoneout, layer.linear.bias) == (3, False, 0.5, None)
-    assert not layer.save_prev_x and layer.hidden_size == 6
+    assert not getattr(layer, "save_prev_x", False) and layer.hidden_size == 6
     assert qrnn.QRNNLayer(5).hidden_size == 5
     with pytest.raises(TypeError, match="multiple values"):
         qrnn.QRNNLayer(4, 6, 2, window=3)
     with pytest.raises(TypeError, match="positional"):
         qrnn.QRNNLayer(4, 6, 2, True, 0.0, True, True)
     with pytest.raises(ValueError, match="window"):
-        qrnn.QRNNLayer(4, 6, True, 0.0, 0)
+        torchqrnn.QRNNLayer(4, 6, True, 0.0, 0)
 
 
 def test_qrnn_original_keywords_and_layers():
-    model = qrnn.QRNN(4, 4, num_layers=2, dropout=0.1, save_prev_x=True, window=2, use_cuda=False)
+    model = torchqrnn.QRNN(4, 4, num_layers=2, dropout=0.1, save_prev_x=True, window=2, use_cuda=False)
     assert all(layer.save_prev_x and layer.window == 2 for layer in model.layers)
     assert model.use_cuda is False
-    layers = [qrnn.QRNNLayer(4, 6, save_prev_x=True, window=2), qrnn.QRNNLayer(6, 6)]
+    layers = [torchqrnn.QRNNLayer(4, 6, save_prev_x=True, window=2), torchqrnn.QRNNLayer(6, 6)]
     # pytorch-qrnn: QRNN(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional, layers)
-    for model in (qrnn.QRNN(4, 6, layers=layers), qrnn.QRNN(4, 6, 1, True, False, 0, False, layers)):
+    for model in (torchqrnn.QRNN(4, 6, layers=layers), torchqrnn.QRNN(4, 6, 1, True, False, 0, False, layers)):
         assert model.num_layers == 2 and model.windows == [2, 1] and list(model.layers) == layers
         x = torch.randn(5, 3, 4)
         out, h_n = model(x)
         assert out.shape == (5, 3, 6) and h_n.shape == (2, 3, 6)
         model.reset()
     with pytest.raises(ValueError, match="hidden_size"):
-        qrnn.QRNN(4, 6, layers=[qrnn.QRNNLayer(4, 6), qrnn.QRNNLayer(6, 5)])
+        torchqrnn.QRNN(4, 6, layers=[torchqrnn.QRNNLayer(4, 6), torchqrnn.QRNNLayer(6, 5)])
     with pytest.raises(ValueError, match="input_size"):
-        qrnn.QRNN(4, 6, layers=[qrnn.QRNNLayer(4, 6), qrnn.QRNNLayer(5, 6)])
+        torchqrnn.QRNN(4, 6, layers=[torchqrnn.QRNNLayer(4, 6), torchqrnn.QRNNLayer(5, 6)])
     with pytest.raises(ValueError, match="bidirectional"):
-        qrnn.QRNN(4, 6, bidirectional=True, layers=layers)
+        torchqrnn.QRNN(4, 6, bidirectional=True, layers=layers)
     with pytest.raises(TypeError):
-        qrnn.QRNN(4, 6, not_an_option=1)
+        torchqrnn.QRNN(4, 6, not_an_option=1)
 
 
 def test_layer_returns_like_the_original():
     """forward(X, hidden) -> (H, C[-1:]): hidden (batch, hidden) or (1, batch, hidden) in,
     (1, batch, hidden) out; ``hidden=`` is accepted as the keyword."""
-    layer = qrnn.QRNNLayer(4, 6, window=2, dtype=F64)
+    layer = torchqrnn.QRNNLayer(4, 6, window=2, dtype=F64)
     x, h0 = torch.randn(7, 3, 4, dtype=F64), torch.randn(3, 6, dtype=F64)
     want_out, want_c, _ = reference_layer(layer, x, h0)
     for hidden in (h0, h0.unsqueeze(0)):
@@ -132,7 +133,7 @@ def test_layer_returns_like_the_original():
         torch.testing.assert_close(h_n[0], want_c)
     out, h_n = layer(x, hidden=h0)
     torch.testing.assert_close(out, want_out)
-    model = qrnn.QRNN(4, 6, num_layers=2, dtype=F64)
+    model = torchqrnn.QRNN(4, 6, num_layers=2, dtype=F64)
     out, h_n = model(x, hidden=torch.randn(2, 3, 6, dtype=F64))
     assert h_n.shape == (2, 3, 6)
     with pytest.raises(TypeError, match="both"):
@@ -141,7 +142,7 @@ def test_layer_returns_like_the_original():
 
 @pytest.mark.parametrize("window", [1, 2, 3])
 def test_save_prev_x_carries_inputs_until_reset(window):
-    layer = qrnn.QRNNLayer(4, 5, save_prev_x=True, window=window, dtype=F64)
+    layer = torchqrnn.QRNNLayer(4, 5, save_prev_x=True, window=window, dtype=F64)
     x = torch.randn(9, 2, 4, dtype=F64, requires_grad=True)
     want_out, want_c, _ = reference_layer(layer, x)
     hidden, outs = None, []
@@ -166,7 +167,7 @@ def test_save_prev_x_carries_inputs_until_reset(window):
 
 
 def test_qrnn_save_prev_x_matches_one_pass():
-    model = qrnn.QRNN(4, 5, num_layers=2, window=[2, 3], save_prev_x=True, dtype=F64)
+    model = torchqrnn.QRNN(4, 5, num_layers=2, window=[2, 3], save_prev_x=True, dtype=F64)
     x = torch.randn(10, 3, 4, dtype=F64)
     model.reset()
     hidden, outs = None, []
@@ -179,12 +180,100 @@ def test_qrnn_save_prev_x_matches_one_pass():
     torch.testing.assert_close(hidden, want_h)
 
 
+
+# pytorch-qrnn's README, as written there (it runs on a GPU; without one, .cuda() is a no-op).
+ORIGINAL_README_QRNN = """
+import torch
+from torchqrnn import QRNN
+
+seq_len, batch_size, hidden_size = 7, 20, 256
+size = (seq_len, batch_size, hidden_size)
+X = torch.autograd.Variable(torch.rand(size), requires_grad=True).cuda()
+
+qrnn = QRNN(hidden_size, hidden_size, num_layers=2, dropout=0.4)
+qrnn.cuda()
+output, hidden = qrnn(X)
+
+print(output.size(), hidden.size())
+"""
+
+
+def test_original_readme_example_runs_unedited(monkeypatch, capsys):
+    if not torch.cuda.is_available():
+        monkeypatch.setattr(torch.Tensor, "cuda", lambda self, *args, **kwargs: self)
+        monkeypatch.setattr(nn.Module, "cuda", lambda self, *args, **kwargs: self)
+    namespace: dict = {}
+    exec(ORIGINAL_README_QRNN, namespace)
+    assert capsys.readouterr().out.strip() == "torch.Size([7, 20, 256]) torch.Size([2, 20, 256])"
+    output, X = namespace["output"], namespace["X"]
+    assert namespace["hidden"].shape == (2, 20, 256)
+    output.sum().backward()  # X is a non-leaf after .cuda(); the layers' weights get gradients
+    assert all(p.grad is not None for p in namespace["qrnn"].parameters())
+    assert isinstance(namespace["qrnn"], qrnn.QRNN) and X.shape == (7, 20, 256)
+
+
+def test_forget_mult_module_as_the_original():
+    """``ForgetMult()(f, x, hidden_init, use_cuda)``: its recurrence, hidden_init optional, of
+    shape (batch, hidden) or a layer's (1, batch, hidden), differentiable in all three."""
+    from torchqrnn.forget_mult import ForgetMult
+
+    assert ForgetMult is torchqrnn.ForgetMult
+    f = torch.rand(5, 3, 4, dtype=F64, requires_grad=True)
+    x = torch.randn(5, 3, 4, dtype=F64, requires_grad=True)
+    h0 = torch.randn(3, 4, dtype=F64, requires_grad=True)
+    want = torch.stack(_forget_mult_steps(f, x, h0))
+    torch.testing.assert_close(ForgetMult()(f, x, h0), want)
+    torch.testing.assert_close(ForgetMult()(f, x, h0.unsqueeze(0), use_cuda=False), want)
+    torch.testing.assert_close(ForgetMult()(f, x), torch.stack(_forget_mult_steps(f, x, torch.zeros_like(h0))))
+    assert torch.autograd.gradcheck(ForgetMult(), (f, x, h0))
+
+
+def _forget_mult_steps(f, x, h):
+    steps = []
+    for t in range(f.shape[0]):
+        h = f[t] * x[t] + (1 - f[t]) * h
+        steps.append(h)
+    return steps
+
+
+def test_original_module_paths_and_cross_api_state_dicts():
+    """torchqrnn.qrnn holds the layers as in pytorch-qrnn; a model of either API loads the
+    other's state dict strictly and computes the same."""
+    from torchqrnn.qrnn import QRNN, QRNNLayer
+
+    assert (QRNN, QRNNLayer) == (torchqrnn.QRNN, torchqrnn.QRNNLayer)
+    assert issubclass(QRNN, qrnn.QRNN) and issubclass(QRNNLayer, qrnn.QRNNLayer)
+    original = QRNN(4, 6, num_layers=2, window=2, save_prev_x=True, dtype=F64).eval()
+    today = qrnn.QRNN(4, 6, num_layers=2, window=2, dtype=F64).eval()
+    today.load_state_dict(original.state_dict())
+    x, h0 = torch.randn(5, 3, 4, dtype=F64), torch.randn(2, 3, 6, dtype=F64)
+    for got, want in zip(today(x, h0), original(x, h0)):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    original.reset()
+    original.load_state_dict(qrnn.QRNN(4, 6, num_layers=2, window=2, dtype=F64).state_dict())
+    layer = QRNNLayer(4, 6, True, 0, 2)
+    layer.load_state_dict(qrnn.QRNNLayer(4, 6, window=2).state_dict())
+
+
+def test_pickled_original_api_models_load_in_a_fresh_process(tmp_path):
+    """A whole torchqrnn model, pickled, loads under weights_only once torchqrnn is imported,
+    with the inputs save_prev_x kept."""
+    path = tmp_path / "model.pt"
+    model = torchqrnn.QRNN(3, 4, 2, window=2, save_prev_x=True)
+    model(torch.randn(5, 2, 3))
+    torch.save(model, path)
+    code = ("import sys, torch, torchqrnn\n"
+            "m = torch.load(sys.argv[1], weights_only=True)\n"
+            "assert type(m) is torchqrnn.QRNN and type(m.layers[0]) is torchqrnn.QRNNLayer\n"
+            "assert m.layers[0].prevX.shape == (1, 2, 3) and m.layers[0].save_prev_x\n")
+    subprocess.run([sys.executable, "-c", code, str(path)], check=True, timeout=300)
+
 # ---- 2. Whatever sits at .linear is called ---------------------------------------------
 
 
 def test_weight_drop_wrapper_is_called():
     torch.manual_seed(1)
-    layer = qrnn.QRNNLayer(input_size=4, hidden_size=5, save_prev_x=True, window=2, dtype=F64)
+    layer = torchqrnn.QRNNLayer(input_size=4, hidden_size=5, save_prev_x=True, window=2, dtype=F64)
     plain = copy.deepcopy(layer)
     layer.linear = WeightDrop(layer.linear, ["weight"], dropout=0.5)
     assert "window=2" in repr(layer)  # extra_repr without .linear.weight/.bias
@@ -328,7 +417,7 @@ def test_state_through_repackage_hidden(batch_first):
         layer(x, (torch.zeros(1, 2, 5), torch.zeros(1, 2, 5)))  # an LSTM-style (h, c) pair
 
 
-# ---- An awd-lstm-lm-style program, unchanged but for `import qrnn as torchqrnn` --------------
+# ---- An awd-lstm-lm program (its model.py's QRNN branch), unchanged ---------------------------
 
 
 class LockedDropout(nn.Module):
@@ -346,9 +435,10 @@ class RNNModel(nn.Module):
         super().__init__()
         self.lockdrop = LockedDropout()
         self.encoder = nn.Embedding(ntoken, ninp)
-        self.rnns = [torchqrnn.QRNNLayer(input_size=ninp if layer == 0 else nhid,
-                                         hidden_size=nhid if layer != nlayers - 1 else ninp, save_prev_x=True,
-                                         zoneout=0, window=2 if layer == 0 else 1, output_gate=True)
+        from torchqrnn import QRNNLayer
+        self.rnns = [QRNNLayer(input_size=ninp if layer == 0 else nhid,
+                               hidden_size=nhid if layer != nlayers - 1 else ninp, save_prev_x=True,
+                               zoneout=0, window=2 if layer == 0 else 1, output_gate=True)
                      for layer in range(nlayers)]
         for rnn in self.rnns:
             rnn.linear = WeightDrop(rnn.linear, ["weight"], dropout=wdrop)
@@ -443,6 +533,10 @@ def test_star_import_names():
     namespace = {}
     exec("from qrnn import *", namespace)
     assert namespace["QRNNLayer"] is qrnn.QRNNLayer and namespace["QRNN"] is qrnn.QRNN
+    namespace = {}
+    exec("from torchqrnn import *", namespace)
+    assert (namespace["QRNNLayer"], namespace["QRNN"], namespace["ForgetMult"]) == (
+        torchqrnn.QRNNLayer, torchqrnn.QRNN, torchqrnn.ForgetMult)
 
 
 # ---- 3. Pickled models load with weights_only ------------------------------------------
@@ -532,7 +626,7 @@ def _onnx_check(model, args, kwargs=None, use_table=False, **export_kwargs):
     for _ in range(2):  # the traced inputs, then fresh ones of the same shapes
         feeds = [a for a in list(args) + list(kwargs.values()) if isinstance(a, torch.Tensor)]
         for module in model.modules():  # the exported graph starts from zeros: so does each eager call
-            if isinstance(module, qrnn.QRNNLayer):
+            if isinstance(module, torchqrnn.QRNNLayer):
                 module.reset()
         with torch.no_grad():
             want = torch.utils._pytree.tree_leaves(model(*args, **kwargs))
@@ -687,7 +781,7 @@ def test_onnx_module_is_lazy_and_errors_are_clear():
 
 
 def test_export_ignores_inputs_kept_by_save_prev_x():
-    model = qrnn.QRNN(5, 6, num_layers=2, window=2, save_prev_x=True).eval()
+    model = torchqrnn.QRNN(5, 6, num_layers=2, window=2, save_prev_x=True).eval()
     model(torch.randn(4, 3, 5))  # keeps inputs in each layer
     x = torch.randn(7, 3, 5)
     program = torch.export.export(model, (x,))

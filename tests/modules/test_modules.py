@@ -575,7 +575,7 @@ def test_lengths_reach_the_device_without_a_host_synchronisation(monkeypatch):
     """Host lengths are checked on the host and moved to the input's device; lengths already
     on a device are checked there (asynchronously), never read back to the host; while a
     CUDA graph is being captured, host lengths raise a clear error instead of a copy."""
-    from qrnn.modules import _check_lengths
+    from qrnn.functional import check_lengths as _check_lengths
 
     on_host = _check_lengths([4, 0, 2], 3, 4, torch.device("cpu"))
     assert on_host.dtype == torch.int64 and on_host.tolist() == [4, 0, 2]

@@ -105,6 +105,48 @@ def test_no_import_cycles():
     assert cycles == [], f"modules that import each other (directly or around a loop): {cycles}"
 
 
+def test_layers_split_by_concern():
+    """qrnn.functional (the functional layer) <- qrnn.modules (today's nn.GRU-style API) <-
+    qrnn.pytorch_qrnn (the original pytorch-qrnn API), which only the torchqrnn package and
+    no other module of qrnn imports; `import qrnn` does not load it."""
+    graph = import_graph()
+    assert "qrnn.modules" not in graph["qrnn.functional"]
+    assert "qrnn.functional" in graph["qrnn.modules"]
+    assert {"qrnn.modules", "qrnn.functional"} & graph["qrnn.pytorch_qrnn"] == {"qrnn.modules"}
+    importers = sorted(name for name, targets in graph.items() if "qrnn.pytorch_qrnn" in targets)
+    assert importers == [], importers
+    original_api = re.compile(r"save_prev_x|use_cuda|prevX|\bhidden=|\blayers=")
+    for name in ("functional", "modules"):
+        hits = [i for i, line in enumerate((PACKAGE / f"{name}.py").read_text().splitlines(), 1)
+                if original_api.search(line)]
+        assert hits == [], f"qrnn.{name} names the original API on lines {hits}"
+    front = REPO / "python" / "torchqrnn"
+    for path in sorted(front.glob("*.py")):
+        imports = {node.module for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.ImportFrom)}
+        assert imports == {"qrnn.pytorch_qrnn"}, (path.name, imports)
+
+
+def test_cuda_common_includes_no_family():
+    """cuda/common/ holds what both op families' CUDA halves share: none of its files
+    includes a family's (cuda/forget_mult/, cuda/qrnn_gates/)."""
+    include = re.compile(r'#include\s+"(forget_mult|qrnn_gates)/')
+    hits = [f"{p.name}:{i}" for p in sorted((REPO / "cuda" / "common").iterdir()) if p.is_file()
+            for i, line in enumerate(p.read_text().splitlines(), 1) if include.search(line)]
+    assert hits == []
+
+
+def test_library_imports_no_application_dependency():
+    """tqdm and matplotlib (the 'train' extra) are imported only inside the functions that
+    draw a progress bar or a plot, never by a module's top level."""
+    hits = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            hits += [f"{path.name}: {name}" for name in names if name.split(".")[0] in ("tqdm", "matplotlib")]
+    assert hits == []
+
+
 def test_no_test_hooks_in_public_headers():
     """Fault injection and other test-only switches live in private headers (cpp/src/)."""
     pattern = re.compile(r"FaultInjection|\bfault_\w|\bfail_(after|errno|throw|times)|\binject|\btesting\b")

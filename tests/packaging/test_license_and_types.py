@@ -60,7 +60,9 @@ def test_type_checker_sees_qrnn_calls_as_tensors(tmp_path):
 
 def test_public_signatures_show_real_defaults():
     """help() and inspect show the defaults, not a sentinel object."""
-    text = str(inspect.signature(qrnn.QRNNLayer))
+    import torchqrnn
+
+    text = str(inspect.signature(qrnn.QRNNLayer)) + str(inspect.signature(torchqrnn.QRNNLayer))
     assert "object at 0x" not in text
     for shown in ("window: 'int' = 1", "output_gate: 'bool' = True", "zoneout: 'float' = 0.0",
                   "save_prev_x: 'bool' = False"):

@@ -1,5 +1,5 @@
 """The layout of qrnn.ops: imports run one way (the op families import the backends and the
-shared helpers, never the reverse), and the former module names keep working."""
+shared helpers, never the reverse)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,7 @@ from pathlib import Path
 import pytest
 
 import qrnn
-import qrnn.kernel_args
-import qrnn.ops_cuda
 from qrnn import ops
-from qrnn.ops import cuda as cuda_backend
-from qrnn.ops import kernel_args
 
 OPS = Path(ops.__file__).parent
 FAMILIES = {"qrnn.ops", "qrnn.ops.forget_mult", "qrnn.ops.qrnn_gates", "qrnn.ops._testing"}
@@ -44,11 +40,5 @@ def test_backends_and_helpers_never_import_a_family(module):
     assert not imported & FAMILIES, f"qrnn.ops.{module} imports {sorted(imported & FAMILIES)}"
 
 
-def test_former_names_are_the_same_objects():
-    for name in qrnn.ops_cuda.__all__:
-        assert getattr(qrnn.ops_cuda, name) is getattr(cuda_backend, name), name
-    for name in qrnn.kernel_args.__all__:
-        assert getattr(qrnn.kernel_args, name) is getattr(kernel_args, name), name
-    assert ops.FORWARD_KERNELS is ops.FORGET_MULT_FORWARD_KERNELS
-    assert ops.BACKWARD_KERNELS is ops.FORGET_MULT_BACKWARD_KERNELS
+def test_package_front_names_are_the_ops():
     assert qrnn.forget_mult is ops.forget_mult and qrnn.qrnn_gates is ops.qrnn_gates

@@ -4,7 +4,6 @@ import json
 import os
 import subprocess
 import sys
-import zipfile
 
 import pytest
 import torch
@@ -138,42 +137,6 @@ def test_fit_any_model_with_checkpoints(tmp_path):
     saved = load(tmp_path / "ckpt-000000000015.pt")
     assert saved["progress"]["epoch"] == 3 and saved["progress"]["position"] == 0
     assert torch.equal(saved["model"]["0.weight"], model[0].weight)
-
-
-# ---------------------------------------------------------------- module paths from before qrnn.train was a package
-
-def test_qrnn_lm_and_qrnn_data_are_aliases():
-    import qrnn.data
-    import qrnn.lm
-    import qrnn.train.data
-    import qrnn.train.lm
-
-    for alias, module in ((qrnn.data, qrnn.train.data), (qrnn.lm, qrnn.train.lm)):
-        assert module.__all__ and alias.__all__ == module.__all__
-        for name in module.__all__:
-            assert getattr(alias, name) is getattr(module, name), name
-
-
-def test_whole_model_pickles_naming_qrnn_lm_still_load(tmp_path, monkeypatch):
-    """torch.save(model) recorded the language model as qrnn.lm.QRNNLanguageModel before it
-    moved to qrnn.train.lm: such files load through the alias; new files name the new path."""
-    from qrnn.train.lm import QRNNLanguageModel
-
-    torch.manual_seed(0)
-    model = QRNNLanguageModel(50, emsize=8, hidden=16, layers=2).eval()
-    with monkeypatch.context() as patch:
-        patch.setattr(QRNNLanguageModel, "__module__", "qrnn.lm")  # what the old class recorded
-        torch.save(model, tmp_path / "old.pt")
-    torch.save(model, tmp_path / "new.pt")
-    tokens = torch.randint(0, 50, (5, 2))
-    for name, recorded in (("old.pt", b"cqrnn.lm\nQRNNLanguageModel\n"),
-                           ("new.pt", b"cqrnn.train.lm\nQRNNLanguageModel\n")):
-        with zipfile.ZipFile(tmp_path / name) as archive:
-            pickled = archive.read(next(n for n in archive.namelist() if n.endswith("/data.pkl")))
-        assert recorded in pickled, name
-        loaded = torch.load(tmp_path / name, weights_only=False)
-        assert type(loaded) is QRNNLanguageModel
-        torch.testing.assert_close(loaded(tokens)[0], model(tokens)[0])
 
 
 # ---------------------------------------------------------------- end to end

@@ -3,6 +3,9 @@ arguments, NaN losses and empty data. Each call must raise a TypeError or ValueE
 naming the argument, or propagate the values correctly; never crash or hang.
 """
 
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -66,3 +69,23 @@ def test_trainer_nan_loss_propagates_and_empty_data_is_no_op():
     history = trainer.fit([(torch.full((3, 2), float("nan")), torch.rand(3, 2))], epochs=1)
     assert len(history) == 1 and any(isinstance(v, float) and v != v for v in history[0].values())
     assert trainer.fit([], epochs=2) is not None
+
+
+def test_library_runs_without_the_train_extra(tmp_path):
+    """Without tqdm and matplotlib (the 'train' extra): qrnn, torchqrnn and the Trainer work;
+    qrnn-train says in one line what to install."""
+    code = (
+        "import sys\n"
+        "sys.modules['tqdm'] = sys.modules['matplotlib'] = None  # as if not installed\n"
+        "import torch, qrnn, torchqrnn\n"
+        "from qrnn.train import Trainer, main\n"
+        "model = torch.nn.Linear(2, 2)\n"
+        "trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), torch.nn.functional.mse_loss,\n"
+        "                  precision='fp32', progress=False, log=lambda message: None)\n"
+        "assert len(trainer.fit([(torch.rand(3, 2), torch.rand(3, 2))], epochs=1)) == 1\n"
+        "sys.exit(main(['--no-progress', '--checkpoint-dir', sys.argv[1]]))\n")
+    result = subprocess.run([sys.executable, "-c", code, str(tmp_path / "run")], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == ("qrnn-train: error: qrnn-train needs matplotlib: pip install 'torch-qrnn[train]' "
+                             "(from a source checkout: pip install '.[train]')\n")

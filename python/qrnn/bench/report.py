@@ -63,19 +63,9 @@ def _section(area: str, results: list, info: dict, quick: bool, plot: Optional[s
     return "\n".join(lines)
 
 
-_LEGACY = re.compile(r"<!-- area:(?P<area>[\w-]+) -->\n(?P<body>.*?)<!-- end:(?P=area) -->\n", re.S)
-
-
 def _read_sections(text: str) -> dict:
-    """area -> (section text, metadata) of an existing BENCHMARKS.md (sections of the
-    earlier `<!-- area:X -->` style are kept too, with a summary line they carried)."""
+    """area -> (section text, metadata) of an existing BENCHMARKS.md."""
     sections = {}
-    for match in _LEGACY.finditer(text):
-        area, body = match.group("area"), match.group("body").rstrip()
-        counts = re.search(r"(\d+) of (\d+) targets met", body)
-        meta = {"met": int(counts.group(1)), "targets": int(counts.group(2))} if counts else {}
-        sections[area] = (f"<!-- qrnn-bench:begin {area} {json.dumps(meta)} -->\n{body}\n" + _END.format(area=area),
-                          meta)
     for match in _BEGIN.finditer(text):
         area = match.group("area")
         end = text.find(_END.format(area=area), match.end())

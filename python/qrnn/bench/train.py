@@ -1,5 +1,6 @@
 """Training with qrnn.train: bf16 autocast against float32 on the CPU (fp16 against fp32 on a
-GPU), and the same short run with and without a checkpoint every epoch, all in one run.
+GPU), the same short run with and without a checkpoint every epoch, and qrnn-train's training
+loop against a bare loop of the same model (the application's own overhead), all in one run.
 
 Models: the default ``qrnn-train`` model (3 QRNN layers, hidden 256, emsize 128, char
 vocabulary 104, batch 16 x bptt 64), the same at hidden 1024 for the bf16 target, and on a
@@ -86,6 +87,59 @@ def step_speed(device: str, low: str, config: dict, quick: bool, target: bool) -
     return [Result(AREA, name, speedup, "x", None, None, note)]
 
 
+def application_overhead(device: str, precision: str, config: dict, quick: bool) -> list:
+    """qrnn-train's training loop (Trainer.train_epoch: autocast, GradScaler, clipping, the
+    carried state, its stop and save decisions, loss bookkeeping; no progress bar and no
+    checkpoint folder) against a bare loop doing the same work on a twin of the model (forward
+    under the same autocast, backward, clip, optimizer step, state carry), both over the same
+    batches, timed in interleaved rounds."""
+    from qrnn.train.state import tree_map
+    from qrnn.train.trainer import make_optimizer
+
+    steps = 4 if quick else 8
+    batches = _batches(device, config, steps)
+    trainer = _trainer(device, precision, config)
+    model = _trainer(device, precision, config).module  # the same weights, its own copy
+    optimizer = make_optimizer("adam", model.parameters(), 1e-3, torch.device(device))
+    params = list(model.parameters())
+    autocast_dtype = trainer.autocast_dtype
+    vocab = config["vocab"]
+
+    def bare_step(inputs, targets, carry):
+        # A function per step, as train_step is: its outputs and graph are freed on return,
+        # not held while the next step allocates (which costs a loop page faults).
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast(device, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
+            outputs, carry = model(inputs, carry)
+            loss = F.cross_entropy(outputs.reshape(-1, vocab), targets.reshape(-1))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 0.25)
+        optimizer.step()
+        return tree_map(torch.Tensor.detach, carry)
+
+    def bare_epoch():
+        model.train()
+        carry = None
+        for index in range(len(batches)):
+            inputs, targets = batches[index]
+            carry = bare_step(inputs, targets, carry)
+
+    loops = {"qrnn-train": lambda: trainer.train_epoch(batches), "bare": bare_epoch}
+    # Both orders within each round pair, so that whatever the one running second inherits
+    # (a warm cache, a freed pool) is shared alike.
+    t = {name: 0.0 for name in loops}
+    for order in (list(loops), list(reversed(loops))):
+        times = measure_interleaved({name: loops[name] for name in order}, device=device,
+                                    rounds=2 if quick else 9, repeat=1, warmup=1)
+        for name, seconds in times.items():
+            t[name] += seconds / 2
+    ratio = t["qrnn-train"] / t["bare"]
+    note = (f"{t['qrnn-train'] / steps * 1e3:.1f} vs {t['bare'] / steps * 1e3:.1f} ms per step "
+            f"({precision}, {steps}-step epochs)")
+    name = f"qrnn-train's training step vs a bare loop of the same model, {device}, {_describe(config)}"
+    return [Result(AREA, name, ratio, "x", "<= 1.03x", ratio <= 1.03, note)]
+
+
 def short_runs(device: str, precisions: tuple, config: dict, quick: bool) -> tuple:
     """The same short run (2 epochs of N steps plus validation) in each precision, with and
     without a checkpoint every epoch, the four variants alternating so that a noisy neighbour
@@ -128,6 +182,7 @@ def run(quick: bool = False) -> list:
     results += step_speed("cpu", "bf16", big, quick, target=True)
     if not quick:
         results += step_speed("cpu", "bf16", DEFAULT_MODEL, quick, target=False)
+    results += application_overhead("cpu", "fp32", DEFAULT_MODEL, quick)
     more, cpu = short_runs("cpu", ("fp32", "bf16"), DEFAULT_MODEL, quick)
     results += more
     results.append(Result(AREA, f"bf16 / fp32 epoch time, cpu, {_describe(DEFAULT_MODEL)}", cpu["bf16"] / cpu["fp32"],

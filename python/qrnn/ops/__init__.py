@@ -52,8 +52,4 @@ __all__ = ["forget_mult", "qrnn_gates", "qrnn_gates_unfused", "has_native_kernel
            "forget_mult_op", "forget_mult_backward_op", "qrnn_gates_op", "qrnn_gates_backward_op",
            "check_forget_mult_args", "check_forget_mult_backward_args", "check_qrnn_gates_args",
            "check_qrnn_gates_backward_args", "FORGET_MULT_FORWARD_KERNELS", "FORGET_MULT_BACKWARD_KERNELS",
-           "QRNN_GATES_FORWARD_KERNELS", "QRNN_GATES_BACKWARD_KERNELS", "FORWARD_KERNELS", "BACKWARD_KERNELS"]
-
-# Former names of the ForgetMult kernel tables, kept working (CHANGELOG).
-FORWARD_KERNELS = FORGET_MULT_FORWARD_KERNELS
-BACKWARD_KERNELS = FORGET_MULT_BACKWARD_KERNELS
+           "QRNN_GATES_FORWARD_KERNELS", "QRNN_GATES_BACKWARD_KERNELS"]

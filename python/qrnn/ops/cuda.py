@@ -1,6 +1,6 @@
 """The CUDA kernels behind the ``qrnn::forget_mult`` and ``qrnn::qrnn_gates`` ops, which the op
 families register for device type ``"cuda"`` when this build has them (``AVAILABLE``,
-``qrnn.build_info()["cuda"]``), and their launches into given outputs (``qrnn.ops_cuda``).
+``qrnn.build_info()["cuda"]``), and their launches into given outputs (``forward_into`` and the others below).
 
 Every call reads the current CUDA stream of the tensors' device (never cached, so
 ``torch.cuda.stream(...)`` blocks, CUDA graphs and ``torch.compile(mode="reduce-overhead")``

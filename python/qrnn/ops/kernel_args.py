@@ -1,7 +1,7 @@
 """The argument tuples of ``qrnn._C``'s kernel entry points, built from their one definition.
 
 Each kernel entry point (CPU kernels, CUDA launchers, their host-only plans) takes its
-parameter struct as a flat list of numbers. ``cpp/src/kernel_args.hpp`` defines each list
+parameter struct as a flat list of numbers. ``cpp/src/common/kernel_args.hpp`` defines each list
 once (field order and kind) and ``_C.kernel_fields()`` exports it; this module pairs every
 field with the Python expression that computes it and generates each builder in the C++
 order at import. A field renamed, added or removed in C++ without its expression here,
@@ -31,7 +31,7 @@ HALF_DTYPES = (torch.bfloat16, torch.float16)
 # Every kernel's (kind, field) list, read once.
 _FIELDS = _C.kernel_fields()
 
-# Numbers per field kind (cpp/src/kernel_args.hpp).
+# Numbers per field kind (cpp/src/common/kernel_args.hpp).
 _WIDTHS = {"dtype": 1, "integer": 1, "flag": 1, "real": 1, "lengths": 1,
            "cview3": 4, "view3": 4, "cview2": 3, "view2": 3}
 _NO_VIEW3 = (0, 0, 0, 0)  # address 0: absent
@@ -73,7 +73,7 @@ def _generate(kernel: str, signature: str, prologue: str, sources: dict, probes)
     if missing or unknown:
         raise KernelArgsError(f"{kernel}: qrnn._C's fields {missing} have no Python expression and {unknown} are "
                               "not qrnn._C fields; qrnn._C and qrnn.ops.kernel_args come from different builds or "
-                              "cpp/src/kernel_args.hpp changed without this module")
+                              "cpp/src/common/kernel_args.hpp changed without this module")
     parts = []
     for kind, name in fields:
         expr = sources[name]

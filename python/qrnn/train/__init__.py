@@ -14,7 +14,8 @@ reference text that ships with Python. ``qrnn-generate`` samples from a saved mo
 
 Modules: ``trainer`` (the loop), ``precision``, ``distributed`` (process group, collectives),
 ``state`` (carried and RNG state in checkpoints), ``checkpoints`` (saving with a stall meter,
-best.pt, reading back), ``stopping`` (SIGTERM/SIGUSR1 as stop requests), ``errors``, ``cli``
+best.pt, reading back), ``stopping`` (SIGTERM/SIGUSR1 as stop requests), ``errors``,
+``settings`` (``qrnn-train``'s flags, defined once), ``records`` (the epoch record), ``cli``
 (the two commands), ``lm``, ``data``.
 """
 
@@ -23,8 +24,10 @@ from .cli import generate_main, main
 from .distributed import Distributed, init_distributed
 from .errors import TrainError, TrainingStopped
 from .precision import choose_precision
+from .records import EpochRecord
+from .settings import Settings
 from .state import seed_everything
 from .trainer import Trainer, fit
 
 __all__ = ["Trainer", "fit", "choose_precision", "Distributed", "init_distributed", "TrainError",
-           "TrainingStopped", "load_checkpoint", "seed_everything", "main", "generate_main"]
+           "TrainingStopped", "load_checkpoint", "seed_everything", "main", "generate_main", "Settings", "EpochRecord"]

@@ -5,6 +5,7 @@ random-number stream a training step may draw from."""
 from __future__ import annotations
 
 import random
+from typing import Optional
 
 import numpy as np
 import torch
@@ -94,8 +95,12 @@ def set_rng_state(state: dict, device: torch.device) -> None:
         torch.cuda.set_rng_state(state["cuda"], device)
 
 
-def seed_everything(seed: int) -> None:
-    """Seed Python's, NumPy's and torch's (every device's) random streams."""
+def seed_everything(seed: int, rank: Optional[int] = None) -> None:
+    """Seed Python's, NumPy's and torch's (every device's) random streams: with ``seed``, the
+    same on every process (e.g. for identical initial weights), or with ``rank`` a stream of
+    the process's own (``seed + rank``: distinct dropout masks per rank)."""
+    if rank is not None:
+        seed += rank
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)

@@ -18,6 +18,7 @@ from .checkpoints import CheckpointStallMeter, restore_best
 from .distributed import Distributed, all_gather_object, all_reduce_max
 from .errors import TrainError, TrainingStopped
 from .precision import AUTOCAST_DTYPES, choose_precision
+from .records import EpochRecord
 from .state import regroup_carry, rng_state, seed_everything, set_rng_state, tree_map
 from .stopping import DEFAULT_STOP_GRACE, STOP_SIGNALS, StopRequest, catch_stop_signals
 
@@ -177,12 +178,23 @@ class Trainer:
             self.stop_signal = int(signum)
         return bool(stop or signum), bool(save) and self.step != self._saved_step
 
+    def _progress_bar(self, total: int):
+        """tqdm's bar over this epoch's batches, or one that shows nothing without progress
+        (tqdm comes with the 'train' extra: the library runs without it)."""
+        if not self.progress:
+            return _NoProgressBar()
+        try:
+            from tqdm.auto import tqdm
+        except ImportError:
+            raise TrainError("the progress bar needs tqdm: pip install 'torch-qrnn[train]', or pass "
+                             "progress=False") from None
+        return tqdm(total=total, initial=self.position, desc=f"epoch {self.epoch + 1}", unit="batch", leave=False,
+                    dynamic_ncols=True)
+
     def train_epoch(self, data: Sequence, max_steps: Optional[int] = None,
                     deadline: Optional[float] = None) -> dict:
         """Train from the current position to the end of the epoch (or until max_steps /
         the monotonic-clock deadline). Returns the loss and throughput of what ran."""
-        from tqdm.auto import tqdm
-
         if self.position == 0:
             self.carry = None
         if hasattr(data, "set_epoch"):
@@ -190,8 +202,7 @@ class Trainer:
         self.module.train()
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         tokens = 0
-        bar = tqdm(total=len(data), initial=self.position, desc=f"epoch {self.epoch + 1}",
-                   unit="batch", disable=not self.progress, leave=False, dynamic_ncols=True)
+        bar = self._progress_bar(len(data))
         start = time.perf_counter()
         completed = True
         with bar:
@@ -283,20 +294,20 @@ class Trainer:
                 self.best_valid_loss = valid_loss
                 if self.checkpoint_dir is not None:
                     self.best_step = self.step
-            record = {"epoch": epoch + 1, "complete": stats["completed"], "step": self.step,
-                      "train_loss": stats["train_loss"], "valid_loss": valid_loss,
-                      "tokens": stats["tokens"],
-                      "tokens_per_s": stats["tokens"] / max(stats["train_seconds"], 1e-9),
-                      "skipped_steps": self.skipped_steps,
-                      "lr": self.optimizer.param_groups[0]["lr"], "precision": self.precision}
+            record = EpochRecord(epoch=epoch + 1, complete=stats["completed"], step=self.step,
+                                 train_loss=stats["train_loss"], valid_loss=valid_loss, tokens=stats["tokens"],
+                                 tokens_per_s=stats["tokens"] / max(stats["train_seconds"], 1e-9),
+                                 skipped_steps=self.skipped_steps, lr=self.optimizer.param_groups[0]["lr"],
+                                 precision=self.precision)
             self.history.append(record)
             self.save_checkpoint(best=best)
             seconds = time.perf_counter() - epoch_start
             # This epoch's stall: the wait in its first optimizer.step() for the previous
             # epoch's snapshot, plus the blocking part of its own save().
             stall = self.checkpoints.take_stall_seconds() if self.checkpoints is not None else 0.0
-            record.update(seconds=seconds, checkpoint_stall_ms=stall * 1e3,
-                          checkpoint_stall_pct=100 * stall / seconds)
+            record["seconds"] = seconds
+            record["checkpoint_stall_ms"] = stall * 1e3
+            record["checkpoint_stall_pct"] = 100 * stall / seconds
             if on_epoch_end is not None and self.dist.is_main:
                 on_epoch_end(record)
             if not stats["completed"]:
@@ -364,7 +375,7 @@ class Trainer:
         if same_world:
             set_rng_state(state["rng"][self.dist.rank], self.device)
         else:  # a new number of processes: fresh per-rank streams, continuing deterministically
-            seed_everything(1_000_003 * (self.epoch + 1) + self.dist.rank)
+            seed_everything(1_000_003 * (self.epoch + 1), rank=self.dist.rank)
 
     def save_checkpoint(self, best: bool = False):
         """Checkpoint the full training state (plus `checkpoint_extra`) as step `self.step`;
@@ -383,6 +394,22 @@ class Trainer:
                                                     self.optimizer if self.checkpoint_overlap else None)
         state.update(self.checkpoint_extra)
         return self.checkpoints.save(state, self.step, best=best, prepare_seconds=time.perf_counter() - start)
+
+
+class _NoProgressBar:
+    """The part of tqdm's bar train_epoch uses, showing nothing."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        return None
+
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def set_postfix_str(self, text: str = "", refresh: bool = True) -> None:
+        pass
 
 
 def fit(model: nn.Module, train_data: Sequence, optimizer: torch.optim.Optimizer, loss_fn: Callable, *,

@@ -1,0 +1,50 @@
+"""The epoch record: what :class:`qrnn.train.Trainer` appends to its history after each
+(possibly partial) epoch, what ``metrics.jsonl`` holds one per line, and its one-line
+summary as ``qrnn-train`` prints it. A plain dict (checkpoints and JSON hold it as is),
+its keys defined here once."""
+
+from __future__ import annotations
+
+import math
+from typing import Optional, TypedDict
+
+__all__ = ["EpochRecord", "format_epoch_record"]
+
+
+class _Measured(TypedDict):
+    epoch: int                    # 1-based
+    complete: bool                # False: stopped early (max_steps, time budget, a signal)
+    step: int                     # optimizer steps so far
+    train_loss: float             # mean over the epoch's batches
+    valid_loss: Optional[float]   # None without validation data or after a stop signal
+    tokens: int
+    tokens_per_s: float
+    skipped_steps: int            # fp16 steps the GradScaler skipped, in all
+    lr: float
+    precision: str
+
+
+class EpochRecord(_Measured, total=False):
+    # Known once the epoch's checkpoint is saved (absent from the copy inside that checkpoint).
+    seconds: float
+    checkpoint_stall_ms: float
+    checkpoint_stall_pct: float
+
+
+def format_epoch_record(record: EpochRecord, level: str) -> str:
+    """``epoch   3 | train loss ... | valid bpc (char level) or ppl (word level) | ...``."""
+    loss = record["valid_loss"]
+    if loss is None:
+        quality = ""
+    elif level == "char":
+        quality = f" | valid loss {loss:.3f} | valid bpc {loss / math.log(2):.3f}"
+    else:
+        quality = f" | valid loss {loss:.3f} | valid ppl {math.exp(min(loss, 50)):.1f}"
+    line = (f"epoch {record['epoch']:3d}{'' if record['complete'] else ' (partial)'} | "
+            f"train loss {record['train_loss']:.3f}{quality} | "
+            f"{record['tokens_per_s']:,.0f} tok/s | {record.get('seconds', 0.0):.1f} s | "
+            f"ckpt stall {record.get('checkpoint_stall_ms', 0.0):.1f} ms "
+            f"({record.get('checkpoint_stall_pct', 0.0):.2f}%)")
+    if record["precision"] == "fp16":
+        line += f" | skipped steps {record['skipped_steps']}"
+    return line

@@ -1,0 +1,156 @@
+"""``qrnn-train``'s settings, defined once: :class:`Settings`, whose fields carry each
+flag's default, help text, parser and what resuming does with it; the command line
+parser is built from it (:func:`build_parser`) and a run's values are resolved against a
+checkpoint by :func:`resolve`.
+
+What resuming does with a field (``resume=``): ``FIXED``, the checkpoint fixes it and a
+different explicit value is an error; ``KEPT``, the checkpoint's value unless the flag is
+given; ``None``, a run option, never saved.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from .distributed import DEFAULT_DIST_TIMEOUT
+from .errors import TrainError
+from .precision import PRECISIONS
+from .stopping import DEFAULT_STOP_GRACE
+
+__all__ = ["Settings", "build_parser", "resolve", "FIXED", "KEPT", "positive_int", "positive_float", "seed_int",
+           "CommandParser"]
+
+FIXED = "fixed"
+KEPT = "kept"
+
+
+class CommandParser(argparse.ArgumentParser):
+    def error(self, message):  # one line, no usage block
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _checked(kind, accepts, expected: str):
+    """An argparse type: `kind(text)` when `accepts` it, else "expected <expected>, got <text>"."""
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or not accepts(value):
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+        return value
+    return parse
+
+
+positive_int = _checked(int, lambda value: value > 0, "a positive int")
+positive_float = _checked(float, lambda value: value > 0 and math.isfinite(value), "a positive float")
+_non_negative_int = _checked(int, lambda value: value >= 0, "an int >= 0")
+_fraction = _checked(float, lambda value: 0.0 <= value < 1.0, "a number in [0, 1)")
+_auto = _checked(str, lambda value: value == "auto", "auto (or no value)")
+# torch.manual_seed takes a 64-bit seed, and each rank adds its rank to it.
+seed_int = _checked(int, lambda value: -2**63 <= value < 2**63 - 2**16, "an int in [-2**63, 2**63 - 2**16)")
+
+
+def _flag(default, help: str, group: str, *, resume: Optional[str] = None, shown: Optional[str] = None,
+          **argparse_options) -> Any:
+    """A field of Settings: its default, its flag's help (`shown`: the default as the help
+    shows it, "" for none; None: the default itself unless it is None) and argparse options,
+    and what resuming does with it."""
+    return field(default=default, metadata=dict(help=help, group=group, resume=resume, shown=shown,
+                                                options=argparse_options))
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every ``qrnn-train`` flag (``--batch-size`` is ``batch_size``). On a 2-core CPU the
+    default run takes about two minutes."""
+
+    data: Optional[str] = _flag(None, "folder with train.txt, valid.txt, test.txt, or one text file split 90/5/5",
+                                "data", resume=KEPT, shown="the reference text in Python's pydoc_data",
+                                metavar="PATH")
+    level: str = _flag("char", "tokens", "data", resume=FIXED, choices=("char", "word"))
+    layers: int = _flag(3, "QRNN layers", "model", resume=FIXED, type=positive_int, metavar="N")
+    hidden: int = _flag(256, "QRNN hidden size", "model", resume=FIXED, type=positive_int, metavar="N")
+    emsize: int = _flag(128, "embedding size", "model", resume=FIXED, type=positive_int, metavar="N")
+    dropout: float = _flag(0.1, "embedding and inter-layer dropout", "model", resume=FIXED, type=_fraction,
+                           metavar="P")
+    epochs: int = _flag(4, "total epochs, counting resumed ones", "training", resume=KEPT, type=positive_int,
+                        metavar="N")
+    max_steps: Optional[int] = _flag(None, "stop after this many optimizer steps in all", "training",
+                                     type=positive_int, metavar="N")
+    time_budget: Optional[float] = _flag(None, "stop after this many seconds", "training", type=positive_float,
+                                         metavar="SECONDS")
+    batch_size: int = _flag(16, "global batch size", "training", resume=FIXED, type=positive_int, metavar="N")
+    bptt: int = _flag(64, "truncated-BPTT chunk length", "training", resume=FIXED, type=positive_int, metavar="N")
+    lr: float = _flag(5e-3, "learning rate", "training", resume=FIXED, type=positive_float, metavar="LR")
+    optimizer: str = _flag("adam", "the optimizer", "training", resume=FIXED, choices=("adam", "sgd"))
+    warmup: int = _flag(100, "linear warm-up steps", "training", resume=FIXED, type=positive_int, metavar="N")
+    clip: float = _flag(0.25, "gradient-norm clip", "training", resume=FIXED, type=positive_float, metavar="NORM")
+    precision: str = _flag("auto", "autocast precision; auto: fp16 on CUDA, bf16 on a CPU with native bf16, "
+                           "else fp32", "training", resume=KEPT, choices=PRECISIONS)
+    seed: int = _flag(1234, "random seed", "training", resume=FIXED, type=seed_int, metavar="N")
+    device: Optional[str] = _flag(None, "cpu, cuda, cuda:N", "training", shown="cuda when available")
+    checkpoint_dir: Optional[str] = _flag(None, "run folder: checkpoints, best.pt, metrics.jsonl, loss.png",
+                                          "checkpoints and output", shown="runs/<date-time>", metavar="DIR")
+    keep_last: int = _flag(3, "checkpoints kept", "checkpoints and output", type=positive_int, metavar="N")
+    resume: Any = _flag(None, "continue from the latest checkpoint in --checkpoint-dir (default: the newest run "
+                        "under runs/); --resume auto: continue if --checkpoint-dir holds a checkpoint, else "
+                        "start there (one command line for first starts, restarts and requeues)",
+                        "checkpoints and output", shown="", nargs="?", const=True, type=_auto, metavar="auto")
+    save_every: Optional[int] = _flag(None, "also checkpoint every STEPS optimizer steps, mid-epoch",
+                                      "checkpoints and output", type=positive_int, metavar="STEPS")
+    save_interval: Optional[float] = _flag(None, "also checkpoint every MINUTES minutes (rank 0's clock), mid-epoch",
+                                           "checkpoints and output", type=positive_float, metavar="MINUTES")
+    sample_length: int = _flag(300, "tokens generated at the end", "checkpoints and output", shown="300; 0: none",
+                               type=_non_negative_int, metavar="N")
+    no_progress: bool = _flag(False, "no progress bar", "checkpoints and output", shown="", action="store_true")
+    stop_grace: float = _flag(DEFAULT_STOP_GRACE, "on SIGTERM or SIGUSR1: stop at the next step, checkpoint it and "
+                              "exit with 128 + the signal within SECONDS, else exit at once", "stops and faults",
+                              type=positive_float, metavar="SECONDS")
+    dist_timeout: float = _flag(DEFAULT_DIST_TIMEOUT, "under torchrun: how long a collective waits for a hung or "
+                                "dead peer before the run fails", "stops and faults", type=positive_float,
+                                metavar="SECONDS")
+
+    def saved(self) -> dict:
+        """The settings a checkpoint records (the fields resuming keeps or fixes)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.metadata["resume"]}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """``qrnn-train``'s parser, one flag per :class:`Settings` field. A saved setting's
+    flag defaults to None, so that :func:`resolve` tells a given value from the default."""
+    parser = CommandParser(prog="qrnn-train", description="Train a QRNN language model (mixed precision, "
+                           "non-blocking checkpoints, resumable, one or many processes via torchrun).")
+    groups: dict = {}
+    for f in dataclasses.fields(Settings):
+        meta = f.metadata
+        group = groups.get(meta["group"]) or groups.setdefault(meta["group"], parser.add_argument_group(meta["group"]))
+        shown = meta["shown"]
+        if shown is None:  # the default itself, if any
+            shown = "" if f.default is None else f"{f.default:g}" if isinstance(f.default, float) else str(f.default)
+        help_text = meta["help"] + (f" (default: {shown})" if shown else "")
+        default = None if meta["resume"] else f.default
+        group.add_argument("--" + f.name.replace("_", "-"), default=default, help=help_text, **meta["options"])
+    return parser
+
+
+def resolve(args: argparse.Namespace, checkpoint: Optional[dict]) -> Settings:
+    """The run's settings: a saved setting is the flag given, else the checkpoint's, else the
+    default (a given value that differs from a fixed one in the checkpoint is a TrainError);
+    a run option is the flag's value."""
+    saved = checkpoint["settings"] if checkpoint else {}
+    values = {}
+    for f in dataclasses.fields(Settings):
+        given, resume = getattr(args, f.name), f.metadata["resume"]
+        if resume == FIXED and checkpoint and given is not None and given != saved.get(f.name):
+            flag = "--" + f.name.replace("_", "-")
+            raise TrainError(f"{flag} {given} conflicts with the checkpoint, trained with {flag} {saved.get(f.name)}")
+        values[f.name] = given if given is not None or not resume else saved.get(f.name, f.default)
+    if args.data is not None:  # so that --resume finds it from any working folder
+        values["data"] = os.path.abspath(args.data)
+    return Settings(**values)
