@@ -22,6 +22,7 @@ import tempfile
 from pathlib import Path
 
 import torch
+from torch.torch_version import TorchVersion
 
 from . import _C  # type: ignore[attr-defined, unused-ignore]  # compiled, no stub
 
@@ -70,7 +71,7 @@ def torch_library() -> str:
     ``find_package(qrnn COMPONENTS torch)``, target ``qrnn::torch``), or load it with
     ``torch.ops.load_library``. Needs torch >= 2.9 and a C++17 compiler (``$CXX``, else
     ``c++``); the cache is ``$QRNN_CACHE_DIR``, else ``~/.cache/torch-qrnn``."""
-    if tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) < MINIMUM_TORCH:
+    if TorchVersion(torch.__version__) < MINIMUM_TORCH_TEXT:
         raise TorchLibraryError(f"qrnn's C++ torch library needs torch >= {MINIMUM_TORCH_TEXT} "
                                 f"(the stable C ABI for operators); this is torch {torch.__version__}")
     source = _package_dir() / "src" / "torch_ops.cpp"

@@ -472,15 +472,8 @@ class QRNN(_TypedCall):
         return PackedSequence(data, batch_sizes, sorted_indices, unsorted_indices)
 
 
-def _register_safe_globals() -> None:
-    """Let ``torch.load(weights_only=True)`` rebuild pickled models holding qrnn layers under
-    the allowlist that works for nn.LSTM: register qrnn's classes and the torch.nn containers
-    they hold (torch >= 2.4 has add_safe_globals; older versions load with weights_only=False)."""
-    add_safe_globals = getattr(torch.serialization, "add_safe_globals", None)
-    if add_safe_globals is not None:
-        # set: every nn.Module pickles one (_non_persistent_buffers_set); torch < 2.5 does
-        # not allow it by default.
-        add_safe_globals([QRNN, QRNNLayer, QRNNState, nn.ModuleList, nn.Linear, set])
-
-
-_register_safe_globals()
+# torch.load(weights_only=True) rebuilds pickled models holding qrnn layers under the
+# allowlist that works for nn.LSTM: qrnn's classes and the torch.nn containers they hold;
+# set, because every nn.Module pickles one (_non_persistent_buffers_set) and torch < 2.5
+# does not allow it by default.
+torch.serialization.add_safe_globals([QRNN, QRNNLayer, QRNNState, nn.ModuleList, nn.Linear, set])

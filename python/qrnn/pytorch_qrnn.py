@@ -164,12 +164,6 @@ class ForgetMult(nn.Module):
         return forget_mult(f, x, hidden_init)
 
 
-def _register_safe_globals() -> None:
-    """``torch.load(weights_only=True)`` rebuilds pickled models holding these classes, as
-    :mod:`qrnn.modules` allows its own."""
-    add_safe_globals = getattr(torch.serialization, "add_safe_globals", None)
-    if add_safe_globals is not None:
-        add_safe_globals([QRNN, QRNNLayer, ForgetMult])
-
-
-_register_safe_globals()
+# torch.load(weights_only=True) rebuilds pickled models holding these classes, as
+# qrnn.modules allows its own.
+torch.serialization.add_safe_globals([QRNN, QRNNLayer, ForgetMult])
