@@ -127,6 +127,10 @@ class QRNNLayer(_TypedCall):
         zoneout: probability of keeping an element's previous state (see
             :func:`qrnn.functional.qrnn_layer`).
         bias: whether the gate GEMM has a bias.
+        weight_drop: DropConnect on the gate weights in training (AWD-LSTM's WeightDrop):
+            each forward multiplies ``linear.weight`` by a fresh Bernoulli(1 - p) mask,
+            scaled by 1 / (1 - p); one masked copy per call, the fused path kept, the state
+            dict unchanged. Nothing in evaluation.
 
     ``linear`` is called as a module: replace it with any module mapping ``window *
     input_size`` features to the gate pre-activations (a weight-dropped, parametrized,
@@ -142,13 +146,15 @@ class QRNNLayer(_TypedCall):
     """
 
     def __init__(self, input_size: int, hidden_size: Optional[int] = None, window: int = 1,
-                 output_gate: bool = True, zoneout: float = 0.0, bias: bool = True, *, device=None, dtype=None):
+                 output_gate: bool = True, zoneout: float = 0.0, bias: bool = True, *, weight_drop: float = 0.0,
+                 device=None, dtype=None):
         super().__init__()
         self.input_size = check_positive_int("input_size", input_size)
         self.hidden_size = check_positive_int("hidden_size", hidden_size if hidden_size is not None else input_size)
         self.window = check_positive_int("window", window)
         self.output_gate = bool(output_gate)
         self.zoneout = check_probability("zoneout", zoneout)
+        self.weight_drop = check_probability("weight_drop", weight_drop)
         gates = 3 if self.output_gate else 2
         self.linear = nn.Linear(self.window * self.input_size, gates * self.hidden_size, bias=bool(bias),
                                 device=device, dtype=dtype)
@@ -156,6 +162,8 @@ class QRNNLayer(_TypedCall):
     def extra_repr(self) -> str:
         s = f"{self.input_size}, {self.hidden_size}, window={self.window}, output_gate={self.output_gate}, " \
             f"zoneout={self.zoneout}"
+        if self.weight_drop:
+            s += f", weight_drop={self.weight_drop}"
         bias = getattr(self.linear, "bias", False)  # a wrapper in place of the Linear may have none
         if bias is None or isinstance(bias, Tensor):
             s += f", bias={bias is not None}"
@@ -169,8 +177,14 @@ class QRNNLayer(_TypedCall):
         """:func:`qrnn.functional.qrnn_layer` with this layer's weights and options:
         ``(output, c_n, x_tail_n)``. :class:`QRNN` runs each of its layers through this."""
         linear = self.linear
-        if _is_plain_linear(linear):
-            return qrnn_layer_with(input, None, linear.weight, linear.bias, c0, x_tail, self.window,
+        # getattr: a layer pickled by a version without weight drop has no such attribute.
+        weight_drop = getattr(self, "weight_drop", 0.0) if self.training else 0.0
+        if weight_drop or _is_plain_linear(linear):
+            if weight_drop and type(linear) is not nn.Linear:
+                raise ValueError(f"weight_drop={weight_drop} needs layer.linear to be a plain nn.Linear, got "
+                                 f"{type(linear).__name__}: drop the weights inside that module instead")
+            weight = F.dropout(linear.weight, weight_drop, training=True) if weight_drop else linear.weight
+            return qrnn_layer_with(input, None, weight, linear.bias, c0, x_tail, self.window,
                                    self.output_gate, self.zoneout, self.training, lengths, batch_first, reverse)
         return qrnn_layer_with(input, linear, None, None, c0, x_tail, self.window, self.output_gate, self.zoneout,
                                self.training, lengths, batch_first, reverse)
@@ -271,6 +285,8 @@ class QRNN(_TypedCall):
         zoneout: probability of keeping an element's previous state (training: unscaled
             Bernoulli(1 - p) keep mask on f per element and step; evaluation: f * (1 - p)).
         output_gate: h = sigmoid(O) * c (True) or h = c (False).
+        weight_drop: DropConnect on every layer's gate weights in training (see
+            :class:`QRNNLayer`; awd-lstm-lm's ``--wdrop``).
 
     ``forward(input, hx=None, lengths=None)``:
         input: ``(seq_len, batch, input_size)`` (``(batch, seq_len, input_size)`` with
@@ -300,7 +316,7 @@ class QRNN(_TypedCall):
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
                  window: Union[int, Sequence[int]] = 1, zoneout: float = 0.0, output_gate: bool = True,
-                 device=None, dtype=None):
+                 device=None, dtype=None, *, weight_drop: float = 0.0):
         super().__init__()
         self.input_size = check_positive_int("input_size", input_size)
         self.hidden_size = check_positive_int("hidden_size", hidden_size)
@@ -320,7 +336,7 @@ class QRNN(_TypedCall):
         self.layers = nn.ModuleList(
             self.layer_type(self.input_size if layer == 0 else self.hidden_size * directions, self.hidden_size,
                             window=self.windows[layer], output_gate=self.output_gate, zoneout=self.zoneout,
-                            bias=self.bias, device=device, dtype=dtype)
+                            bias=self.bias, weight_drop=weight_drop, device=device, dtype=dtype)
             for layer in range(self.num_layers) for _ in range(directions))
         if self.dropout > 0 and self.num_layers == 1:
             warnings.warn("dropout option adds dropout after all but last layer, so non-zero dropout expects "

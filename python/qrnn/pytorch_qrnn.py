@@ -44,7 +44,7 @@ def _hidden_keyword(hx: _State, hidden: _State, what: str) -> _State:
 class QRNNLayer(modules.QRNNLayer):
     """pytorch-qrnn's ``QRNNLayer(input_size, hidden_size=None, save_prev_x=False,
     zoneout=0, window=1, output_gate=True, use_cuda=True)``, plus the keywords ``bias``,
-    ``device`` and ``dtype``. Everything else is :class:`qrnn.QRNNLayer`.
+    ``weight_drop``, ``device`` and ``dtype``. Everything else is :class:`qrnn.QRNNLayer`.
 
     save_prev_x: after each call keep the last ``window - 1`` inputs (detached, in
         ``prevX``) and read them before the next call's first step, until :meth:`reset`.
@@ -54,8 +54,9 @@ class QRNNLayer(modules.QRNNLayer):
 
     def __init__(self, input_size: int, hidden_size: Optional[int] = None, save_prev_x: bool = False,
                  zoneout: float = 0.0, window: int = 1, output_gate: bool = True, use_cuda: bool = True, *,
-                 bias: bool = True, device=None, dtype=None):
-        super().__init__(input_size, hidden_size, window, output_gate, zoneout, bias, device=device, dtype=dtype)
+                 bias: bool = True, weight_drop: float = 0.0, device=None, dtype=None):
+        super().__init__(input_size, hidden_size, window, output_gate, zoneout, bias, weight_drop=weight_drop,
+                         device=device, dtype=dtype)
         self.save_prev_x = bool(save_prev_x)
         self.use_cuda = bool(use_cuda)
         self.prevX: Optional[Tensor] = None

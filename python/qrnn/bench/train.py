@@ -12,7 +12,6 @@ from __future__ import annotations
 import tempfile
 
 import torch
-import torch.nn.functional as F
 
 from .common import Result, measure_interleaved
 
@@ -36,16 +35,16 @@ def _describe(config: dict) -> str:
 
 def _trainer(device: str, precision: str, config: dict, **trainer_args):
     from qrnn.train import Distributed, Trainer
-    from qrnn.train.lm import QRNNLanguageModel
-    from qrnn.train.trainer import make_optimizer
+    from qrnn.train.lm import QRNNLanguageModel, lm_loss
+    from qrnn.train.optim import make_optimizer
 
-    vocab = config["vocab"]
     torch.manual_seed(0)
-    model = QRNNLanguageModel(vocab, emsize=config["emsize"], hidden=config["hidden"], layers=config["layers"])
+    model = QRNNLanguageModel(config["vocab"], emsize=config["emsize"], hidden=config["hidden"],
+                              layers=config["layers"])
     optimizer = make_optimizer("adam", model.parameters(), 1e-3, torch.device(device))  # as qrnn-train does
 
-    def loss_fn(logits, targets):
-        return F.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1))
+    def loss_fn(features, targets):
+        return lm_loss(model, features, targets)
 
     return Trainer(model, optimizer, loss_fn, precision=precision, dist=Distributed(device=torch.device(device)),
                    clip_norm=0.25, stateful=True, progress=False, log=lambda message: None, **trainer_args)
@@ -93,8 +92,9 @@ def application_overhead(device: str, precision: str, config: dict, quick: bool)
     checkpoint folder) against a bare loop doing the same work on a twin of the model (forward
     under the same autocast, backward, clip, optimizer step, state carry), both over the same
     batches, timed in interleaved rounds."""
+    from qrnn.train.lm import lm_loss
+    from qrnn.train.optim import make_optimizer
     from qrnn.train.state import tree_map
-    from qrnn.train.trainer import make_optimizer
 
     steps = 4 if quick else 8
     batches = _batches(device, config, steps)
@@ -103,15 +103,14 @@ def application_overhead(device: str, precision: str, config: dict, quick: bool)
     optimizer = make_optimizer("adam", model.parameters(), 1e-3, torch.device(device))
     params = list(model.parameters())
     autocast_dtype = trainer.autocast_dtype
-    vocab = config["vocab"]
 
     def bare_step(inputs, targets, carry):
         # A function per step, as train_step is: its outputs and graph are freed on return,
         # not held while the next step allocates (which costs a loop page faults).
         optimizer.zero_grad(set_to_none=True)
         with torch.autocast(device, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
-            outputs, carry = model(inputs, carry)
-            loss = F.cross_entropy(outputs.reshape(-1, vocab), targets.reshape(-1))
+            features, carry = model(inputs, carry)
+            loss, _ = lm_loss(model, features, targets)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 0.25)
         optimizer.step()

@@ -17,7 +17,6 @@ import time
 import zlib
 
 import torch
-import torch.nn.functional as F
 
 from ..checkpoint import CheckpointError
 from .checkpoints import latest_checkpoint, load_checkpoint
@@ -30,12 +29,22 @@ from .distributed import (
     is_collective_failure,
 )
 from .errors import TrainError, TrainingStopped
-from .lm import QRNNLanguageModel, generate
+from .lm import QRNNLanguageModel, generate, lm_loss
+from .optim import NTASGD, LearningRate, averaged_state_dict, averaged_weights, make_asgd, make_optimizer
 from .records import format_epoch_record
-from .settings import CommandParser, Settings, build_parser, positive_float, positive_int, resolve, seed_int
+from .settings import (
+    CommandParser,
+    Settings,
+    build_parser,
+    positive_float,
+    positive_int,
+    preset_of,
+    resolve,
+    seed_int,
+)
 from .state import seed_everything
 from .stopping import STOP_SIGNALS, catch_stop_signals
-from .trainer import Trainer, make_optimizer
+from .trainer import Trainer
 
 __all__ = ["main", "generate_main", "build_parser"]
 
@@ -93,7 +102,10 @@ def _check_application_dependencies(settings: Settings) -> None:
 
 def _batches(split: str, ids, settings: Settings, dist) -> BPTTBatches:
     try:
-        return BPTTBatches(ids, settings.batch_size, settings.bptt, dist.rank, dist.world)
+        if split == "training":
+            random_lengths = settings.seed if settings.bptt_lengths == "random" else None
+            return BPTTBatches(ids, settings.batch_size, settings.bptt, dist.rank, dist.world, random_lengths)
+        return BPTTBatches(ids, settings.eval_batch_size or settings.batch_size, settings.bptt, dist.rank, dist.world)
     except DataError as err:
         raise DataError(f"{split} split: {err}") from None
 
@@ -136,7 +148,7 @@ def main(argv=None) -> int:
     """``qrnn-train``: returns the exit code (0; 2 for usage, data, checkpoint and I/O errors and
     failed collectives, each one line on stderr; 128 + the signal after a stop by SIGTERM or
     SIGUSR1; 130 for Ctrl-C)."""
-    args = build_parser().parse_args(argv)
+    args = build_parser(preset_of(sys.argv[1:] if argv is None else argv)).parse_args(argv)
     try:
         # From the start, so that a signal during set-up is a stop request too (and a PID 1
         # of a container reacts to SIGTERM at all).
@@ -175,22 +187,46 @@ def _train(args) -> int:
             for name, ids in (("training", corpus.train), ("validation", corpus.valid), ("test", corpus.test)))
 
         model_config: dict = dict(vocab_size=len(corpus.vocab), emsize=settings.emsize, hidden=settings.hidden,
-                            layers=settings.layers, dropout=settings.dropout, dropout_emb=settings.dropout)
+                                  layers=settings.layers, dropout=settings.dropout, dropout_emb=settings.dropouti,
+                                  first_window=settings.window, dropout_hidden=settings.dropouth,
+                                  dropout_words=settings.dropoute, weight_drop=settings.wdrop)
         seed_everything(settings.seed)  # identical initial weights on every rank
         model = QRNNLanguageModel(**model_config)
         seed_everything(settings.seed, rank=dist.rank)  # distinct dropout masks per rank
-        optimizer = make_optimizer(settings.optimizer, model.parameters(), settings.lr, dist.device)
-        warmup = settings.warmup
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup))
-        vocab_size = len(corpus.vocab)
+        nt_asgd = NTASGD(settings.nonmono)
+        if checkpoint is not None and isinstance(checkpoint.get("nt_asgd"), dict):
+            nt_asgd.load_state_dict(checkpoint["nt_asgd"])
+        if nt_asgd.switched_at is not None:
+            optimizer = make_asgd(model.parameters(), settings.lr, settings.wdecay)
+        else:
+            optimizer = make_optimizer(settings.optimizer, model.parameters(), settings.lr, dist.device,
+                                       settings.wdecay)
+        learning_rate = LearningRate(settings.lr, settings.warmup, settings.when, settings.bptt,
+                                     scale_by_length=settings.bptt_lengths == "random")
 
-        def loss_fn(logits, targets):
-            return F.cross_entropy(logits.reshape(-1, vocab_size), targets.reshape(-1))
+        def lr_at(applied_steps: int, epoch: int, length: int) -> float:
+            return learning_rate(applied_steps, epoch, length, nt_asgd.switched_at)
+
+        def loss_fn(features, targets):
+            return lm_loss(model, features, targets, settings.alpha, settings.beta)
 
         extra = {"format": CHECKPOINT_FORMAT, "model_config": model_config, "vocab": corpus.vocab.state_dict(),
-                 "settings": settings.saved(),
+                 "settings": settings.saved(), "nt_asgd": nt_asgd.state_dict(),
                  "data": {"name": corpus.name, "fingerprint": fingerprint}}
-        trainer = Trainer(model, optimizer, loss_fn, scheduler=scheduler, precision=settings.precision, dist=dist,
+
+        def on_validation(valid_loss, complete: bool) -> None:
+            """NT-ASGD's trigger, on complete epochs' validation (the same on every rank)."""
+            if settings.optimizer != "asgd" or valid_loss is None or not complete:
+                return
+            if nt_asgd.should_switch(valid_loss):
+                nt_asgd.switched_at = trainer.epoch  # the epoch just completed (1-based)
+                say(f"epoch {trainer.epoch}: validation stopped improving (--nonmono {settings.nonmono}): "
+                    "switching to averaged SGD", flush=True)
+                trainer.replace_optimizer(make_asgd(model.parameters(), settings.lr, settings.wdecay))
+            extra["nt_asgd"] = nt_asgd.state_dict()
+
+        trainer = Trainer(model, optimizer, loss_fn, lr_at=lr_at, on_validation=on_validation,
+                          precision=settings.precision, dist=dist,
                           clip_norm=settings.clip, stateful=True, checkpoint_dir=run_dir,
                           # Every carried tensor is time-major, batch at dim 1 (cell state
                           # (1, batch, hidden), window tail (window - 1, batch, features)).
@@ -209,7 +245,9 @@ def _train(args) -> int:
         say(f"data: {corpus.name}, {settings.level} level, vocabulary {len(corpus.vocab):,}, "
             f"tokens train {corpus.train.numel():,} / valid {corpus.valid.numel():,} / test {corpus.test.numel():,}")
         say(f"model: QRNN language model, {settings.layers} layers, hidden {settings.hidden}, "
-            f"emsize {settings.emsize}, {'tied' if model.tied else 'untied'} decoder, {n_params:,} parameters")
+            f"emsize {settings.emsize}, window {settings.window}, {'tied' if model.tied else 'untied'} decoder, "
+            f"{n_params:,} parameters")
+        say(_recipe_line(settings, nt_asgd))
         say(f"device: {dist.device}{f', {dist.world} processes' if dist.enabled else ''}, "
             f"{torch.get_num_threads()} threads; precision {trainer.precision} ({trainer.precision_reason})")
         say(f"run folder: {run_dir}" + (f" (resuming {os.path.basename(resume_path)}: epoch "
@@ -232,7 +270,9 @@ def _train(args) -> int:
         if dist.enabled:
             say(check_ranks_in_sync(trainer.module, dist))
         if dist.is_main and settings.sample_length > 0:
-            say("sample:\n" + _sample(trainer.module, corpus.vocab, "", settings.sample_length, 0.8, settings.seed))
+            with averaged_weights(trainer.optimizer):
+                sample = _sample(trainer.module, corpus.vocab, "", settings.sample_length, 0.8, settings.seed)
+            say("sample:\n" + sample)
         say(f"saved in {run_dir}: checkpoints, best.pt, metrics.jsonl, loss.png")
         return 0
     except USER_ERRORS as err:
@@ -252,6 +292,21 @@ def _train(args) -> int:
     finally:
         if dist is not None and dist.enabled and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
+
+
+def _recipe_line(settings: Settings, nt_asgd: NTASGD) -> str:
+    """The effective training recipe, one line (a preset's values included)."""
+    optimizer = settings.optimizer
+    if optimizer == "asgd":
+        optimizer += (f" (averaging since epoch {nt_asgd.switched_at})" if nt_asgd.switched_at is not None
+                      else f" (nonmono {settings.nonmono})")
+    when = f", lr / 10 after epochs {' '.join(map(str, settings.when))}" if settings.when else ""
+    return (f"recipe: {settings.preset or 'no preset'}; {optimizer} lr {settings.lr:g}{when}, warmup "
+            f"{settings.warmup}, clip {settings.clip:g}, wdecay {settings.wdecay:g}; batch {settings.batch_size} "
+            f"(eval {settings.eval_batch_size or settings.batch_size}), bptt {settings.bptt} {settings.bptt_lengths}; "
+            f"dropout {settings.dropout:g} / h {settings.dropouth:g} / i {settings.dropouti:g} / e "
+            f"{settings.dropoute:g}, wdrop {settings.wdrop:g}, alpha {settings.alpha:g}, beta {settings.beta:g}; "
+            f"{settings.epochs} epochs, seed {settings.seed}")
 
 
 # Top-level entries a qrnn-train checkpoint must have (each a dict), beyond its format.
@@ -316,6 +371,9 @@ def generate_main(argv=None) -> int:
             device = torch.device(args.device)
             model = QRNNLanguageModel(**state["model_config"])
             model.load_state_dict(state["model"])
+            averaged = averaged_state_dict(model, state.get("optimizer") or {})
+            if averaged is not None:  # trained with averaged SGD: sample from the average
+                model.load_state_dict(averaged)
             model.to(device)
         except (RuntimeError, KeyError, ValueError, TypeError) as err:
             raise TrainError(f"cannot rebuild the model from {path}: {str(err).strip().splitlines()[0]}") from None

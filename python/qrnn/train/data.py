@@ -204,9 +204,15 @@ class BPTTBatches(Sequence):
     With `world` > 1, rank r keeps its own contiguous slice of the batch columns: every rank
     sees its own shard of every global batch, and together they see exactly what one process
     with the whole batch would see.
+
+    With `random_lengths` (a seed), chunk lengths vary as awd-lstm-lm draws them: the nominal
+    `bptt` (half of it with probability 0.05), plus normal noise of standard deviation 5, at
+    least 5. The lengths are a function of the seed and the epoch (:meth:`set_epoch`), the
+    same on every rank and after a resume.
     """
 
-    def __init__(self, ids: Tensor, batch_size: int, bptt: int, rank: int = 0, world: int = 1):
+    def __init__(self, ids: Tensor, batch_size: int, bptt: int, rank: int = 0, world: int = 1,
+                 random_lengths: Optional[int] = None):
         if batch_size % world:
             raise DataError(f"--batch-size {batch_size} must be a multiple of the number of processes ({world})")
         stream = batchify(ids, batch_size)
@@ -217,13 +223,28 @@ class BPTTBatches(Sequence):
         self.stream = stream[:, rank * per_rank: (rank + 1) * per_rank].contiguous()
         self.bptt = bptt
         self.global_batch_size = batch_size
+        self.random_lengths = random_lengths
+        self._starts = np.arange(0, self.stream.shape[0] - 1, bptt)
+        self.set_epoch(0)
+
+    def set_epoch(self, epoch: int) -> None:
+        """The chunk lengths of `epoch` (only random lengths depend on it)."""
+        if self.random_lengths is None:
+            return
+        rng = np.random.default_rng([self.random_lengths & (2**63 - 1), epoch])
+        end, start, starts = self.stream.shape[0] - 1, 0, []
+        while start < end:
+            nominal = self.bptt if rng.random() < 0.95 else self.bptt / 2
+            starts.append(start)
+            start += max(5, int(rng.normal(nominal, 5)))
+        self._starts = np.array(starts, dtype=np.int64)
 
     def __len__(self) -> int:
-        return -(-(self.stream.shape[0] - 1) // self.bptt)
+        return len(self._starts)
 
     def __getitem__(self, i: int) -> tuple:  # type: ignore[override]  # batch indices only, no slices
         if not 0 <= i < len(self):
             raise IndexError(i)
-        start = i * self.bptt
-        length = min(self.bptt, self.stream.shape[0] - 1 - start)
-        return self.stream[start: start + length], self.stream[start + 1: start + 1 + length]
+        start = int(self._starts[i])
+        stop = int(self._starts[i + 1]) if i + 1 < len(self) else self.stream.shape[0] - 1
+        return self.stream[start: stop], self.stream[start + 1: stop + 1]

@@ -1,22 +1,36 @@
-"""An AWD-QRNN-style language model: embedding, a stack of ``qrnn.QRNN`` layers (the first
-with window 2), locked dropout on the embedding and between layers, and a decoder tied to
-the embedding.
+"""The AWD-QRNN language model (Merity et al.'s awd-lstm-lm, ``--model QRNN``): embedding, a
+stack of ``qrnn.QRNN`` layers (the first with window 2), a decoder tied to the embedding,
+and awd-lstm-lm's regularisers, each under its name there:
 
-The forward pass takes and returns the carried state explicitly (per layer: the last cell
+* ``dropout_words`` (``--dropoute``): whole rows of the embedding dropped (one mask over the
+  vocabulary per batch, kept rows scaled by 1 / (1 - p));
+* ``dropout_emb`` (``--dropouti``): locked dropout on the embedded input;
+* ``dropout_hidden`` (``--dropouth``): locked dropout between QRNN layers;
+* ``dropout`` (``--dropout``): locked dropout on the last layer's output;
+* ``weight_drop`` (``--wdrop``): DropConnect on each layer's gate weights;
+* in the loss (:func:`lm_loss`): activation regularisation ``alpha * mean(output**2)`` on
+  the dropped last-layer output and temporal activation regularisation
+  ``beta * mean((raw[t] - raw[t-1])**2)`` on the raw one.
+
+Locked (variational) dropout draws one mask per sequence, shared by every time step. The
+forward pass takes and returns the carried state explicitly (per layer: the last cell
 state and the window's input tail), so truncated BPTT over consecutive chunks equals one
-pass over the whole sequence, and DDP / torch.compile see no hidden module state.
+pass over the whole sequence, and DDP / torch.compile see no hidden module state. It
+returns the features the decoder reads (:class:`LMFeatures`), not logits: the loss and
+sampling apply the decoder themselves.
 """
 
 from __future__ import annotations
 
-from typing import Optional, cast
+from typing import NamedTuple, Optional, cast
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .. import QRNN, QRNNState
 
-__all__ = ["QRNNLanguageModel", "generate", "locked_dropout"]
+__all__ = ["QRNNLanguageModel", "LMFeatures", "lm_loss", "generate", "locked_dropout", "embedding_dropout"]
 
 
 def locked_dropout(x: Tensor, p: float, training: bool) -> Tensor:
@@ -27,37 +41,67 @@ def locked_dropout(x: Tensor, p: float, training: bool) -> Tensor:
     return x * mask
 
 
+def embedding_dropout(embedding: nn.Embedding, tokens: Tensor, p: float, training: bool) -> Tensor:
+    """awd-lstm-lm's embedded_dropout: each word's row of the embedding kept with probability
+    1 - p (scaled by 1 / (1 - p)) or zeroed, one draw per word of the vocabulary. The mask is
+    applied to the looked-up rows rather than to a masked copy of the whole matrix (the same
+    values and gradients; the same draws from the random stream)."""
+    weight = embedding.weight
+    if not training or p == 0.0:
+        return F.embedding(tokens, weight)
+    row_mask = weight.new_empty(weight.shape[0], 1).bernoulli_(1 - p) / (1 - p)
+    return F.embedding(tokens, weight) * F.embedding(tokens, row_mask)
+
+
+class LMFeatures(NamedTuple):
+    """What :class:`QRNNLanguageModel` returns for each step: ``output``, the last layer's
+    output after its dropout (what the decoder reads; activation regularisation's input),
+    and ``raw``, the same before that dropout (temporal activation regularisation's)."""
+
+    output: Tensor
+    raw: Tensor
+
+
 class QRNNLanguageModel(nn.Module):
-    """Token ids (seq_len, batch) -> logits (seq_len, batch, vocab), carried state.
+    """Token ids (seq_len, batch) -> (:class:`LMFeatures`, carried state); ``logits(features)``
+    applies the decoder.
 
     With `tie_weights` the decoder shares the embedding matrix; the last layer then
     produces `emsize` features (the AWD-LSTM arrangement), which needs two or more layers
-    or `hidden == emsize`.
+    or `hidden == emsize`. `dropout_hidden` defaults to `dropout` (one rate for both).
     """
 
     def __init__(self, vocab_size: int, emsize: int = 128, hidden: int = 512, layers: int = 3,
                  dropout: float = 0.1, dropout_emb: float = 0.1, first_window: int = 2,
-                 tie_weights: bool = True):
+                 tie_weights: bool = True, *, dropout_hidden: Optional[float] = None, dropout_words: float = 0.0,
+                 weight_drop: float = 0.0):
         super().__init__()
         for name, value in (("vocab_size", vocab_size), ("emsize", emsize), ("hidden", hidden),
-                            ("layers", layers)):
+                            ("layers", layers), ("first_window", first_window)):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        for name, rate in (("dropout", dropout), ("dropout_emb", dropout_emb)):
+        if dropout_hidden is None:
+            dropout_hidden = dropout
+        for name, rate in (("dropout", dropout), ("dropout_emb", dropout_emb), ("dropout_hidden", dropout_hidden),
+                           ("dropout_words", dropout_words), ("weight_drop", weight_drop)):
             if not 0.0 <= rate < 1.0:
                 raise ValueError(f"{name} must be in [0, 1), got {rate!r}")
         self.tied = bool(tie_weights) and (layers > 1 or hidden == emsize)
         self.config = dict(vocab_size=vocab_size, emsize=emsize, hidden=hidden, layers=layers,
                            dropout=dropout, dropout_emb=dropout_emb, first_window=first_window,
-                           tie_weights=bool(tie_weights))
+                           tie_weights=bool(tie_weights), dropout_hidden=dropout_hidden,
+                           dropout_words=dropout_words, weight_drop=weight_drop)
         self.dropout = dropout
         self.dropout_emb = dropout_emb
+        self.dropout_hidden = dropout_hidden
+        self.dropout_words = dropout_words
         self.embedding = nn.Embedding(vocab_size, emsize)
         sizes = [emsize] + [hidden] * layers
         if self.tied:
             sizes[-1] = emsize
         self.layers = nn.ModuleList(
-            _make_layer(sizes[i], sizes[i + 1], window=first_window if i == 0 else 1) for i in range(layers)
+            QRNN(sizes[i], sizes[i + 1], window=first_window if i == 0 else 1, weight_drop=weight_drop)
+            for i in range(layers)
         )
         self.decoder = nn.Linear(sizes[-1], vocab_size)
         nn.init.uniform_(self.embedding.weight, -0.1, 0.1)
@@ -68,28 +112,46 @@ class QRNNLanguageModel(nn.Module):
     def forward(self, tokens: Tensor, state: Optional[list] = None) -> tuple:
         if state is None:
             state = [None] * len(self.layers)
-        x = locked_dropout(self.embedding(tokens), self.dropout_emb, self.training)
+        x = embedding_dropout(self.embedding, tokens, self.dropout_words, self.training)
+        x = locked_dropout(x, self.dropout_emb, self.training)
         new_state = []
+        last = len(self.layers) - 1
         for i, layer in enumerate(self.layers):
             x, layer_state = _layer_forward(cast(QRNN, layer), x, state[i])
             new_state.append(layer_state)
-            # Between layers and before the decoder (AWD's dropout and dropouth).
-            x = locked_dropout(x, self.dropout, self.training)
-        return self.decoder(x), new_state
+            if i < last:
+                x = locked_dropout(x, self.dropout_hidden, self.training)
+        return LMFeatures(locked_dropout(x, self.dropout, self.training), x), new_state
 
-
-# The two functions below are the only places that know the qrnn.QRNN API. A layer's carried
-# state is kept as a plain (cell state, input tail) tuple so checkpoints hold only tensors.
-
-def _make_layer(input_size: int, hidden_size: int, window: int) -> QRNN:
-    return QRNN(input_size, hidden_size, window=window)
+    def logits(self, features: LMFeatures) -> Tensor:
+        """The decoder over every step's features: (seq_len, batch, vocab)."""
+        return self.decoder(features.output)
 
 
 def _layer_forward(layer: QRNN, x: Tensor, state) -> tuple:
-    """One layer over a chunk, taking and returning its carried (cell, input tail) state."""
+    """One layer over a chunk, taking and returning its carried (cell, input tail) state.
+    A layer's carried state is kept as a plain tuple so checkpoints hold only tensors."""
     hx = layer.initial_state() if state is None else QRNNState(state[0], (state[1],))
     output, new_state = layer(x, hx)
     return output, (new_state.c, new_state.x_tails[0])
+
+
+def lm_loss(model: QRNNLanguageModel, features: LMFeatures, targets: Tensor, alpha: float = 0.0,
+            beta: float = 0.0) -> tuple:
+    """(objective, cross-entropy): the mean cross-entropy of `targets` (seq_len, batch) plus,
+    in training, awd-lstm-lm's activation regularisation ``alpha * mean(output**2)`` and
+    temporal activation regularisation ``beta * mean((raw[1:] - raw[:-1])**2)`` (computed in
+    float32). The cross-entropy alone is what is reported."""
+    logits = model.logits(features)
+    cross_entropy = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+    objective = cross_entropy
+    if model.training:
+        if alpha:
+            objective = objective + alpha * features.output.float().pow(2).mean()
+        if beta and features.raw.shape[0] > 1:
+            raw = features.raw.float()
+            objective = objective + beta * (raw[1:] - raw[:-1]).pow(2).mean()
+    return objective, cross_entropy
 
 
 @torch.no_grad()
@@ -104,12 +166,13 @@ def generate(model: QRNNLanguageModel, prompt: Tensor, length: int, temperature:
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
-    logits, state = model(prompt.to(device).view(-1, 1))
+    features, state = model(prompt.to(device).view(-1, 1))
     sampled = []
     for _ in range(length):
-        probs = torch.softmax(logits[-1, 0].float() / temperature, dim=-1)
+        logits = model.logits(LMFeatures(features.output[-1:], features.raw[-1:]))
+        probs = torch.softmax(logits[0, 0].float() / temperature, dim=-1)
         token = torch.multinomial(probs, 1, generator=generator)
         sampled.append(token)
-        logits, state = model(token.view(1, 1), state)
+        features, state = model(token.view(1, 1), state)
     model.train(was_training)
     return torch.cat(sampled).cpu() if sampled else torch.empty(0, dtype=torch.long)

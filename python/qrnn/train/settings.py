@@ -6,6 +6,9 @@ checkpoint by :func:`resolve`.
 What resuming does with a field (``resume=``): ``FIXED``, the checkpoint fixes it and a
 different explicit value is an error; ``KEPT``, the checkpoint's value unless the flag is
 given; ``None``, a run option, never saved.
+
+``--preset NAME`` (:data:`PRESETS`) replaces the defaults of saved settings with a published
+recipe's; a flag given still wins, and so does a resumed checkpoint's value.
 """
 
 from __future__ import annotations
@@ -19,11 +22,12 @@ from typing import Any, Optional
 
 from .distributed import DEFAULT_DIST_TIMEOUT
 from .errors import TrainError
+from .optim import OPTIMIZERS
 from .precision import PRECISIONS
 from .stopping import DEFAULT_STOP_GRACE
 
 __all__ = ["Settings", "build_parser", "resolve", "FIXED", "KEPT", "positive_int", "positive_float", "seed_int",
-           "CommandParser"]
+           "CommandParser", "PRESETS", "preset_of"]
 
 FIXED = "fixed"
 KEPT = "kept"
@@ -51,6 +55,7 @@ positive_int = _checked(int, lambda value: value > 0, "a positive int")
 positive_float = _checked(float, lambda value: value > 0 and math.isfinite(value), "a positive float")
 _non_negative_int = _checked(int, lambda value: value >= 0, "an int >= 0")
 _fraction = _checked(float, lambda value: 0.0 <= value < 1.0, "a number in [0, 1)")
+_non_negative_float = _checked(float, lambda value: value >= 0 and math.isfinite(value), "a number >= 0")
 _auto = _checked(str, lambda value: value == "auto", "auto (or no value)")
 # torch.manual_seed takes a 64-bit seed, and each rank adds its rank to it.
 seed_int = _checked(int, lambda value: -2**63 <= value < 2**63 - 2**16, "an int in [-2**63, 2**63 - 2**16)")
@@ -73,12 +78,31 @@ class Settings:
     data: Optional[str] = _flag(None, "folder with train.txt, valid.txt, test.txt, or one text file split 90/5/5",
                                 "data", resume=KEPT, shown="the reference text in Python's pydoc_data",
                                 metavar="PATH")
+    preset: Optional[str] = _flag(None, "a published AWD-QRNN recipe as the defaults (awd-lstm-lm's README): "
+                                  "PTB, WikiText-2, WikiText-103; flags given still override", "recipe",
+                                  resume=KEPT, shown="", choices=("awd-qrnn-ptb", "awd-qrnn-wt2", "awd-qrnn-wt103"))
     level: str = _flag("char", "tokens", "data", resume=FIXED, choices=("char", "word"))
     layers: int = _flag(3, "QRNN layers", "model", resume=FIXED, type=positive_int, metavar="N")
     hidden: int = _flag(256, "QRNN hidden size", "model", resume=FIXED, type=positive_int, metavar="N")
     emsize: int = _flag(128, "embedding size", "model", resume=FIXED, type=positive_int, metavar="N")
-    dropout: float = _flag(0.1, "embedding and inter-layer dropout", "model", resume=FIXED, type=_fraction,
-                           metavar="P")
+    window: int = _flag(2, "the first layer's window (inputs each step reads; the other layers read 1)", "model",
+                        resume=FIXED, type=positive_int, metavar="N")
+    dropout: float = _flag(0.1, "locked dropout on the last layer's output", "regularisation", resume=FIXED,
+                           type=_fraction, metavar="P")
+    dropouth: float = _flag(0.1, "locked dropout between QRNN layers", "regularisation", resume=FIXED,
+                            type=_fraction, metavar="P")
+    dropouti: float = _flag(0.1, "locked dropout on the embedded input", "regularisation", resume=FIXED,
+                            type=_fraction, metavar="P")
+    dropoute: float = _flag(0.0, "dropout of whole words from the embedding", "regularisation", resume=FIXED,
+                            type=_fraction, metavar="P")
+    wdrop: float = _flag(0.0, "DropConnect on each QRNN layer's gate weights", "regularisation", resume=FIXED,
+                         type=_fraction, metavar="P")
+    alpha: float = _flag(0.0, "activation regularisation: ALPHA * mean(output**2) of the dropped last-layer output",
+                         "regularisation", resume=FIXED, type=_non_negative_float, metavar="ALPHA")
+    beta: float = _flag(0.0, "temporal activation regularisation: BETA * mean((raw[t] - raw[t-1])**2) of the raw "
+                        "last-layer output", "regularisation", resume=FIXED, type=_non_negative_float, metavar="BETA")
+    wdecay: float = _flag(0.0, "weight decay (L2, in the optimizer)", "regularisation", resume=FIXED,
+                          type=_non_negative_float, metavar="W")
     epochs: int = _flag(4, "total epochs, counting resumed ones", "training", resume=KEPT, type=positive_int,
                         metavar="N")
     max_steps: Optional[int] = _flag(None, "stop after this many optimizer steps in all", "training",
@@ -86,10 +110,22 @@ class Settings:
     time_budget: Optional[float] = _flag(None, "stop after this many seconds", "training", type=positive_float,
                                          metavar="SECONDS")
     batch_size: int = _flag(16, "global batch size", "training", resume=FIXED, type=positive_int, metavar="N")
+    eval_batch_size: Optional[int] = _flag(None, "global batch size of validation and test", "training",
+                                           resume=KEPT, shown="--batch-size", type=positive_int, metavar="N")
     bptt: int = _flag(64, "truncated-BPTT chunk length", "training", resume=FIXED, type=positive_int, metavar="N")
+    bptt_lengths: str = _flag("fixed", "random: awd-lstm-lm's chunk lengths (about --bptt, half of it 5%% of the "
+                              "time) with each step's learning rate scaled by length / --bptt", "training",
+                              resume=FIXED, choices=("fixed", "random"))
     lr: float = _flag(5e-3, "learning rate", "training", resume=FIXED, type=positive_float, metavar="LR")
-    optimizer: str = _flag("adam", "the optimizer", "training", resume=FIXED, choices=("adam", "sgd"))
-    warmup: int = _flag(100, "linear warm-up steps", "training", resume=FIXED, type=positive_int, metavar="N")
+    optimizer: str = _flag("adam", "the optimizer; asgd: SGD, switching to averaged SGD when validation stops "
+                           "improving (awd-lstm-lm's NT-ASGD; validation, test and samples then use the averaged "
+                           "weights)", "training", resume=FIXED, choices=OPTIMIZERS)
+    nonmono: int = _flag(5, "asgd: switch when validation is worse than the best before the last N epochs",
+                         "training", resume=FIXED, type=positive_int, metavar="N")
+    when: tuple = _flag((), "divide the learning rate by 10 after each of these epochs", "training", resume=FIXED,
+                        shown="never", type=positive_int, nargs="+", metavar="EPOCH")
+    warmup: int = _flag(100, "linear warm-up steps (0: none)", "training", resume=FIXED, type=_non_negative_int,
+                        metavar="N")
     clip: float = _flag(0.25, "gradient-norm clip", "training", resume=FIXED, type=positive_float, metavar="NORM")
     precision: str = _flag("auto", "autocast precision; auto: fp16 on CUDA, bf16 on a CPU with native bf16, "
                            "else fp32", "training", resume=KEPT, choices=PRECISIONS)
@@ -121,36 +157,89 @@ class Settings:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.metadata["resume"]}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """``qrnn-train``'s parser, one flag per :class:`Settings` field. A saved setting's
-    flag defaults to None, so that :func:`resolve` tells a given value from the default."""
+# awd-lstm-lm's QRNN recipes from its README: each command's flags over main.py's defaults
+# (random BPTT lengths, SGD switching to averaged SGD, tied weights, window 2 in the first
+# layer, evaluation batch 10), as this command's settings.
+_AWD_DEFAULTS = dict(level="word", layers=3, hidden=1150, emsize=400, window=2, dropout=0.4, dropouth=0.3,
+                     dropouti=0.65, dropoute=0.1, wdrop=0.5, alpha=2.0, beta=1.0, wdecay=1.2e-6, batch_size=80,
+                     eval_batch_size=10, bptt=70, bptt_lengths="random", lr=30.0, optimizer="asgd", nonmono=5,
+                     when=(), warmup=0, clip=0.25, seed=1111)
+PRESETS = {
+    # ~ 60.6 / 58.3 validation / test perplexity
+    "awd-qrnn-ptb": dict(_AWD_DEFAULTS, batch_size=20, clip=0.2, wdrop=0.1, hidden=1550, layers=4, emsize=400,
+                         dropouth=0.3, seed=9001, dropouti=0.4, epochs=550),
+    # ~ 69.3 / 66.8
+    "awd-qrnn-wt2": dict(_AWD_DEFAULTS, epochs=500, clip=0.25, dropouti=0.4, dropouth=0.2, hidden=1550, layers=4,
+                         seed=4002, wdrop=0.1, batch_size=40),
+    "awd-qrnn-wt103": dict(_AWD_DEFAULTS, epochs=14, layers=4, emsize=400, hidden=2500, alpha=0.0, beta=0.0,
+                           dropoute=0.0, dropouth=0.1, dropouti=0.1, dropout=0.1, wdrop=0.0, wdecay=0.0, bptt=140,
+                           batch_size=60, optimizer="adam", lr=1e-3, when=(12,)),
+}
+
+
+def preset_of(argv) -> Optional[str]:
+    """The --preset given in `argv` (None: none or not a known one; the full parser reports that)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--preset")
+    known, _ = parser.parse_known_args(argv)
+    return known.preset if known.preset in PRESETS else None
+
+
+def _default(f: dataclasses.Field, preset: Optional[str]):
+    return PRESETS[preset].get(f.name, f.default) if preset else f.default
+
+
+def build_parser(preset: Optional[str] = None) -> argparse.ArgumentParser:
+    """``qrnn-train``'s parser, one flag per :class:`Settings` field, its help showing the
+    defaults of `preset` where given. A saved setting's flag defaults to None, so that
+    :func:`resolve` tells a given value from the default."""
     parser = CommandParser(prog="qrnn-train", description="Train a QRNN language model (mixed precision, "
                            "non-blocking checkpoints, resumable, one or many processes via torchrun).")
     groups: dict = {}
     for f in dataclasses.fields(Settings):
         meta = f.metadata
         group = groups.get(meta["group"]) or groups.setdefault(meta["group"], parser.add_argument_group(meta["group"]))
-        shown = meta["shown"]
-        if shown is None:  # the default itself, if any
-            shown = "" if f.default is None else f"{f.default:g}" if isinstance(f.default, float) else str(f.default)
+        shown, default = meta["shown"], _default(f, preset)
+        if shown is None or default != f.default:  # the default itself, if any
+            shown = _show(default)
         help_text = meta["help"] + (f" (default: {shown})" if shown else "")
         default = None if meta["resume"] else f.default
         group.add_argument("--" + f.name.replace("_", "-"), default=default, help=help_text, **meta["options"])
     return parser
 
 
+def _show(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, tuple):
+        return " ".join(map(str, value)) or "never"
+    return str(value)
+
+
 def resolve(args: argparse.Namespace, checkpoint: Optional[dict]) -> Settings:
     """The run's settings: a saved setting is the flag given, else the checkpoint's, else the
-    default (a given value that differs from a fixed one in the checkpoint is a TrainError);
-    a run option is the flag's value."""
+    preset's, else the default (a given value that differs from a fixed one in the checkpoint
+    is a TrainError); a run option is the flag's value."""
     saved = checkpoint["settings"] if checkpoint else {}
+    if saved and "dropouth" not in saved and "dropout" in saved:  # older versions: one rate for all three
+        saved = dict(saved, dropouth=saved["dropout"], dropouti=saved["dropout"])
+    preset = args.preset if args.preset is not None else saved.get("preset")
     values = {}
     for f in dataclasses.fields(Settings):
         given, resume = getattr(args, f.name), f.metadata["resume"]
+        if isinstance(given, list):  # nargs="+"
+            given = tuple(given)
         if resume == FIXED and checkpoint and given is not None and given != saved.get(f.name):
             flag = "--" + f.name.replace("_", "-")
             raise TrainError(f"{flag} {given} conflicts with the checkpoint, trained with {flag} {saved.get(f.name)}")
-        values[f.name] = given if given is not None or not resume else saved.get(f.name, f.default)
+        if given is not None or not resume:
+            values[f.name] = given
+        elif f.name in saved:
+            values[f.name] = tuple(saved[f.name]) if isinstance(f.default, tuple) else saved[f.name]
+        else:
+            values[f.name] = _default(f, preset)
     if args.data is not None:  # so that --resume finds it from any working folder
         values["data"] = os.path.abspath(args.data)
     return Settings(**values)

@@ -17,12 +17,13 @@ from torch import Tensor, nn
 from .checkpoints import CheckpointStallMeter, restore_best
 from .distributed import Distributed, all_gather_object, all_reduce_max
 from .errors import TrainError, TrainingStopped
+from .optim import averaged_weights
 from .precision import AUTOCAST_DTYPES, choose_precision
 from .records import EpochRecord
 from .state import regroup_carry, rng_state, seed_everything, set_rng_state, tree_map
 from .stopping import DEFAULT_STOP_GRACE, STOP_SIGNALS, StopRequest, catch_stop_signals
 
-__all__ = ["Trainer", "fit", "make_optimizer"]
+__all__ = ["Trainer", "fit"]
 
 
 class Trainer:
@@ -31,6 +32,16 @@ class Trainer:
     * precision: "auto", "fp32", "fp16" or "bf16" (see :func:`choose_precision`); parameters
       stay float32, forward and loss run under ``torch.autocast``; fp16 uses a GradScaler whose
       skipped steps are counted and do not advance `scheduler` (stepped once per optimizer step).
+    * loss_fn(outputs, targets) returns the loss, or a pair (objective to minimise, loss to
+      report): e.g. a cross-entropy plus regularisation terms, reporting the cross-entropy.
+    * lr_at(applied_steps, epoch, length): the learning rate of each step, set on every
+      parameter group before it, from the optimizer steps applied so far, the epoch (0-based)
+      and the batch's length (the targets' first dimension: the chunk length of time-major
+      batches); a pure function of progress, so resuming needs no scheduler state.
+    * on_validation(valid_loss, complete): called after each epoch's validation and before its
+      checkpoint (on every rank), e.g. to switch optimizers (:meth:`replace_optimizer`).
+    * Evaluation runs under ``torch.inference_mode``, with the optimizer's averaged weights when
+      it keeps them (``torch.optim.ASGD``).
     * stateful: the model is called as ``model(inputs, state) -> (outputs, state)``; the state
       is carried from chunk to chunk within an epoch, detached (truncated BPTT), and reset at
       each epoch start. Otherwise ``model(inputs) -> outputs``.
@@ -70,7 +81,9 @@ class Trainer:
                  carry_batch_dim: Optional[int] = None, progress: bool = True,
                  log: Callable[[str], None] = print, save_every: Optional[int] = None,
                  save_interval: Optional[float] = None, stop_signals: Sequence[int] = STOP_SIGNALS,
-                 stop_grace: float = DEFAULT_STOP_GRACE):
+                 stop_grace: float = DEFAULT_STOP_GRACE,
+                 lr_at: Optional[Callable[[int, int, int], float]] = None,
+                 on_validation: Optional[Callable[[Optional[float], bool], None]] = None):
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
         if not isinstance(optimizer, torch.optim.Optimizer):
@@ -90,6 +103,8 @@ class Trainer:
         self.optimizer = optimizer
         self.loss_fn = loss_fn
         self.scheduler = scheduler
+        self.lr_at = lr_at
+        self.on_validation = on_validation
         self.precision, self.precision_reason = choose_precision(precision, self.device)
         self.autocast_dtype = AUTOCAST_DTYPES[self.precision]
         if grad_scaler is None:
@@ -140,9 +155,13 @@ class Trainer:
         """One optimizer step; returns the (detached) loss."""
         inputs, targets = inputs.to(self.device, non_blocking=True), targets.to(self.device, non_blocking=True)
         self.optimizer.zero_grad(set_to_none=True)
+        if self.lr_at is not None:
+            lr = self.lr_at(self.step - self.skipped_steps, self.epoch, targets.shape[0])
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr
         with self.autocast():
             outputs, carry = self._forward(self.ddp_module, inputs, self.carry)
-            loss = self.loss_fn(outputs, targets)
+            loss, reported = _objective(self.loss_fn(outputs, targets))
         self.scaler.scale(loss).backward()
         if self.clip_norm:
             self.scaler.unscale_(self.optimizer)
@@ -159,7 +178,16 @@ class Trainer:
         self.step += 1
         if self.stateful:
             self.carry = tree_map(Tensor.detach, carry)
-        return loss.detach()
+        return reported.detach()
+
+    def replace_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        """Continue with `optimizer` (an averaged-SGD switch): pending checkpoints are committed
+        first (a snapshot in flight waits on the old optimizer's next step, which never comes)."""
+        if self.checkpoints is not None:
+            self.checkpoints.checkpointer.wait()
+            if self.checkpoints.overlap_with is not None:
+                self.checkpoints.overlap_with = optimizer
+        self.optimizer = optimizer
 
     # ---- epochs
     def _decide(self, max_steps, deadline) -> tuple:
@@ -236,10 +264,20 @@ class Trainer:
         return {"train_loss": mean_loss, "tokens": tokens,
                 "train_seconds": seconds, "completed": completed}
 
-    @torch.no_grad()
     def evaluate(self, data: Sequence) -> float:
-        """Mean loss per target over `data` (all ranks' shards), in eval mode."""
+        """Mean (reported) loss per target over `data` (all ranks' shards), in eval mode, under
+        inference mode, with the optimizer's averaged weights where it keeps them."""
         self.module.eval()
+        with averaged_weights(self.optimizer), torch.inference_mode():
+            loss_sum, count = self._evaluate_sums(data)
+        if self.dist.enabled:
+            both = torch.stack([loss_sum, count])
+            torch.distributed.all_reduce(both)
+            loss_sum, count = both[0], both[1]
+        self.module.train()
+        return (loss_sum / count).item() if count.item() else float("nan")
+
+    def _evaluate_sums(self, data: Sequence) -> tuple:
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         count = torch.zeros((), dtype=torch.float64, device=self.device)
         state = None
@@ -248,15 +286,10 @@ class Trainer:
             inputs, targets = inputs.to(self.device), targets.to(self.device)
             with self.autocast():
                 outputs, state = self._forward(self.module, inputs, state)
-                loss = self.loss_fn(outputs, targets)
+                _, loss = _objective(self.loss_fn(outputs, targets))
             loss_sum += loss.double() * targets.numel()
             count += targets.numel()
-        if self.dist.enabled:
-            both = torch.stack([loss_sum, count])
-            torch.distributed.all_reduce(both)
-            loss_sum, count = both[0], both[1]
-        self.module.train()
-        return (loss_sum / count).item() if count.item() else float("nan")
+        return loss_sum, count
 
     def fit(self, train_data: Sequence, valid_data: Optional[Sequence] = None, epochs: int = 1,
             max_steps: Optional[int] = None, time_budget: Optional[float] = None,
@@ -289,6 +322,8 @@ class Trainer:
                 break
             signalled = self.stop_signal is not None  # stop quickly: no validation
             valid_loss = self.evaluate(valid_data) if valid_data is not None and not signalled else None
+            if self.on_validation is not None:
+                self.on_validation(valid_loss, stats["completed"])
             best = valid_loss is not None and (self.best_valid_loss is None or valid_loss < self.best_valid_loss)
             if best:
                 self.best_valid_loss = valid_loss
@@ -421,14 +456,9 @@ def fit(model: nn.Module, train_data: Sequence, optimizer: torch.optim.Optimizer
     return trainer.fit(train_data, valid_data, epochs=epochs, **fit_args)
 
 
-def make_optimizer(name: str, params, lr: float, device: torch.device) -> torch.optim.Optimizer:
-    """Adam or SGD, fused (one kernel for all parameters: several times faster than the
-    per-parameter loop on a CPU) where this torch and device support it."""
-    cls = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD}[name]
-    params = list(params)
-    if device.type in ("cpu", "cuda"):
-        try:
-            return cls(params, lr=lr, fused=True)
-        except (RuntimeError, TypeError, ValueError):  # an older torch without this fused kernel
-            pass
-    return cls(params, lr=lr)
+def _objective(loss) -> tuple:
+    """(objective, reported) from a loss function's result: a loss, or such a pair."""
+    if isinstance(loss, (tuple, list)):
+        objective, reported = loss
+        return objective, reported
+    return loss, loss
