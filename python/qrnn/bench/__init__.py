@@ -9,4 +9,5 @@ AREAS = {
     "train": "train",
     "cuda": "cuda",
     "recipes": "recipes",
+    "awd": "awd",
 }

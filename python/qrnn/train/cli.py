@@ -15,13 +15,16 @@ import signal
 import sys
 import time
 import zlib
+from dataclasses import dataclass
+from typing import Callable, Optional
 
 import torch
 
 from ..checkpoint import CheckpointError
 from .checkpoints import latest_checkpoint, load_checkpoint
-from .data import BPTTBatches, DataError, Vocabulary, load_corpus
+from .data import BPTTBatches, Corpus, DataError, Vocabulary, load_corpus
 from .distributed import (
+    Distributed,
     broadcast_object,
     check_ranks_in_sync,
     collective_failure_message,
@@ -46,7 +49,7 @@ from .state import seed_everything
 from .stopping import STOP_SIGNALS, catch_stop_signals
 from .trainer import Trainer
 
-__all__ = ["main", "generate_main", "build_parser"]
+__all__ = ["main", "generate_main", "build_parser", "build_training", "TrainingRun"]
 
 CHECKPOINT_FORMAT = "qrnn-lm/1"
 
@@ -173,85 +176,8 @@ def _train(args) -> int:
             _check_checkpoint(checkpoint, resume_path, _RESUME_KEYS)
         settings = resolve(args, checkpoint)
         _check_application_dependencies(settings)
-        vocab = _vocabulary(checkpoint, resume_path) if checkpoint else None
-        corpus = load_corpus(settings.data, settings.level, vocab=vocab)
-        fingerprint = _fingerprint(corpus.train)
-        if checkpoint and fingerprint != checkpoint["data"]["fingerprint"]:
-            raise TrainError(f"the training data differs from the checkpoint's ({checkpoint['data'].get('name')}); "
-                             "resume with the --data it was trained on")
-        # Token ids live on the training device: a batch is then a slice, not a copy.
-        corpus.train, corpus.valid, corpus.test = (ids.to(dist.device) for ids in
-                                                   (corpus.train, corpus.valid, corpus.test))
-        train_batches, valid_batches, test_batches = (
-            _batches(name, ids, settings, dist)
-            for name, ids in (("training", corpus.train), ("validation", corpus.valid), ("test", corpus.test)))
-
-        model_config: dict = dict(vocab_size=len(corpus.vocab), emsize=settings.emsize, hidden=settings.hidden,
-                                  layers=settings.layers, dropout=settings.dropout, dropout_emb=settings.dropouti,
-                                  first_window=settings.window, dropout_hidden=settings.dropouth,
-                                  dropout_words=settings.dropoute, weight_drop=settings.wdrop)
-        seed_everything(settings.seed)  # identical initial weights on every rank
-        model = QRNNLanguageModel(**model_config)
-        seed_everything(settings.seed, rank=dist.rank)  # distinct dropout masks per rank
-        nt_asgd = NTASGD(settings.nonmono)
-        if checkpoint is not None and isinstance(checkpoint.get("nt_asgd"), dict):
-            nt_asgd.load_state_dict(checkpoint["nt_asgd"])
-        if nt_asgd.switched_at is not None:
-            optimizer = make_asgd(model.parameters(), settings.lr, settings.wdecay)
-        else:
-            optimizer = make_optimizer(settings.optimizer, model.parameters(), settings.lr, dist.device,
-                                       settings.wdecay)
-        learning_rate = LearningRate(settings.lr, settings.warmup, settings.when, settings.bptt,
-                                     scale_by_length=settings.bptt_lengths == "random")
-
-        def lr_at(applied_steps: int, epoch: int, length: int) -> float:
-            return learning_rate(applied_steps, epoch, length, nt_asgd.switched_at)
-
-        def loss_fn(features, targets):
-            return lm_loss(model, features, targets, settings.alpha, settings.beta)
-
-        extra = {"format": CHECKPOINT_FORMAT, "model_config": model_config, "vocab": corpus.vocab.state_dict(),
-                 "settings": settings.saved(), "nt_asgd": nt_asgd.state_dict(),
-                 "data": {"name": corpus.name, "fingerprint": fingerprint}}
-
-        def on_validation(valid_loss, complete: bool) -> None:
-            """NT-ASGD's trigger, on complete epochs' validation (the same on every rank)."""
-            if settings.optimizer != "asgd" or valid_loss is None or not complete:
-                return
-            if nt_asgd.should_switch(valid_loss):
-                nt_asgd.switched_at = trainer.epoch  # the epoch just completed (1-based)
-                say(f"epoch {trainer.epoch}: validation stopped improving (--nonmono {settings.nonmono}): "
-                    "switching to averaged SGD", flush=True)
-                trainer.replace_optimizer(make_asgd(model.parameters(), settings.lr, settings.wdecay))
-            extra["nt_asgd"] = nt_asgd.state_dict()
-
-        trainer = Trainer(model, optimizer, loss_fn, lr_at=lr_at, on_validation=on_validation,
-                          precision=settings.precision, dist=dist,
-                          clip_norm=settings.clip, stateful=True, checkpoint_dir=run_dir,
-                          # Every carried tensor is time-major, batch at dim 1 (cell state
-                          # (1, batch, hidden), window tail (window - 1, batch, features)).
-                          carry_batch_dim=1,
-                          keep_last=settings.keep_last, checkpoint_extra=extra, progress=not settings.no_progress,
-                          save_every=settings.save_every,
-                          save_interval=None if settings.save_interval is None else 60 * settings.save_interval,
-                          stop_grace=settings.stop_grace)
-        if checkpoint is not None:
-            try:
-                trainer.load_state_dict(checkpoint)
-            except (RuntimeError, KeyError, ValueError) as err:
-                raise TrainError(f"checkpoint {resume_path} does not fit this model: "
-                                 f"{str(err).strip().splitlines()[0]}") from None
-        n_params = sum(p.numel() for p in model.parameters())
-        say(f"data: {corpus.name}, {settings.level} level, vocabulary {len(corpus.vocab):,}, "
-            f"tokens train {corpus.train.numel():,} / valid {corpus.valid.numel():,} / test {corpus.test.numel():,}")
-        say(f"model: QRNN language model, {settings.layers} layers, hidden {settings.hidden}, "
-            f"emsize {settings.emsize}, window {settings.window}, {'tied' if model.tied else 'untied'} decoder, "
-            f"{n_params:,} parameters")
-        say(_recipe_line(settings, nt_asgd))
-        say(f"device: {dist.device}{f', {dist.world} processes' if dist.enabled else ''}, "
-            f"{torch.get_num_threads()} threads; precision {trainer.precision} ({trainer.precision_reason})")
-        say(f"run folder: {run_dir}" + (f" (resuming {os.path.basename(resume_path)}: epoch "
-                                        f"{trainer.epoch + 1}, step {trainer.step})" if checkpoint else ""))
+        run = build_training(settings, dist, run_dir, checkpoint, resume_path, say)
+        trainer, corpus = run.trainer, run.corpus
 
         def on_epoch_end(record):
             say(format_epoch_record(record, settings.level), flush=True)
@@ -261,9 +187,9 @@ def _train(args) -> int:
             write_metrics(files, trainer.history)
             plot_losses(files, trainer.history, trainer.loss_trace, settings.level)
 
-        trainer.fit(train_batches, valid_batches, epochs=settings.epochs, max_steps=settings.max_steps,
+        trainer.fit(run.train_batches, run.valid_batches, epochs=settings.epochs, max_steps=settings.max_steps,
                     time_budget=settings.time_budget, on_epoch_end=on_epoch_end)
-        test_loss = trainer.evaluate(test_batches)
+        test_loss = trainer.evaluate(run.test_batches)
         unit = (f"test bpc {test_loss / math.log(2):.3f}" if settings.level == "char"
                 else f"test ppl {math.exp(min(test_loss, 50)):.1f}")
         say(f"test loss {test_loss:.3f} | {unit}")
@@ -292,6 +218,108 @@ def _train(args) -> int:
     finally:
         if dist is not None and dist.enabled and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
+
+
+
+@dataclass
+class TrainingRun:
+    """What :func:`build_training` sets up: the corpus, its batches, the model and its trainer."""
+
+    settings: Settings
+    corpus: Corpus
+    model: QRNNLanguageModel
+    trainer: Trainer
+    train_batches: BPTTBatches
+    valid_batches: BPTTBatches
+    test_batches: BPTTBatches
+
+
+def build_training(settings: Settings, dist: Optional[Distributed] = None, run_dir: Optional[str] = None,
+                   checkpoint: Optional[dict] = None, resume_path: Optional[str] = None,
+                   say: Callable = print) -> TrainingRun:
+    """The corpus, model, optimizer, learning rates, loss and Trainer of a qrnn-train run with
+    `settings` (resuming `checkpoint`), the run's header lines said through `say`."""
+    dist = dist or Distributed(device=torch.device(settings.device or "cpu"))
+    vocab = _vocabulary(checkpoint, resume_path) if checkpoint else None
+    corpus = load_corpus(settings.data, settings.level, vocab=vocab)
+    fingerprint = _fingerprint(corpus.train)
+    if checkpoint and fingerprint != checkpoint["data"]["fingerprint"]:
+        raise TrainError(f"the training data differs from the checkpoint's ({checkpoint['data'].get('name')}); "
+                         "resume with the --data it was trained on")
+    # Token ids live on the training device: a batch is then a slice, not a copy.
+    corpus.train, corpus.valid, corpus.test = (ids.to(dist.device) for ids in
+                                               (corpus.train, corpus.valid, corpus.test))
+    train_batches, valid_batches, test_batches = (
+        _batches(name, ids, settings, dist)
+        for name, ids in (("training", corpus.train), ("validation", corpus.valid), ("test", corpus.test)))
+
+    model_config: dict = dict(vocab_size=len(corpus.vocab), emsize=settings.emsize, hidden=settings.hidden,
+                              layers=settings.layers, dropout=settings.dropout, dropout_emb=settings.dropouti,
+                              first_window=settings.window, dropout_hidden=settings.dropouth,
+                              dropout_words=settings.dropoute, weight_drop=settings.wdrop)
+    seed_everything(settings.seed)  # identical initial weights on every rank
+    model = QRNNLanguageModel(**model_config)
+    seed_everything(settings.seed, rank=dist.rank)  # distinct dropout masks per rank
+    nt_asgd = NTASGD(settings.nonmono)
+    if checkpoint is not None and isinstance(checkpoint.get("nt_asgd"), dict):
+        nt_asgd.load_state_dict(checkpoint["nt_asgd"])
+    if nt_asgd.switched_at is not None:
+        optimizer = make_asgd(model.parameters(), settings.lr, settings.wdecay)
+    else:
+        optimizer = make_optimizer(settings.optimizer, model.parameters(), settings.lr, dist.device,
+                                   settings.wdecay)
+    learning_rate = LearningRate(settings.lr, settings.warmup, settings.when, settings.bptt,
+                                 scale_by_length=settings.bptt_lengths == "random")
+
+    def lr_at(applied_steps: int, epoch: int, length: int) -> float:
+        return learning_rate(applied_steps, epoch, length, nt_asgd.switched_at)
+
+    def loss_fn(features, targets):
+        return lm_loss(model, features, targets, settings.alpha, settings.beta)
+
+    extra = {"format": CHECKPOINT_FORMAT, "model_config": model_config, "vocab": corpus.vocab.state_dict(),
+             "settings": settings.saved(), "nt_asgd": nt_asgd.state_dict(),
+             "data": {"name": corpus.name, "fingerprint": fingerprint}}
+
+    def on_validation(valid_loss, complete: bool) -> None:
+        """NT-ASGD's trigger, on complete epochs' validation (the same on every rank)."""
+        if settings.optimizer != "asgd" or valid_loss is None or not complete:
+            return
+        if nt_asgd.should_switch(valid_loss):
+            nt_asgd.switched_at = trainer.epoch  # the epoch just completed (1-based)
+            say(f"epoch {trainer.epoch}: validation stopped improving (--nonmono {settings.nonmono}): "
+                "switching to averaged SGD", flush=True)
+            trainer.replace_optimizer(make_asgd(model.parameters(), settings.lr, settings.wdecay))
+        extra["nt_asgd"] = nt_asgd.state_dict()
+
+    trainer = Trainer(model, optimizer, loss_fn, lr_at=lr_at, on_validation=on_validation,
+                      precision=settings.precision, dist=dist,
+                      clip_norm=settings.clip, stateful=True, checkpoint_dir=run_dir,
+                      # Every carried tensor is time-major, batch at dim 1 (cell state
+                      # (1, batch, hidden), window tail (window - 1, batch, features)).
+                      carry_batch_dim=1,
+                      keep_last=settings.keep_last, checkpoint_extra=extra, progress=not settings.no_progress,
+                      save_every=settings.save_every,
+                      save_interval=None if settings.save_interval is None else 60 * settings.save_interval,
+                      stop_grace=settings.stop_grace)
+    if checkpoint is not None:
+        try:
+            trainer.load_state_dict(checkpoint)
+        except (RuntimeError, KeyError, ValueError) as err:
+            raise TrainError(f"checkpoint {resume_path} does not fit this model: "
+                             f"{str(err).strip().splitlines()[0]}") from None
+    n_params = sum(p.numel() for p in model.parameters())
+    say(f"data: {corpus.name}, {settings.level} level, vocabulary {len(corpus.vocab):,}, "
+        f"tokens train {corpus.train.numel():,} / valid {corpus.valid.numel():,} / test {corpus.test.numel():,}")
+    say(f"model: QRNN language model, {settings.layers} layers, hidden {settings.hidden}, "
+        f"emsize {settings.emsize}, window {settings.window}, {'tied' if model.tied else 'untied'} decoder, "
+        f"{n_params:,} parameters")
+    say(_recipe_line(settings, nt_asgd))
+    say(f"device: {dist.device}{f', {dist.world} processes' if dist.enabled else ''}, "
+        f"{torch.get_num_threads()} threads; precision {trainer.precision} ({trainer.precision_reason})")
+    say(f"run folder: {run_dir}" + (f" (resuming {os.path.basename(resume_path)}: epoch "
+                                    f"{trainer.epoch + 1}, step {trainer.step})" if checkpoint and resume_path else ""))
+    return TrainingRun(settings, corpus, model, trainer, train_batches, valid_batches, test_batches)
 
 
 def _recipe_line(settings: Settings, nt_asgd: NTASGD) -> str:

@@ -89,10 +89,11 @@ class Settings:
                         resume=FIXED, type=positive_int, metavar="N")
     dropout: float = _flag(0.1, "locked dropout on the last layer's output", "regularisation", resume=FIXED,
                            type=_fraction, metavar="P")
-    dropouth: float = _flag(0.1, "locked dropout between QRNN layers", "regularisation", resume=FIXED,
-                            type=_fraction, metavar="P")
-    dropouti: float = _flag(0.1, "locked dropout on the embedded input", "regularisation", resume=FIXED,
-                            type=_fraction, metavar="P")
+    # None: --dropout's rate (filled in on construction), so that --dropout 0 turns every dropout off.
+    dropouth: Optional[float] = _flag(None, "locked dropout between QRNN layers", "regularisation", resume=FIXED,
+                                      shown="--dropout", type=_fraction, metavar="P")
+    dropouti: Optional[float] = _flag(None, "locked dropout on the embedded input", "regularisation",
+                                      resume=FIXED, shown="--dropout", type=_fraction, metavar="P")
     dropoute: float = _flag(0.0, "dropout of whole words from the embedding", "regularisation", resume=FIXED,
                             type=_fraction, metavar="P")
     wdrop: float = _flag(0.0, "DropConnect on each QRNN layer's gate weights", "regularisation", resume=FIXED,
@@ -151,6 +152,11 @@ class Settings:
     dist_timeout: float = _flag(DEFAULT_DIST_TIMEOUT, "under torchrun: how long a collective waits for a hung or "
                                 "dead peer before the run fails", "stops and faults", type=positive_float,
                                 metavar="SECONDS")
+
+    def __post_init__(self):
+        for name in ("dropouth", "dropouti"):  # None: --dropout's rate
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, self.dropout)
 
     def saved(self) -> dict:
         """The settings a checkpoint records (the fields resuming keeps or fixes)."""
@@ -223,8 +229,6 @@ def resolve(args: argparse.Namespace, checkpoint: Optional[dict]) -> Settings:
     preset's, else the default (a given value that differs from a fixed one in the checkpoint
     is a TrainError); a run option is the flag's value."""
     saved = checkpoint["settings"] if checkpoint else {}
-    if saved and "dropouth" not in saved and "dropout" in saved:  # older versions: one rate for all three
-        saved = dict(saved, dropouth=saved["dropout"], dropouti=saved["dropout"])
     preset = args.preset if args.preset is not None else saved.get("preset")
     values = {}
     for f in dataclasses.fields(Settings):
