@@ -357,3 +357,15 @@ def test_switch_to_averaged_sgd_and_resume_bit_identical(tmp_path, monkeypatch, 
         assert torch.equal(again["optimizer"]["state"][index]["ax"], state["ax"])
     assert [r["valid_loss"] for r in again["history"] if r["complete"]] == \
         [r["valid_loss"] for r in final["history"]]
+
+
+def test_bf16_requested_on_a_cpu_that_emulates_it_says_so(monkeypatch):
+    from qrnn.train import precision
+
+    monkeypatch.setattr(precision, "cpu_bf16_support", lambda: (False, "CPU has neither avx512_bf16 nor amx_bf16"))
+    chosen, reason = precision.choose_precision("bf16", torch.device("cpu"))
+    assert chosen == "bf16" and "emulates bfloat16 matrix products" in reason and "auto picks fp32" in reason
+    assert precision.choose_precision("auto", torch.device("cpu"))[0] == "fp32"
+    monkeypatch.setattr(precision, "cpu_bf16_support", lambda: (True, "CPU has amx_bf16"))
+    assert precision.choose_precision("bf16", torch.device("cpu")) == ("bf16", "requested")
+    assert precision.choose_precision("auto", torch.device("cpu"))[0] == "bf16"

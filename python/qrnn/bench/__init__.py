@@ -10,4 +10,5 @@ AREAS = {
     "cuda": "cuda",
     "recipes": "recipes",
     "awd": "awd",
+    "scale": "scale",
 }

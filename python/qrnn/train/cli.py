@@ -22,6 +22,7 @@ import torch
 
 from ..checkpoint import CheckpointError
 from .checkpoints import latest_checkpoint, load_checkpoint
+from .cache import cached_corpus
 from .data import BPTTBatches, Corpus, DataError, Vocabulary, load_corpus
 from .distributed import (
     Distributed,
@@ -35,6 +36,7 @@ from .errors import TrainError, TrainingStopped
 from .lm import QRNNLanguageModel, generate, lm_loss
 from .optim import NTASGD, LearningRate, averaged_state_dict, averaged_weights, make_asgd, make_optimizer
 from .records import format_epoch_record
+from .softmax import ADAPTIVE_ABOVE, check_cutoffs, default_cutoffs
 from .settings import (
     CommandParser,
     Settings,
@@ -241,8 +243,16 @@ def build_training(settings: Settings, dist: Optional[Distributed] = None, run_d
     `settings` (resuming `checkpoint`), the run's header lines said through `say`."""
     dist = dist or Distributed(device=torch.device(settings.device or "cpu"))
     vocab = _vocabulary(checkpoint, resume_path) if checkpoint else None
-    corpus = load_corpus(settings.data, settings.level, vocab=vocab)
-    fingerprint = _fingerprint(corpus.train)
+    cache = None
+    if settings.data is None:  # the small built-in text: tokenized in memory
+        corpus = load_corpus(settings.data, settings.level, vocab=vocab)
+    else:  # tokenized once into the corpus cache, then mapped by every rank and restart
+        corpus, cache = cached_corpus(settings.data, settings.level, say=say,
+                                      progress=not settings.no_progress and dist.is_main)
+        if vocab is not None and vocab != corpus.vocab:
+            raise TrainError(f"the vocabulary of {settings.data} differs from the checkpoint's; resume with the "
+                             "--data it was trained on")
+    fingerprint = corpus.fingerprint if corpus.fingerprint is not None else _fingerprint(corpus.train)
     if checkpoint and fingerprint != checkpoint["data"]["fingerprint"]:
         raise TrainError(f"the training data differs from the checkpoint's ({checkpoint['data'].get('name')}); "
                          "resume with the --data it was trained on")
@@ -253,10 +263,11 @@ def build_training(settings: Settings, dist: Optional[Distributed] = None, run_d
         _batches(name, ids, settings, dist)
         for name, ids in (("training", corpus.train), ("validation", corpus.valid), ("test", corpus.test)))
 
+    cutoffs = _softmax_cutoffs(settings, len(corpus.vocab))
     model_config: dict = dict(vocab_size=len(corpus.vocab), emsize=settings.emsize, hidden=settings.hidden,
                               layers=settings.layers, dropout=settings.dropout, dropout_emb=settings.dropouti,
                               first_window=settings.window, dropout_hidden=settings.dropouth,
-                              dropout_words=settings.dropoute, weight_drop=settings.wdrop)
+                              dropout_words=settings.dropoute, weight_drop=settings.wdrop, cutoffs=cutoffs)
     seed_everything(settings.seed)  # identical initial weights on every rank
     model = QRNNLanguageModel(**model_config)
     seed_everything(settings.seed, rank=dist.rank)  # distinct dropout masks per rank
@@ -313,13 +324,31 @@ def build_training(settings: Settings, dist: Optional[Distributed] = None, run_d
         f"tokens train {corpus.train.numel():,} / valid {corpus.valid.numel():,} / test {corpus.test.numel():,}")
     say(f"model: QRNN language model, {settings.layers} layers, hidden {settings.hidden}, "
         f"emsize {settings.emsize}, window {settings.window}, {'tied' if model.tied else 'untied'} decoder, "
-        f"{n_params:,} parameters")
+        f"{n_params:,} parameters; softmax "
+        + (f"adaptive, cutoffs {' '.join(map(str, cutoffs))}" if cutoffs else "full"))
     say(_recipe_line(settings, nt_asgd))
+    if cache is not None:
+        say(f"corpus cache: {cache.describe()}")
     say(f"device: {dist.device}{f', {dist.world} processes' if dist.enabled else ''}, "
         f"{torch.get_num_threads()} threads; precision {trainer.precision} ({trainer.precision_reason})")
     say(f"run folder: {run_dir}" + (f" (resuming {os.path.basename(resume_path)}: epoch "
                                     f"{trainer.epoch + 1}, step {trainer.step})" if checkpoint and resume_path else ""))
     return TrainingRun(settings, corpus, model, trainer, train_batches, valid_batches, test_batches)
+
+
+def _softmax_cutoffs(settings: Settings, vocab_size: int) -> Optional[tuple]:
+    """The split softmax's cutoffs for --softmax and --cutoffs, or None for the full softmax."""
+    softmax = settings.softmax
+    if softmax == "auto":
+        softmax = "adaptive" if vocab_size > ADAPTIVE_ABOVE else "full"
+    if softmax == "full":
+        if settings.cutoffs:
+            raise TrainError("--cutoffs needs --softmax adaptive (or auto with a vocabulary over 75,000 words)")
+        return None
+    try:
+        return check_cutoffs(settings.cutoffs or default_cutoffs(vocab_size), vocab_size)
+    except ValueError as err:
+        raise TrainError(f"--cutoffs: {err}") from None
 
 
 def _recipe_line(settings: Settings, nt_asgd: NTASGD) -> str:

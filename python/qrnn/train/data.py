@@ -18,8 +18,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["DataError", "Vocabulary", "Corpus", "load_corpus", "load_texts", "default_text", "split_text", "batchify",
-           "BPTTBatches", "UNK", "EOS", "LEVELS", "SPLITS"]
+__all__ = ["DataError", "Vocabulary", "Corpus", "load_corpus", "load_texts", "split_files", "default_text",
+           "split_text", "batchify", "BPTTBatches", "UNK", "EOS", "LEVELS", "SPLITS"]
 
 UNK = "<unk>"
 EOS = "<eos>"
@@ -111,13 +111,15 @@ def _words(text: str) -> list:
 
 @dataclass
 class Corpus:
-    """Token ids of the three splits and the vocabulary built from the training split."""
+    """Token ids of the three splits and the vocabulary built from the training split;
+    `fingerprint`, where known, the CRC-32 of the training ids as int64."""
 
     name: str
     vocab: Vocabulary
     train: Tensor
     valid: Tensor
     test: Tensor
+    fingerprint: Optional[int] = None
 
 
 def default_text() -> str:
@@ -154,29 +156,37 @@ def _find_split_file(folder: Path, split: str) -> Optional[Path]:
     return None
 
 
+def split_files(path: str) -> tuple:
+    """({split: file}, name) for --data PATH: a folder's three split files, or one file for
+    all three (split 90/5/5 when read)."""
+    p = Path(path)
+    if not p.exists():
+        raise DataError(f"--data {path}: no such file or folder")
+    if not p.is_dir():
+        return {split: p for split in SPLITS}, p.stem
+    files = {split: _find_split_file(p, split) for split in SPLITS}
+    missing = [s for s, f in files.items() if f is None]
+    if missing:
+        raise DataError(f"--data {path}: folder has no {'/'.join(m + '.txt' for m in missing)} "
+                        "(expected train.txt, valid.txt and test.txt, or a single text file)")
+    return {s: f for s, f in files.items() if f is not None}, p.name
+
+
 def load_texts(path: Optional[str]) -> tuple:
     """(name, train text, valid text, test text) for --data PATH (None: the default corpus)."""
     if path is None:
         return ("pydoc_data", *split_text(default_text()))
-    p = Path(path)
-    if not p.exists():
-        raise DataError(f"--data {path}: no such file or folder")
-    if p.is_dir():
-        files = {split: _find_split_file(p, split) for split in SPLITS}
-        missing = [s for s, f in files.items() if f is None]
-        if missing:
-            raise DataError(f"--data {path}: folder has no {'/'.join(m + '.txt' for m in missing)} "
-                            "(expected train.txt, valid.txt and test.txt, or a single text file)")
-        found = {s: f for s, f in files.items() if f is not None}  # every split, after the check above
-        texts = [_read(found[s]) for s in SPLITS]
-        for split, text in zip(SPLITS, texts):
-            if not text.strip():
-                raise DataError(f"--data {path}: {found[split].name} is empty")
-        return (p.name, *texts)
-    text = _read(p)
-    if not text.strip():
-        raise DataError(f"--data {path}: file is empty")
-    return (p.stem, *split_text(text))
+    files, name = split_files(path)
+    if len(set(files.values())) == 1:
+        text = _read(files["train"])
+        if not text.strip():
+            raise DataError(f"--data {path}: file is empty")
+        return (name, *split_text(text))
+    texts = [_read(files[s]) for s in SPLITS]
+    for split, text in zip(SPLITS, texts):
+        if not text.strip():
+            raise DataError(f"--data {path}: {files[split].name} is empty")
+    return (name, *texts)
 
 
 def load_corpus(path: Optional[str] = None, level: str = "char", vocab: Optional[Vocabulary] = None) -> Corpus:
@@ -215,24 +225,31 @@ class BPTTBatches(Sequence):
                  random_lengths: Optional[int] = None):
         if batch_size % world:
             raise DataError(f"--batch-size {batch_size} must be a multiple of the number of processes ({world})")
-        stream = batchify(ids, batch_size)
-        if stream.shape[0] < 2:
+        steps = ids.numel() // batch_size
+        if steps < 2:
             raise DataError(f"{ids.numel()} tokens are too few for --batch-size {batch_size} "
                             "(each column needs at least 2 tokens)")
         per_rank = batch_size // world
-        self.stream = stream[:, rank * per_rank: (rank + 1) * per_rank].contiguous()
+        # Column b is ids[b * steps: (b + 1) * steps]: a view of the ids (a memory-mapped
+        # corpus stays mapped); each chunk is copied out when asked for.
+        self._columns = ids[: steps * batch_size].view(batch_size, steps)[rank * per_rank: (rank + 1) * per_rank]
         self.bptt = bptt
         self.global_batch_size = batch_size
         self.random_lengths = random_lengths
-        self._starts = np.arange(0, self.stream.shape[0] - 1, bptt)
+        self._starts = np.arange(0, steps - 1, bptt)
         self.set_epoch(0)
+
+    @property
+    def stream(self) -> Tensor:
+        """The (steps, batch) token layout this rank reads (a view)."""
+        return self._columns.t()
 
     def set_epoch(self, epoch: int) -> None:
         """The chunk lengths of `epoch` (only random lengths depend on it)."""
         if self.random_lengths is None:
             return
         rng = np.random.default_rng([self.random_lengths & (2**63 - 1), epoch])
-        end, start, starts = self.stream.shape[0] - 1, 0, []
+        end, start, starts = self._columns.shape[1] - 1, 0, []
         while start < end:
             nominal = self.bptt if rng.random() < 0.95 else self.bptt / 2
             starts.append(start)
@@ -246,5 +263,6 @@ class BPTTBatches(Sequence):
         if not 0 <= i < len(self):
             raise IndexError(i)
         start = int(self._starts[i])
-        stop = int(self._starts[i + 1]) if i + 1 < len(self) else self.stream.shape[0] - 1
-        return self.stream[start: stop], self.stream[start + 1: stop + 1]
+        stop = int(self._starts[i + 1]) if i + 1 < len(self) else self._columns.shape[1] - 1
+        chunk = self._columns[:, start: stop + 1].t().to(torch.int64, memory_format=torch.contiguous_format)
+        return chunk[:-1], chunk[1:]

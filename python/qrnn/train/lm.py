@@ -17,18 +17,21 @@ forward pass takes and returns the carried state explicitly (per layer: the last
 state and the window's input tail), so truncated BPTT over consecutive chunks equals one
 pass over the whole sequence, and DDP / torch.compile see no hidden module state. It
 returns the features the decoder reads (:class:`LMFeatures`), not logits: the loss and
-sampling apply the decoder themselves.
+sampling apply the decoder themselves, through a full softmax or, with `cutoffs`, the split
+softmax of large vocabularies (:mod:`qrnn.train.softmax`), which never builds a tokens x
+vocabulary tensor.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional, cast
+from typing import NamedTuple, Optional, Sequence, cast
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .. import QRNN, QRNNState
+from .softmax import SplitSoftmax
 
 __all__ = ["QRNNLanguageModel", "LMFeatures", "lm_loss", "generate", "locked_dropout", "embedding_dropout"]
 
@@ -69,12 +72,14 @@ class QRNNLanguageModel(nn.Module):
     With `tie_weights` the decoder shares the embedding matrix; the last layer then
     produces `emsize` features (the AWD-LSTM arrangement), which needs two or more layers
     or `hidden == emsize`. `dropout_hidden` defaults to `dropout` (one rate for both).
+    `cutoffs`: a split softmax over the decoder with these cluster boundaries (word ids are
+    sorted by frequency); None: the full softmax.
     """
 
     def __init__(self, vocab_size: int, emsize: int = 128, hidden: int = 512, layers: int = 3,
                  dropout: float = 0.1, dropout_emb: float = 0.1, first_window: int = 2,
                  tie_weights: bool = True, *, dropout_hidden: Optional[float] = None, dropout_words: float = 0.0,
-                 weight_drop: float = 0.0):
+                 weight_drop: float = 0.0, cutoffs: Optional[Sequence[int]] = None):
         super().__init__()
         for name, value in (("vocab_size", vocab_size), ("emsize", emsize), ("hidden", hidden),
                             ("layers", layers), ("first_window", first_window)):
@@ -90,7 +95,8 @@ class QRNNLanguageModel(nn.Module):
         self.config = dict(vocab_size=vocab_size, emsize=emsize, hidden=hidden, layers=layers,
                            dropout=dropout, dropout_emb=dropout_emb, first_window=first_window,
                            tie_weights=bool(tie_weights), dropout_hidden=dropout_hidden,
-                           dropout_words=dropout_words, weight_drop=weight_drop)
+                           dropout_words=dropout_words, weight_drop=weight_drop,
+                           cutoffs=None if cutoffs is None else [int(c) for c in cutoffs])
         self.dropout = dropout
         self.dropout_emb = dropout_emb
         self.dropout_hidden = dropout_hidden
@@ -104,6 +110,7 @@ class QRNNLanguageModel(nn.Module):
             for i in range(layers)
         )
         self.decoder = nn.Linear(sizes[-1], vocab_size)
+        self.split = None if cutoffs is None else SplitSoftmax(sizes[-1], vocab_size, cutoffs)
         nn.init.uniform_(self.embedding.weight, -0.1, 0.1)
         nn.init.zeros_(self.decoder.bias)
         if self.tied:
@@ -124,8 +131,23 @@ class QRNNLanguageModel(nn.Module):
         return LMFeatures(locked_dropout(x, self.dropout, self.training), x), new_state
 
     def logits(self, features: LMFeatures) -> Tensor:
-        """The decoder over every step's features: (seq_len, batch, vocab)."""
+        """The decoder over every step's features: (seq_len, batch, vocab) (log-probabilities
+        under a split softmax; for short inputs only, as generation and tests use it)."""
+        if self.split is not None:
+            out = features.output
+            flat = self.split.log_probs(self.decoder.weight, self.decoder.bias, out.reshape(-1, out.shape[-1]))
+            return flat.view(*out.shape[:-1], -1)
         return self.decoder(features.output)
+
+    def nll(self, features: LMFeatures, targets: Tensor) -> Tensor:
+        """Mean negative log-likelihood of `targets` (seq_len, batch): the cross-entropy."""
+        if self.split is not None:
+            out = features.output
+            nll = self.split.nll(self.decoder.weight, self.decoder.bias, out.reshape(-1, out.shape[-1]),
+                                 targets.reshape(-1))
+            return nll.mean()
+        logits = self.decoder(features.output)
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
 def _layer_forward(layer: QRNN, x: Tensor, state) -> tuple:
@@ -142,8 +164,7 @@ def lm_loss(model: QRNNLanguageModel, features: LMFeatures, targets: Tensor, alp
     in training, awd-lstm-lm's activation regularisation ``alpha * mean(output**2)`` and
     temporal activation regularisation ``beta * mean((raw[1:] - raw[:-1])**2)`` (computed in
     float32). The cross-entropy alone is what is reported."""
-    logits = model.logits(features)
-    cross_entropy = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+    cross_entropy = model.nll(features, targets)
     objective = cross_entropy
     if model.training:
         if alpha:
@@ -169,9 +190,12 @@ def generate(model: QRNNLanguageModel, prompt: Tensor, length: int, temperature:
     features, state = model(prompt.to(device).view(-1, 1))
     sampled = []
     for _ in range(length):
-        logits = model.logits(LMFeatures(features.output[-1:], features.raw[-1:]))
-        probs = torch.softmax(logits[0, 0].float() / temperature, dim=-1)
-        token = torch.multinomial(probs, 1, generator=generator)
+        last = features.output[-1, 0]
+        if model.split is not None:  # cluster by cluster
+            token = model.split.sample(model.decoder.weight, model.decoder.bias, last, temperature, generator)
+        else:
+            probs = torch.softmax(model.decoder(last).float() / temperature, dim=-1)
+            token = torch.multinomial(probs, 1, generator=generator)
         sampled.append(token)
         features, state = model(token.view(1, 1), state)
     model.train(was_training)

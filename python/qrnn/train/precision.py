@@ -45,6 +45,11 @@ def choose_precision(requested: str, device: torch.device) -> tuple:
         if requested == "auto":
             return "fp16", "auto: CUDA device, float16 autocast with loss scaling"
         return requested, "requested"
+    if requested == "bf16" and device.type == "cpu":
+        native, what = cpu_bf16_support()
+        if not native:
+            return "bf16", (f"requested, but {what}: torch emulates bfloat16 matrix products here, several to "
+                            "hundreds of times slower than float32 (--precision auto picks fp32)")
     if requested != "auto":
         return requested, "requested"
     if device.type != "cpu":

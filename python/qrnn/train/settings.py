@@ -85,6 +85,12 @@ class Settings:
     layers: int = _flag(3, "QRNN layers", "model", resume=FIXED, type=positive_int, metavar="N")
     hidden: int = _flag(256, "QRNN hidden size", "model", resume=FIXED, type=positive_int, metavar="N")
     emsize: int = _flag(128, "embedding size", "model", resume=FIXED, type=positive_int, metavar="N")
+    softmax: str = _flag("auto", "output softmax: adaptive (awd-lstm-lm's split softmax over the tied embedding, for "
+                         "large vocabularies) or full; auto: adaptive above 75,000 words", "model", resume=FIXED,
+                         choices=("auto", "full", "adaptive"))
+    cutoffs: tuple = _flag((), "adaptive softmax: where the head and each tail cluster end (word ranks)", "model",
+                           resume=FIXED, shown="2800 20000 76000 above 75,000 words (awd-lstm-lm's), else a "
+                           "twentieth and a quarter of the words", type=positive_int, nargs="+", metavar="RANK")
     window: int = _flag(2, "the first layer's window (inputs each step reads; the other layers read 1)", "model",
                         resume=FIXED, type=positive_int, metavar="N")
     dropout: float = _flag(0.1, "locked dropout on the last layer's output", "regularisation", resume=FIXED,

@@ -1,0 +1,127 @@
+"""The output softmax of large vocabularies: awd-lstm-lm's split (adaptive) softmax over the
+decoder's weight, which the language model ties to its embedding.
+
+Words are ids sorted by frequency; `cutoffs` cut them into a head (the most frequent words)
+and tail clusters. A word of the head has probability ``head(word)``; a word of tail
+cluster i has ``head(cluster i) * tail_i(word)``, where the head softmax runs over the head
+words plus one entry per tail cluster (their vectors and biases are this module's
+parameters) and ``tail_i`` over the cluster's words; every row comes from the decoder
+weight, so the embedding stays tied. Training and evaluation compute the head for every
+token and each tail only for the tokens whose target is in it: never a tokens x vocabulary
+logits tensor. Sampling goes cluster by cluster.
+
+torch's ``nn.AdaptiveLogSoftmaxWithLoss`` owns its own (projected) weights and cannot share
+the embedding, so it does not fit a tied model; this is awd-lstm-lm's SplitCrossEntropyLoss
+arrangement, in its definition.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+__all__ = ["SplitSoftmax", "default_cutoffs", "check_cutoffs", "ADAPTIVE_ABOVE"]
+
+# awd-lstm-lm's rule: a split softmax above this many words.
+ADAPTIVE_ABOVE = 75_000
+
+
+def _widen(logits: Tensor) -> Tensor:
+    """16-bit logits (autocast) in float32 for the softmax; float32 and float64 as they are."""
+    return logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
+
+
+def default_cutoffs(vocab_size: int) -> tuple:
+    """awd-lstm-lm's splits for its vocabularies (over 500k words, over 75k), else a head of a
+    twentieth and a first cluster up to a quarter of the words."""
+    if vocab_size > 500_000:
+        return (4200, 35000, 180000)
+    if vocab_size > ADAPTIVE_ABOVE:
+        return (2800, 20000, 76000)
+    return tuple(sorted({c for c in (max(1, vocab_size // 20), max(2, vocab_size // 4)) if c < vocab_size}))
+
+
+def check_cutoffs(cutoffs: Sequence[int], vocab_size: int) -> tuple:
+    cutoffs = tuple(int(c) for c in cutoffs)
+    if not cutoffs or any(b <= a for a, b in zip(cutoffs, cutoffs[1:])) or cutoffs[0] < 1 \
+            or cutoffs[-1] >= vocab_size:
+        raise ValueError(f"cutoffs must be increasing word counts in [1, {vocab_size}) (the vocabulary), "
+                         f"got {list(cutoffs)}")
+    return cutoffs
+
+
+class SplitSoftmax(nn.Module):
+    """Split softmax over a decoder ``(weight (vocab, features), bias (vocab,))`` passed to
+    each call; holds the tail clusters' head vectors and biases."""
+
+    def __init__(self, features: int, vocab_size: int, cutoffs: Sequence[int]):
+        super().__init__()
+        self.vocab_size = int(vocab_size)
+        self.cutoffs = check_cutoffs(cutoffs, vocab_size)
+        self.bounds = self.cutoffs + (self.vocab_size,)
+        self.tail_vectors = nn.Parameter(torch.zeros(len(self.cutoffs), features))
+        self.tail_bias = nn.Parameter(torch.zeros(len(self.cutoffs)))
+
+    def extra_repr(self) -> str:
+        return f"vocab_size={self.vocab_size}, cutoffs={list(self.cutoffs)}"
+
+    def _head_log_probs(self, weight: Tensor, bias: Tensor, hidden: Tensor) -> Tensor:
+        head = self.cutoffs[0]
+        w = torch.cat([weight[:head], self.tail_vectors.to(weight.dtype)])
+        b = torch.cat([bias[:head], self.tail_bias.to(bias.dtype)])
+        return F.log_softmax(_widen(F.linear(hidden, w, b)), dim=-1)
+
+    def _tail_log_probs(self, weight: Tensor, bias: Tensor, hidden: Tensor, cluster: int) -> Tensor:
+        lo, hi = self.bounds[cluster], self.bounds[cluster + 1]
+        return F.log_softmax(_widen(F.linear(hidden, weight[lo:hi], bias[lo:hi])), dim=-1)
+
+    def nll(self, weight: Tensor, bias: Tensor, hidden: Tensor, targets: Tensor) -> Tensor:
+        """Negative log-likelihoods (float32) of `targets` (N,) given `hidden` (N, features), in
+        the order head tokens first, then each cluster's (their sum and mean are the loss's)."""
+        head_log_probs = self._head_log_probs(weight, bias, hidden)
+        head = self.cutoffs[0]
+        in_head = targets < head
+        parts = [-head_log_probs[in_head].gather(1, targets[in_head].unsqueeze(1)).squeeze(1)]
+        for cluster in range(len(self.cutoffs)):
+            lo, hi = self.bounds[cluster], self.bounds[cluster + 1]
+            rows = ((targets >= lo) & (targets < hi)).nonzero().squeeze(1)
+            if rows.numel() == 0:
+                continue
+            tail = self._tail_log_probs(weight, bias, hidden.index_select(0, rows), cluster)
+            picked = tail.gather(1, (targets.index_select(0, rows) - lo).unsqueeze(1)).squeeze(1)
+            parts.append(-(head_log_probs.index_select(0, rows)[:, head + cluster] + picked))
+        return torch.cat(parts)
+
+    def sample(self, weight: Tensor, bias: Tensor, hidden: Tensor, temperature: float = 1.0,
+               generator: Optional[torch.Generator] = None) -> Tensor:
+        """One word id drawn from ``p(word) ** (1 / temperature)`` (normalised) for `hidden`
+        (features,): the cluster first (each weighted by its words' tempered mass), then the
+        word within it; one cluster's logits at a time."""
+        hidden = hidden.reshape(1, -1)
+        head_log_probs = self._head_log_probs(weight, bias, hidden)[0] / temperature
+        head = self.cutoffs[0]
+        if temperature != 1.0:  # a tail cluster's tempered mass is not its head probability's
+            masses = [torch.logsumexp(self._tail_log_probs(weight, bias, hidden, c)[0] / temperature, 0)
+                      for c in range(len(self.cutoffs))]
+            head_log_probs = torch.cat([head_log_probs[:head], head_log_probs[head:] + torch.stack(masses)])
+        choice = int(torch.multinomial(torch.softmax(head_log_probs, 0), 1, generator=generator))
+        if choice < head:
+            return torch.tensor([choice], device=hidden.device)
+        cluster = choice - head
+        tail = self._tail_log_probs(weight, bias, hidden, cluster)[0] / temperature
+        word = int(torch.multinomial(torch.softmax(tail, 0), 1, generator=generator))
+        return torch.tensor([self.bounds[cluster] + word], device=hidden.device)
+
+    def log_probs(self, weight: Tensor, bias: Tensor, hidden: Tensor) -> Tensor:
+        """Every word's log-probability for each row of `hidden` (N, features): (N, vocab).
+        For tests and small N only (this is the full tensor training never builds)."""
+        head_log_probs = self._head_log_probs(weight, bias, hidden)
+        head = self.cutoffs[0]
+        parts = [head_log_probs[:, :head]]
+        for cluster in range(len(self.cutoffs)):
+            parts.append(head_log_probs[:, head + cluster: head + cluster + 1]
+                         + self._tail_log_probs(weight, bias, hidden, cluster))
+        return torch.cat(parts, dim=1)
