@@ -9,8 +9,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from qrnn.train.cli import _softmax_cutoffs
-from qrnn.train.cli import generate_main
+from qrnn.train.cli import _softmax_cutoffs, generate_main
 from qrnn.train.cli import main as train_main
 from qrnn.train.data import default_text
 from qrnn.train.errors import TrainError

@@ -140,14 +140,14 @@ def loop_overhead(data: Path, preset: str, quick: bool) -> Result:
     params = list(model.parameters())
     lr_at = twin.trainer.lr_at
     assert lr_at is not None
-    bare = {"step": 0, "carry": None}
+    bare: dict = {"carry": None}
+    bare_step = [0]
 
     def bare_steps():
         for _ in range(steps):
-            index = bare["step"] % len(batches)
-            inputs, targets = batches[index]
+            inputs, targets = batches[bare_step[0] % len(batches)]
             for group in optimizer.param_groups:
-                group["lr"] = lr_at(bare["step"], 0, targets.shape[0])
+                group["lr"] = lr_at(bare_step[0], 0, targets.shape[0])
             optimizer.zero_grad(set_to_none=True)
             features, carry = model(inputs, bare["carry"])
             loss, _ = lm_loss(model, features, targets, settings.alpha, settings.beta)
@@ -155,7 +155,7 @@ def loop_overhead(data: Path, preset: str, quick: bool) -> Result:
             nn.utils.clip_grad_norm_(params, settings.clip)
             optimizer.step()
             bare["carry"] = tree_map(torch.Tensor.detach, carry)
-            bare["step"] += 1
+            bare_step[0] += 1
 
     def loop_steps():
         if trainer.position + steps > len(batches):

@@ -259,9 +259,7 @@ def _open(folder: Path, name: str) -> Corpus:
             ids.append(torch.from_numpy(np.memmap(folder / f"{split}.i32", dtype="<i4", mode="c")))
         else:
             ids.append(torch.zeros(0, dtype=torch.int32))
-    corpus = Corpus(name, vocab, *ids)
-    corpus.fingerprint = int(meta["fingerprint"])
-    return corpus
+    return Corpus(name, vocab, ids[0], ids[1], ids[2], fingerprint=int(meta["fingerprint"]))
 
 
 def cached_corpus(path: str, level: str, say: Callable = print, progress: bool = True) -> tuple:

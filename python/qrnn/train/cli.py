@@ -21,8 +21,8 @@ from typing import Callable, Optional
 import torch
 
 from ..checkpoint import CheckpointError
-from .checkpoints import latest_checkpoint, load_checkpoint
 from .cache import cached_corpus
+from .checkpoints import latest_checkpoint, load_checkpoint
 from .data import BPTTBatches, Corpus, DataError, Vocabulary, load_corpus
 from .distributed import (
     Distributed,
@@ -36,7 +36,6 @@ from .errors import TrainError, TrainingStopped
 from .lm import QRNNLanguageModel, generate, lm_loss
 from .optim import NTASGD, LearningRate, averaged_state_dict, averaged_weights, make_asgd, make_optimizer
 from .records import format_epoch_record
-from .softmax import ADAPTIVE_ABOVE, check_cutoffs, default_cutoffs
 from .settings import (
     CommandParser,
     Settings,
@@ -47,6 +46,7 @@ from .settings import (
     resolve,
     seed_int,
 )
+from .softmax import ADAPTIVE_ABOVE, check_cutoffs, default_cutoffs
 from .state import seed_everything
 from .stopping import STOP_SIGNALS, catch_stop_signals
 from .trainer import Trainer
@@ -242,18 +242,15 @@ def build_training(settings: Settings, dist: Optional[Distributed] = None, run_d
     """The corpus, model, optimizer, learning rates, loss and Trainer of a qrnn-train run with
     `settings` (resuming `checkpoint`), the run's header lines said through `say`."""
     dist = dist or Distributed(device=torch.device(settings.device or "cpu"))
-    vocab = _vocabulary(checkpoint, resume_path) if checkpoint else None
+    vocab = _vocabulary(checkpoint, resume_path or "the checkpoint") if checkpoint else None
     cache = None
     if settings.data is None:  # the small built-in text: tokenized in memory
         corpus = load_corpus(settings.data, settings.level, vocab=vocab)
     else:  # tokenized once into the corpus cache, then mapped by every rank and restart
         corpus, cache = cached_corpus(settings.data, settings.level, say=say,
                                       progress=not settings.no_progress and dist.is_main)
-        if vocab is not None and vocab != corpus.vocab:
-            raise TrainError(f"the vocabulary of {settings.data} differs from the checkpoint's; resume with the "
-                             "--data it was trained on")
     fingerprint = corpus.fingerprint if corpus.fingerprint is not None else _fingerprint(corpus.train)
-    if checkpoint and fingerprint != checkpoint["data"]["fingerprint"]:
+    if checkpoint and (fingerprint != checkpoint["data"]["fingerprint"] or vocab != corpus.vocab):
         raise TrainError(f"the training data differs from the checkpoint's ({checkpoint['data'].get('name')}); "
                          "resume with the --data it was trained on")
     # Token ids live on the training device: a batch is then a slice, not a copy.
@@ -274,6 +271,7 @@ def build_training(settings: Settings, dist: Optional[Distributed] = None, run_d
     nt_asgd = NTASGD(settings.nonmono)
     if checkpoint is not None and isinstance(checkpoint.get("nt_asgd"), dict):
         nt_asgd.load_state_dict(checkpoint["nt_asgd"])
+    optimizer: torch.optim.Optimizer
     if nt_asgd.switched_at is not None:
         optimizer = make_asgd(model.parameters(), settings.lr, settings.wdecay)
     else:
