@@ -42,7 +42,7 @@ TOLERANCE = 1e-5  # float32 parameters after up to 2 * 29 Adam steps, gradients 
 # Runs qrnn-train and records, per rank, every call that writes into the run folder.
 LAUNCHER = textwrap.dedent("""
     import os, sys
-    import qrnn.checkpoint, qrnn.train.cli
+    import qrnn.checkpoint, qrnn.train.cache, qrnn.train.cli
 
     def recorded(owner, name):
         original = getattr(owner, name)
@@ -56,6 +56,7 @@ LAUNCHER = textwrap.dedent("""
     recorded(qrnn.checkpoint.AsyncCheckpointer, "save")
     recorded(qrnn.train.cli, "write_metrics")
     recorded(qrnn.train.cli, "plot_losses")
+    recorded(qrnn.train.cache, "_build")  # tokenizing the corpus into its cache
     sys.exit(qrnn.train.cli.main(sys.argv[1:]))
 """)
 
@@ -360,3 +361,23 @@ def test_ranks_whose_clocks_disagree_stop_at_the_same_step(runs):
 def _latest_step(run_dir):
     found = _checkpoints(str(run_dir))
     return found[max(found)]
+
+
+def test_two_ranks_on_a_cold_cache_tokenize_once(tmp_path):
+    """The corpus cache under torchrun: one rank builds it, the other waits and maps it; the
+    header says which process built it."""
+    data = tmp_path / "cold.txt"
+    data.write_text(default_text()[:3_000], encoding="utf-8")
+    launcher = tmp_path / "launch.py"
+    launcher.write_text(LAUNCHER)
+    log = tmp_path / "writes"
+    log.mkdir()
+    env = dict(os.environ, OMP_NUM_THREADS="1", WRITE_LOG=str(log))
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(launcher),
+               "--data", str(data), "--epochs", "1", "--max-steps", "2", "--checkpoint-dir", str(tmp_path / "run")]
+    code, stdout, stderr = run_launch(command + ARGS, env, tmp_path / "output", timeout=300)
+    assert code == 0, (code, stdout[-2000:], stderr[-3000:])
+    builds = sum(path.read_text().split().count("_build") for path in log.iterdir())
+    assert builds == 1
+    line = next(line for line in stdout.splitlines() if line.startswith("corpus cache: ") and "(built" in line)
+    assert "(built here in" in line or "(rank 1)" in line, line

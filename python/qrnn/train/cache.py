@@ -115,7 +115,8 @@ def _text_blocks(path: Path, start: int, stop: int, progress) -> Iterator[str]:
                 continue
             block, carry = data[:cut], data[cut:]
             if block:
-                yield block.decode("utf-8", errors="replace").replace("\r\n", "\n").replace("\r", "\n")
+                text = block.decode("utf-8", errors="replace")
+                yield text.replace("\r\n", "\n").replace("\r", "\n") if b"\r" in block else text
 
 
 def _split_ranges(files: dict) -> dict:
