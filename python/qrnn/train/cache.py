@@ -22,6 +22,7 @@ from __future__ import annotations
 import collections
 import fcntl
 import hashlib
+import itertools
 import json
 import os
 import shutil
@@ -137,12 +138,24 @@ def _split_ranges(files: dict) -> dict:
     return {"train": (path, 0, cuts[0]), "valid": (path, cuts[0], cuts[1]), "test": (path, cuts[1], size)}
 
 
-class _WordIds(dict):
-    """Word -> provisional id in order of first appearance (a new word gets the next id)."""
-
-    def __missing__(self, word: str) -> int:
-        value = self[word] = len(self)
-        return value
+def _word_ids(words: dict, tokens: list) -> np.ndarray:
+    """Provisional ids of `tokens`: each word's order of first appearance, new words added
+    to `words`. New words are stored as fresh copies made once the block's strings are
+    freed: a kept string of a block would otherwise hold on to the memory of its block."""
+    ids = np.fromiter(map(words.get, tokens, itertools.repeat(-1)), dtype=np.int64, count=len(tokens))
+    unknown = np.flatnonzero(ids < 0)
+    if len(unknown):
+        new = dict.fromkeys(tokens[i] for i in unknown)
+        first = len(words)
+        local = {word: first + i for i, word in enumerate(new)}
+        ids[unknown] = np.fromiter(map(local.__getitem__, (tokens[i] for i in unknown)), dtype=np.int64,
+                                   count=len(unknown))
+        packed = "\n".join(new)  # one large string: not in the small-object pools
+        del new, local
+        tokens.clear()
+        for i, word in enumerate(packed.split("\n")):
+            words[word] = first + i
+    return ids
 
 
 def _build(folder: Path, ranges: dict, level: str, name: str, progress: bool) -> dict:
@@ -154,7 +167,7 @@ def _build(folder: Path, ranges: dict, level: str, name: str, progress: bool) ->
     total = sum(stop - start for _, start, stop in ranges.values())
     bar = tqdm(total=total, unit="B", unit_scale=True, desc=f"tokenizing {name}", leave=False,
                disable=not progress, dynamic_ncols=True)
-    words = _WordIds()
+    words: dict = {}
     counts = np.zeros(0, dtype=np.int64)
     codes_seen: set = set()
     has_text = {}
@@ -169,8 +182,7 @@ def _build(folder: Path, ranges: dict, level: str, name: str, progress: bool) ->
                         if split == "train":
                             codes_seen.update(np.unique(ids).tolist())
                     else:
-                        tokens = text.replace("\n", f" {EOS} ").split()
-                        ids = np.fromiter(map(words.__getitem__, tokens), dtype=np.int64, count=len(tokens))
+                        ids = _word_ids(words, text.replace("\n", f" {EOS} ").split())
                         if split == "train":
                             if len(words) > len(counts):
                                 counts = np.concatenate([counts, np.zeros(len(words) - len(counts), np.int64)])

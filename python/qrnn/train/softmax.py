@@ -68,20 +68,26 @@ class SplitSoftmax(nn.Module):
     def extra_repr(self) -> str:
         return f"vocab_size={self.vocab_size}, cutoffs={list(self.cutoffs)}"
 
-    def _head_log_probs(self, weight: Tensor, bias: Tensor, hidden: Tensor) -> Tensor:
-        head = self.cutoffs[0]
-        w = torch.cat([weight[:head], self.tail_vectors.to(weight.dtype)])
-        b = torch.cat([bias[:head], self.tail_bias.to(bias.dtype)])
+    def _pieces(self, weight: Tensor, bias: Tensor) -> tuple:
+        """The decoder's rows and biases cut at the cutoffs: one split, so that the backward
+        assembles the weight's gradient once (a slice per cluster would each allocate a
+        vocabulary-sized gradient)."""
+        sizes = [hi - lo for lo, hi in zip((0,) + self.bounds[:-1], self.bounds)]
+        return weight.split(sizes), bias.split(sizes)
+
+    def _head_log_probs(self, weights: tuple, biases: tuple, hidden: Tensor) -> Tensor:
+        w = torch.cat([weights[0], self.tail_vectors.to(weights[0].dtype)])
+        b = torch.cat([biases[0], self.tail_bias.to(biases[0].dtype)])
         return F.log_softmax(_widen(F.linear(hidden, w, b)), dim=-1)
 
-    def _tail_log_probs(self, weight: Tensor, bias: Tensor, hidden: Tensor, cluster: int) -> Tensor:
-        lo, hi = self.bounds[cluster], self.bounds[cluster + 1]
-        return F.log_softmax(_widen(F.linear(hidden, weight[lo:hi], bias[lo:hi])), dim=-1)
+    def _tail_log_probs(self, weights: tuple, biases: tuple, hidden: Tensor, cluster: int) -> Tensor:
+        return F.log_softmax(_widen(F.linear(hidden, weights[cluster + 1], biases[cluster + 1])), dim=-1)
 
     def nll(self, weight: Tensor, bias: Tensor, hidden: Tensor, targets: Tensor) -> Tensor:
         """Negative log-likelihoods (float32) of `targets` (N,) given `hidden` (N, features), in
         the order head tokens first, then each cluster's (their sum and mean are the loss's)."""
-        head_log_probs = self._head_log_probs(weight, bias, hidden)
+        weights, biases = self._pieces(weight, bias)
+        head_log_probs = self._head_log_probs(weights, biases, hidden)
         head = self.cutoffs[0]
         in_head = targets < head
         parts = [-head_log_probs[in_head].gather(1, targets[in_head].unsqueeze(1)).squeeze(1)]
@@ -90,7 +96,7 @@ class SplitSoftmax(nn.Module):
             rows = ((targets >= lo) & (targets < hi)).nonzero().squeeze(1)
             if rows.numel() == 0:
                 continue
-            tail = self._tail_log_probs(weight, bias, hidden.index_select(0, rows), cluster)
+            tail = self._tail_log_probs(weights, biases, hidden.index_select(0, rows), cluster)
             picked = tail.gather(1, (targets.index_select(0, rows) - lo).unsqueeze(1)).squeeze(1)
             parts.append(-(head_log_probs.index_select(0, rows)[:, head + cluster] + picked))
         return torch.cat(parts)
@@ -101,27 +107,29 @@ class SplitSoftmax(nn.Module):
         (features,): the cluster first (each weighted by its words' tempered mass), then the
         word within it; one cluster's logits at a time."""
         hidden = hidden.reshape(1, -1)
-        head_log_probs = self._head_log_probs(weight, bias, hidden)[0] / temperature
+        weights, biases = self._pieces(weight, bias)
+        head_log_probs = self._head_log_probs(weights, biases, hidden)[0] / temperature
         head = self.cutoffs[0]
         if temperature != 1.0:  # a tail cluster's tempered mass is not its head probability's
-            masses = [torch.logsumexp(self._tail_log_probs(weight, bias, hidden, c)[0] / temperature, 0)
+            masses = [torch.logsumexp(self._tail_log_probs(weights, biases, hidden, c)[0] / temperature, 0)
                       for c in range(len(self.cutoffs))]
             head_log_probs = torch.cat([head_log_probs[:head], head_log_probs[head:] + torch.stack(masses)])
         choice = int(torch.multinomial(torch.softmax(head_log_probs, 0), 1, generator=generator))
         if choice < head:
             return torch.tensor([choice], device=hidden.device)
         cluster = choice - head
-        tail = self._tail_log_probs(weight, bias, hidden, cluster)[0] / temperature
+        tail = self._tail_log_probs(weights, biases, hidden, cluster)[0] / temperature
         word = int(torch.multinomial(torch.softmax(tail, 0), 1, generator=generator))
         return torch.tensor([self.bounds[cluster] + word], device=hidden.device)
 
     def log_probs(self, weight: Tensor, bias: Tensor, hidden: Tensor) -> Tensor:
         """Every word's log-probability for each row of `hidden` (N, features): (N, vocab).
         For tests and small N only (this is the full tensor training never builds)."""
-        head_log_probs = self._head_log_probs(weight, bias, hidden)
+        weights, biases = self._pieces(weight, bias)
+        head_log_probs = self._head_log_probs(weights, biases, hidden)
         head = self.cutoffs[0]
         parts = [head_log_probs[:, :head]]
         for cluster in range(len(self.cutoffs)):
             parts.append(head_log_probs[:, head + cluster: head + cluster + 1]
-                         + self._tail_log_probs(weight, bias, hidden, cluster))
+                         + self._tail_log_probs(weights, biases, hidden, cluster))
         return torch.cat(parts, dim=1)
