@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -43,8 +44,10 @@ def test_same_ids_and_vocabulary_as_in_memory(text_file, level, monkeypatch):
     monkeypatch.setattr(cache_module, "BLOCK_BYTES", 4096)  # many blocks, lines cut across them
     corpus, info = cached_corpus(str(text_file), level, say=_quiet, progress=False)
     assert info.built_here
-    _same(corpus, load_corpus(str(text_file), level))
+    in_memory = load_corpus(str(text_file), level)
+    _same(corpus, in_memory)
     assert corpus.train.dtype == torch.int32
+    assert corpus.fingerprint == zlib.crc32(in_memory.train.numpy().tobytes())  # what checkpoints record
     # A folder of three files, with Windows line ends in one of them.
     folder = text_file.parent / "splits"
     folder.mkdir()

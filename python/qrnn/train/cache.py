@@ -216,21 +216,19 @@ def _build(folder: Path, ranges: dict, level: str, name: str, progress: bool) ->
         def final(raw: np.ndarray) -> np.ndarray:
             return table[raw]
     meta: dict = {"version": CACHE_VERSION, "level": level, "files": {}}
-    for split in SPLITS:
-        raw = np.memmap(folder / f"{split}.raw", dtype="<u4", mode="r") if (folder / f"{split}.raw").stat().st_size \
-            else np.zeros(0, dtype="<u4")
-        crc = 0
-        with open(folder / f"{split}.i32", "wb") as out:
-            for start in range(0, len(raw), 1 << 22):
-                block = final(np.asarray(raw[start: start + (1 << 22)])).astype("<i4")
+    for split in SPLITS:  # read in blocks, not mapped: the build's memory stays its own
+        crc = fingerprint = 0
+        with open(folder / f"{split}.raw", "rb") as src, open(folder / f"{split}.i32", "wb") as out:
+            while len(raw := np.fromfile(src, dtype="<u4", count=1 << 22)):
+                block = final(raw).astype("<i4")
                 crc = zlib.crc32(block.tobytes(), crc)
+                if split == "train":  # ids_fingerprint, block by block
+                    fingerprint = zlib.crc32(block.astype("<i8").tobytes(), fingerprint)
                 out.write(block.tobytes())
-        del raw
         os.unlink(folder / f"{split}.raw")
         meta["files"][split] = {"tokens": os.path.getsize(folder / f"{split}.i32") // 4, "crc32": crc}
-    train = np.memmap(folder / "train.i32", dtype="<i4", mode="r")
-    meta["fingerprint"] = ids_fingerprint(train)
-    del train
+        if split == "train":
+            meta["fingerprint"] = fingerprint
     vocab_bytes = json.dumps(vocab.state_dict()).encode()
     (folder / "vocab.json").write_bytes(vocab_bytes)
     meta["vocab_crc32"] = zlib.crc32(vocab_bytes)
