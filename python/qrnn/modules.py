@@ -180,9 +180,9 @@ class QRNNLayer(_TypedCall):
         # getattr: a layer pickled by a version without weight drop has no such attribute.
         weight_drop = getattr(self, "weight_drop", 0.0) if self.training else 0.0
         if weight_drop or _is_plain_linear(linear):
-            if weight_drop and type(linear) is not nn.Linear:
-                raise ValueError(f"weight_drop={weight_drop} needs layer.linear to be a plain nn.Linear, got "
-                                 f"{type(linear).__name__}: drop the weights inside that module instead")
+            if weight_drop and not _is_plain_linear(linear):  # its hooks would be skipped
+                raise ValueError(f"weight_drop={weight_drop} needs layer.linear to be a plain nn.Linear without "
+                                 f"hooks, got {type(linear).__name__}: drop the weights inside that module instead")
             weight = F.dropout(linear.weight, weight_drop, training=True) if weight_drop else linear.weight
             return qrnn_layer_with(input, None, weight, linear.bias, c0, x_tail, self.window,
                                    self.output_gate, self.zoneout, self.training, lengths, batch_first, reverse)

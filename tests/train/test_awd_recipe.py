@@ -147,6 +147,10 @@ def test_weight_drop_refuses_a_replaced_linear():
     layer.linear = AWDWeightDrop(layer.linear, 0.2)
     with pytest.raises(ValueError, match="weight_drop=0.2 needs layer.linear to be a plain nn.Linear"):
         layer(torch.randn(2, 1, 3))
+    hooked = QRNNLayer(3, 4, weight_drop=0.2)
+    hooked.linear.register_forward_hook(lambda module, args, out: None)
+    with pytest.raises(ValueError, match="without hooks"):  # never a hook silently skipped
+        hooked(torch.randn(2, 1, 3))
     with pytest.raises(ValueError, match="weight_drop"):
         QRNNLayer(3, 4, weight_drop=1.0)
 

@@ -14,14 +14,13 @@ import os
 import signal
 import sys
 import time
-import zlib
 from dataclasses import dataclass
 from typing import Callable, Optional
 
 import torch
 
 from ..checkpoint import CheckpointError
-from .cache import cached_corpus
+from .cache import cached_corpus, ids_fingerprint
 from .checkpoints import latest_checkpoint, load_checkpoint
 from .data import BPTTBatches, Corpus, DataError, Vocabulary, load_corpus
 from .distributed import (
@@ -61,10 +60,6 @@ def _run_dirs(root="runs"):
         return []
     dirs = [os.path.join(root, name) for name in os.listdir(root)]
     return sorted((d for d in dirs if os.path.isdir(d)), key=os.path.getmtime)
-
-
-def _fingerprint(ids: torch.Tensor) -> int:
-    return zlib.crc32(ids.numpy().tobytes())
 
 
 def _locate_run(args, dist) -> tuple:
@@ -249,7 +244,7 @@ def build_training(settings: Settings, dist: Optional[Distributed] = None, run_d
     else:  # tokenized once into the corpus cache, then mapped by every rank and restart
         corpus, cache = cached_corpus(settings.data, settings.level, say=say,
                                       progress=not settings.no_progress and dist.is_main)
-    fingerprint = corpus.fingerprint if corpus.fingerprint is not None else _fingerprint(corpus.train)
+    fingerprint = corpus.fingerprint if corpus.fingerprint is not None else ids_fingerprint(corpus.train.numpy())
     if checkpoint and (fingerprint != checkpoint["data"]["fingerprint"] or vocab != corpus.vocab):
         raise TrainError(f"the training data differs from the checkpoint's ({checkpoint['data'].get('name')}); "
                          "resume with the --data it was trained on")

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 __all__ = ["DataError", "Vocabulary", "Corpus", "load_corpus", "load_texts", "split_files", "default_text",
-           "split_text", "batchify", "BPTTBatches", "UNK", "EOS", "LEVELS", "SPLITS"]
+           "split_text", "BPTTBatches", "UNK", "EOS", "LEVELS", "SPLITS"]
 
 UNK = "<unk>"
 EOS = "<eos>"
@@ -198,12 +198,6 @@ def load_corpus(path: Optional[str] = None, level: str = "char", vocab: Optional
     if vocab is None:
         vocab = Vocabulary.build(train, level)
     return Corpus(name, vocab, vocab.encode(train), vocab.encode(valid), vocab.encode(test))
-
-
-def batchify(ids: Tensor, batch_size: int) -> Tensor:
-    """Lay a token stream out as `batch_size` contiguous columns: (steps, batch_size)."""
-    steps = ids.numel() // batch_size
-    return ids[: steps * batch_size].view(batch_size, steps).t().contiguous()
 
 
 class BPTTBatches(Sequence):
