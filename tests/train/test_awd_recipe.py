@@ -373,3 +373,20 @@ def test_bf16_requested_on_a_cpu_that_emulates_it_says_so(monkeypatch):
     monkeypatch.setattr(precision, "cpu_bf16_support", lambda: (True, "CPU has amx_bf16"))
     assert precision.choose_precision("bf16", torch.device("cpu")) == ("bf16", "requested")
     assert precision.choose_precision("auto", torch.device("cpu"))[0] == "bf16"
+
+
+@pytest.mark.parametrize("damage", [{"losses": "x", "switched_at": None}, {"losses": [1.0], "switched_at": -3},
+                                    {"switched_at": None}])
+def test_a_damaged_averaged_sgd_state_is_one_line(tmp_path, capsys, damage):
+    args = _small_recipe(tmp_path) + ["--epochs", "1", "--max-steps", "2", "--checkpoint-dir", str(tmp_path / "run")]
+    assert train_main(args) == 0
+    from qrnn.checkpoint import load
+    from qrnn.train.checkpoints import latest_checkpoint
+    path = latest_checkpoint(str(tmp_path / "run"))
+    state = load(path)
+    state["nt_asgd"] = damage
+    torch.save(state, path)
+    capsys.readouterr()
+    assert train_main(args[:-6] + ["--max-steps", "3", "--checkpoint-dir", str(tmp_path / "run"), "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert "its averaged-SGD state is damaged" in err and err.count("\n") == 1

@@ -265,7 +265,10 @@ def build_training(settings: Settings, dist: Optional[Distributed] = None, run_d
     seed_everything(settings.seed, rank=dist.rank)  # distinct dropout masks per rank
     nt_asgd = NTASGD(settings.nonmono)
     if checkpoint is not None and isinstance(checkpoint.get("nt_asgd"), dict):
-        nt_asgd.load_state_dict(checkpoint["nt_asgd"])
+        try:
+            nt_asgd.load_state_dict(checkpoint["nt_asgd"])
+        except (KeyError, TypeError, ValueError) as err:
+            raise TrainError(f"{resume_path}: its averaged-SGD state is damaged ({type(err).__name__}: {err})") from None
     optimizer: torch.optim.Optimizer
     if nt_asgd.switched_at is not None:
         optimizer = make_asgd(model.parameters(), settings.lr, settings.wdecay)

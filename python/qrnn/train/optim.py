@@ -101,8 +101,13 @@ class NTASGD:
         return {"nonmono": self.nonmono, "losses": list(self.losses), "switched_at": self.switched_at}
 
     def load_state_dict(self, state: dict) -> None:
-        self.losses = [float(v) for v in state["losses"]]
-        self.switched_at = None if state["switched_at"] is None else int(state["switched_at"])
+        """A saved state, checked: a list of floats (one per epoch) and an epoch or None."""
+        losses, switched_at = state["losses"], state["switched_at"]
+        if not isinstance(losses, list) or not all(isinstance(v, float) for v in losses):
+            raise TypeError("losses must be a list of floats")
+        if switched_at is not None and (not isinstance(switched_at, int) or switched_at < 1):
+            raise ValueError(f"switched_at must be an epoch >= 1 or None, got {switched_at!r}")
+        self.losses, self.switched_at = list(losses), switched_at
 
 
 @dataclass(frozen=True)
