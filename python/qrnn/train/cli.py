@@ -268,7 +268,8 @@ def build_training(settings: Settings, dist: Optional[Distributed] = None, run_d
         try:
             nt_asgd.load_state_dict(checkpoint["nt_asgd"])
         except (KeyError, TypeError, ValueError) as err:
-            raise TrainError(f"{resume_path}: its averaged-SGD state is damaged ({type(err).__name__}: {err})") from None
+            raise TrainError(f"{resume_path}: its averaged-SGD state is damaged "
+                             f"({type(err).__name__}: {err})") from None
     optimizer: torch.optim.Optimizer
     if nt_asgd.switched_at is not None:
         optimizer = make_asgd(model.parameters(), settings.lr, settings.wdecay)
