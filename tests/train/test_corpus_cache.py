@@ -35,7 +35,12 @@ def text_file(tmp_path):
     folder = tmp_path / "data"
     folder.mkdir()
     path = folder / "corpus.txt"
-    path.write_text(default_text()[:120_000], encoding="utf-8")
+    # Characters of several UTF-8 lengths in the first half only, and Windows line ends: the
+    # 90/5/5 cut counts bytes whether the file is streamed or read whole.
+    text = default_text()[:120_000]
+    text = text[:60_000].replace("e", "é").replace("a", "𝔞") + text[60_000:]
+    text = text.replace("\n", "\r\n")
+    path.write_bytes(text.encode("utf-8"))
     return path
 
 

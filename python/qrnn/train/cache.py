@@ -36,7 +36,7 @@ from typing import Callable, Iterator, Optional
 import numpy as np
 import torch
 
-from .data import EOS, LEVELS, SPLITS, UNK, Corpus, DataError, Vocabulary, split_files
+from .data import EOS, LEVELS, SPLITS, UNK, Corpus, DataError, Vocabulary, decode_text, line_cuts, split_files
 
 __all__ = ["CACHE_VERSION", "CacheInfo", "cached_corpus", "cache_root", "ids_fingerprint"]
 
@@ -116,26 +116,31 @@ def _text_blocks(path: Path, start: int, stop: int, progress) -> Iterator[str]:
                 continue
             block, carry = data[:cut], data[cut:]
             if block:
-                text = block.decode("utf-8", errors="replace")
-                yield text.replace("\r\n", "\n").replace("\r", "\n") if b"\r" in block else text
+                yield decode_text(block)
 
 
 def _split_ranges(files: dict) -> dict:
     """(path, start byte, stop byte) of each split: whole files, or one file cut 90/5/5 at
-    line ends (as ``split_text`` cuts its text)."""
+    line ends (as ``split_text`` cuts a text)."""
     if len(set(files.values())) == len(SPLITS):
         return {split: (files[split], 0, files[split].stat().st_size) for split in SPLITS}
     path = files["train"]
     size = path.stat().st_size
-    cuts = []
     with open(path, "rb") as fh:
-        for fraction in (0.9, 0.95):
-            target = int(size * fraction)
-            fh.seek(target)
-            rest = fh.read(1 << 20)
-            newline = rest.find(b"\n")
-            cuts.append(target if newline < 0 else target + newline + 1)
+        cuts = line_cuts(size, lambda offset: _newline_at(fh, offset))
     return {"train": (path, 0, cuts[0]), "valid": (path, cuts[0], cuts[1]), "test": (path, cuts[1], size)}
+
+
+def _newline_at(fh, offset: int) -> int:
+    fh.seek(offset)
+    while True:
+        chunk = fh.read(1 << 20)
+        if not chunk:
+            return -1
+        found = chunk.find(b"\n")
+        if found >= 0:
+            return offset + found
+        offset += len(chunk)
 
 
 def _word_ids(words: dict, tokens: list) -> np.ndarray:

@@ -12,14 +12,14 @@ import fnmatch
 import itertools
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 import torch
 from torch import Tensor
 
 __all__ = ["DataError", "Vocabulary", "Corpus", "load_corpus", "load_texts", "split_files", "default_text",
-           "split_text", "BPTTBatches", "UNK", "EOS", "LEVELS", "SPLITS"]
+           "split_text", "line_cuts", "decode_text", "BPTTBatches", "UNK", "EOS", "LEVELS", "SPLITS"]
 
 UNK = "<unk>"
 EOS = "<eos>"
@@ -129,19 +129,39 @@ def default_text() -> str:
     return "\n\n".join(topics[key] for key in sorted(topics))
 
 
-def split_text(text: str, fractions=(0.9, 0.05)) -> tuple:
-    """Split into train/valid/test (90/5/5 by default) at line boundaries."""
+def line_cuts(size: int, newline_at: Callable[[int], int], fractions=(0.9, 0.05)) -> list:
+    """Byte offsets cutting `size` bytes into train/valid/test (90/5/5 by default): the first
+    line end at or after each fraction. `newline_at(offset)` is the offset of the first
+    newline byte at or after `offset`, or -1. Counted in bytes, so that a file cut while
+    streamed (the corpus cache) and a text cut in memory split at the same lines."""
     cuts = []
     for fraction in np.cumsum(fractions):
-        target = int(len(text) * fraction)
-        newline = text.find("\n", target)
+        target = int(size * fraction)
+        newline = newline_at(target)
         cuts.append(target if newline < 0 else newline + 1)
-    return text[: cuts[0]], text[cuts[0]: cuts[1]], text[cuts[1]:]
+    return cuts
 
 
-def _read(path: Path) -> str:
+def decode_text(data: bytes) -> str:
+    """Bytes of a text file as ``Path.read_text`` decodes them: UTF-8 with replacement,
+    universal newlines."""
+    text = data.decode("utf-8", errors="replace")
+    return text.replace("\r\n", "\n").replace("\r", "\n") if b"\r" in data else text
+
+
+def _split_bytes(data: bytes) -> tuple:
+    cuts = line_cuts(len(data), lambda offset: data.find(b"\n", offset))
+    return tuple(decode_text(part) for part in (data[: cuts[0]], data[cuts[0]: cuts[1]], data[cuts[1]:]))
+
+
+def split_text(text: str) -> tuple:
+    """Split into train/valid/test (90/5/5 of its UTF-8 bytes) at line ends."""
+    return _split_bytes(text.encode("utf-8", errors="surrogatepass"))
+
+
+def _read(path: Path) -> bytes:
     try:
-        return path.read_text(encoding="utf-8", errors="replace")
+        return path.read_bytes()
     except OSError as err:
         raise DataError(f"cannot read {path}: {err.strerror or err}") from None
 
@@ -178,11 +198,11 @@ def load_texts(path: Optional[str]) -> tuple:
         return ("pydoc_data", *split_text(default_text()))
     files, name = split_files(path)
     if len(set(files.values())) == 1:
-        text = _read(files["train"])
-        if not text.strip():
+        data = _read(files["train"])
+        if not data.strip():
             raise DataError(f"--data {path}: file is empty")
-        return (name, *split_text(text))
-    texts = [_read(files[s]) for s in SPLITS]
+        return (name, *_split_bytes(data))
+    texts = [decode_text(_read(files[s])) for s in SPLITS]
     for split, text in zip(SPLITS, texts):
         if not text.strip():
             raise DataError(f"--data {path}: {files[split].name} is empty")
