@@ -343,6 +343,8 @@ def random_forget_mult_inputs(T, B, H, dtype, h0, batch_first):
 def assert_same_training_state(a, b):
     """Two qrnn-train checkpoints hold the same training state, bit for bit."""
     assert a["progress"] == b["progress"]
+    for key in ("loss_sum", "tokens"):  # the epoch in progress (its seconds are a clock's)
+        assert a["epoch_so_far"][key] == b["epoch_so_far"][key], key
     for key in a["model"]:
         assert torch.equal(a["model"][key], b["model"][key]), key
     for pa, pb in zip(a["optimizer"]["state"].values(), b["optimizer"]["state"].values()):

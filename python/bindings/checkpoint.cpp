@@ -165,14 +165,14 @@ void bind_checkpoint(py::module_& m) {
         .def("write_file",
              [](const Folder& f, const std::string& name, const py::bytes& data, unsigned mode, bool sync) {
                  const std::string bytes = data;
-                 folder_call([&] { f.write_file(name, bytes.data(), bytes.size(), mode, sync); });
+                 return folder_call([&] { return f.write_file(name, bytes.data(), bytes.size(), mode, sync); });
              },
-             py::arg("name"), py::arg("data"), py::arg("mode") = 0666, py::arg("sync") = true)
+             py::arg("name"), py::arg("data"), py::arg("mode") = 0666, py::arg("sync") = true, "The warnings.")
         .def("publish",
              [](const Folder& f, const std::string& source, const std::string& name, unsigned mode, bool sync) {
-                 folder_call([&] { f.publish(source, name, mode, sync); });
+                 return folder_call([&] { return f.publish(source, name, mode, sync); });
              },
-             py::arg("source"), py::arg("name"), py::arg("mode") = 0666, py::arg("sync") = true)
+             py::arg("source"), py::arg("name"), py::arg("mode") = 0666, py::arg("sync") = true, "The warnings.")
         .def("create_temporary",
              [](const Folder& f, const std::string& name, unsigned mode) {
                  std::string temporary;

@@ -1,9 +1,11 @@
 """qrnn.checkpoint shared between processes: savers in other PID namespaces (containers) and
 on other hosts, a saver that is always PID 1, forked children, several checkpointers and
-hooks on one optimizer, retention after a rollback, and one transient failure."""
+hooks on one optimizer, retention after a rollback, one transient failure, and readers
+polling and loading while a writer commits."""
 
 import errno
 import fcntl
+import itertools
 import json
 import os
 import shutil
@@ -11,6 +13,7 @@ import struct
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
@@ -18,6 +21,7 @@ import torch
 
 from qrnn import _C
 from qrnn.checkpoint import AsyncCheckpointer, CheckpointError, load
+from qrnn.checkpoint import reader as checkpoint_reader
 from qrnn.checkpoint._testing import FaultyCheckpointer
 
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
@@ -395,3 +399,108 @@ def test_earlier_failure_survives_a_save_that_fails_itself(tmp_path):
     assert caught.value.step == 1
     ckpt.save({"step": 3}, 3).result()
     ckpt.close()
+
+
+# ---- 8. readers beside a writer -------------------------------------------------------
+
+WRITER_SAVES = 400  # before the fixes: dozens of None from latest() and of failed mmap loads in as many saves
+
+
+def numbered_state(number: int) -> dict:
+    """Save ``number``: its own values and, from one number to the next, a different size."""
+    return {"number": number, "w": torch.full((1 + number % 7 * 1000,), float(number))}
+
+
+def assert_whole(state: dict) -> None:
+    """``state`` is one whole numbered_state, not a mix of two files."""
+    number, w = state["number"], state["w"]
+    assert w.numel() == 1 + number % 7 * 1000 and bool((w == number).all()), (number, w.numel())
+
+
+def read_while(write, read) -> tuple:
+    """Calls ``read()`` over and over on another thread while ``write()`` runs on this one;
+    (reads made, the first problems met as strings)."""
+    problems: list = []
+    reads = 0
+    done = threading.Event()
+
+    def reader():
+        nonlocal reads
+        while not done.is_set():
+            try:
+                read()
+            except Exception as error:  # noqa: BLE001 - every failure is a finding
+                problems.append(f"{type(error).__name__}: {error}")
+            reads += 1
+
+    thread = threading.Thread(target=reader, daemon=True)
+    thread.start()
+    try:
+        write()
+    finally:
+        done.set()
+        thread.join()
+    return reads, problems[:5]
+
+
+def test_an_evaluator_beside_a_keep_last_1_writer_always_finds_and_loads_a_checkpoint(tmp_path):
+    """An evaluator polling latest() and loading what it names (plainly and with mmap) while
+    the writer commits a new checkpoint and deletes the old one. A checkpoint deleted before
+    the evaluator opened it is FileNotFoundError; nothing else may fail. (Before: latest()
+    returned None when its listing raced a commit, and load(mmap=True) reopened the file by
+    name after checking it, failing with RuntimeError once it was gone.)"""
+    writer = AsyncCheckpointer(tmp_path, keep_last=1, _sync=False)
+    writer.save(numbered_state(0), 0).result()
+    evaluator = AsyncCheckpointer(tmp_path)  # reads only: no lock, deletes nothing
+    mapped = itertools.cycle([False, True])
+
+    def evaluate():
+        for _ in range(20):  # polls outnumber loads: each poll is a chance to race a commit
+            path = evaluator.latest()
+            assert path is not None, "latest() found no checkpoint"
+        step = _C.checkpoint_parse_name(os.path.basename(path), "ckpt-", ".pt")
+        try:
+            state = load(path, mmap=next(mapped))
+        except FileNotFoundError:
+            return  # retired by the writer before this reader opened it
+        assert_whole(state)
+        assert state["number"] == step
+
+    def write():
+        for step in range(1, WRITER_SAVES):
+            writer.save(numbered_state(step), step)
+        writer.close()
+
+    reads, problems = read_while(write, evaluate)
+    evaluator.close()
+    assert problems == [] and reads > 0, (reads, problems)
+
+
+def test_a_checkpoint_replaced_under_its_name_loads_whole(tmp_path):
+    """The same step saved over and over (each file renamed over the last, of another size)
+    while a reader loads it by name, plainly and with mmap: every load returns one
+    whole save. (Before: load(mmap=True) checked the file it opened, then torch mapped
+    whatever the name held by then: 55 of 700 loads failed or mixed two files.)"""
+    writer = AsyncCheckpointer(tmp_path, keep_last=1, _sync=False)
+    path = writer.save(numbered_state(0), 1).result()
+    mapped = itertools.cycle([False, True])
+
+    def read():
+        assert_whole(load(path, mmap=next(mapped)))
+
+    def write():
+        for number in range(1, WRITER_SAVES):
+            writer.save(numbered_state(number), 1)
+        writer.close()
+
+    reads, problems = read_while(write, read)
+    assert problems == [] and reads > 0, (reads, problems)
+
+
+def test_mmap_load_where_no_open_file_has_a_name_reads_the_checked_file(tmp_path, monkeypatch):
+    """Mapping by the path could map another file than the one checked: never done."""
+    path = tmp_path / "model.pt"
+    torch.save(numbered_state(3), path)
+    monkeypatch.setattr(checkpoint_reader, "_descriptor_name", lambda file: None)
+    with pytest.warns(RuntimeWarning, match="reads the checkpoint into memory"):
+        assert_whole(load(path, mmap=True))

@@ -1,10 +1,13 @@
 """qrnn.checkpoint.load, qrnn-train --resume and qrnn-generate on files nobody vouches for:
 compressed records, sizes larger than the file, names leaving the archive, foreign files
-with the right format key. Each is refused before anything is unpickled or allocated, with a
-CorruptCheckpointError, or one line and exit code 2 from the commands."""
+with the right format key, pickles that call code. Each is refused before anything is
+unpickled or allocated (code: before anything runs), with a CorruptCheckpointError, or one
+line and exit code 2 from the commands."""
 
 import io
+import os
 import pickle
+import shlex
 import struct
 import subprocess
 import sys
@@ -14,7 +17,8 @@ import zipfile
 import pytest
 import torch
 
-from qrnn.checkpoint import AsyncCheckpointer, CorruptCheckpointError, load, verify
+from qrnn.checkpoint import AsyncCheckpointer, CorruptCheckpointError, UnsafeCheckpointError, load, verify
+from qrnn.checkpoint.reader import refused_global
 from qrnn.train.cli import generate_main
 from qrnn.train.cli import main as train_main
 
@@ -113,11 +117,66 @@ def test_torch_save_files_and_our_own_still_load(tmp_path):
         load(tmp_path / "text.pt")
 
 
+def code_archive(path, marker):
+    """A torch.save file whose unpickling would run ``touch marker`` (through os.system)."""
+    torch.save({"w": torch.ones(2), "run": _Reduce(os.system, (f"touch {shlex.quote(str(marker))}",))}, path)
+    return path
+
+
+SYSTEM = f"{os.system.__module__}.system"  # posix.system where os.system comes from posix
+
+
+@pytest.mark.parametrize("mmap", [False, True])
+def test_a_pickle_calling_code_is_refused_in_one_line(tmp_path, mmap):
+    """Before: torch's six-line UnpicklingError, which advised loading with weights_only=False."""
+    marker = tmp_path / "ran"
+    path = code_archive(tmp_path / "code.pt", marker)
+    with pytest.raises(UnsafeCheckpointError) as caught:
+        load(path, mmap=mmap)
+    message = str(caught.value)
+    assert message == (f"refused: {path} contains code ({SYSTEM}); qrnn loads checkpoints with "
+                       "weights_only=True"), message
+    assert caught.value.global_name == SYSTEM and caught.value.path == str(path)
+    assert isinstance(caught.value.__cause__, pickle.UnpicklingError)  # torch's own words, for debugging
+    assert isinstance(caught.value, (CorruptCheckpointError, pickle.UnpicklingError))
+    assert not marker.exists()
+
+
+def test_a_pickle_refused_for_another_reason_says_so_in_one_line(tmp_path):
+    """A persistent id torch does not accept names no global: the generic wording."""
+    path = tmp_path / "odd.pt"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("archive/data.pkl", b"\x80\x02X\x03\x00\x00\x00abcQ.")  # BINPERSID of a str
+        z.writestr("archive/byteorder", b"little")
+        z.writestr("archive/version", b"3\n")
+    with pytest.raises(UnsafeCheckpointError) as caught:
+        load(path)
+    assert str(caught.value) == (f"refused: {path} contains a pickled object outside the allowed types; qrnn "
+                                 "loads checkpoints with weights_only=True")
+    assert caught.value.global_name is None
+
+
+@pytest.mark.parametrize("message, name", [
+    ("Weights only load failed. ... WeightsUnpickler error: Unsupported global: GLOBAL posix.system was not an "
+     "allowed global by default. Please use `torch.serialization.add_safe_globals([posix.system])`", "posix.system"),
+    ("Weights only load failed. ...\n\nTrying to load unsupported GLOBAL sys.modules whose module sys is blocked.",
+     "sys.modules"),
+    ("Weights only load failed. Re-running `torch.load` with `weights_only` set to `False` will likely succeed\n"
+     "Unsupported class nt.system", "nt.system"),
+    ("Weights only load failed. persistent_load id must be tuple or int, but got <class 'str'>", None),
+    ("GLOBAL " + "a" * 500, None),
+])
+def test_the_refused_global_is_read_from_each_torch_wording(message, name):
+    """torch 2.4 to 2.13 word the refusal differently (and older ones said "Unsupported class")."""
+    assert refused_global(message) == name
+
+
 # ---- the commands: one line, exit code 2 ----------------------------------------------
 
 def one_line_error(capsys, message):
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err and err.count("\n") == 1, err
+    return err
 
 
 @pytest.mark.parametrize("state", [{"format": "qrnn-lm/1"}, {"format": "qrnn-lm/1", "settings": {}, "vocab": {},
@@ -141,6 +200,17 @@ def test_hostile_file_is_one_line_for_both_commands(tmp_path, capsys):
     one_line_error(capsys, "is damaged")
     assert generate_main(["--checkpoint", str(run)]) == 2
     one_line_error(capsys, "is damaged")
+
+
+def test_code_in_a_checkpoint_is_one_line_for_both_commands(tmp_path, capsys):
+    run, marker = tmp_path / "run", tmp_path / "ran"
+    run.mkdir()
+    path = code_archive(run / "ckpt-000000000001.pt", marker)
+    assert train_main(["--resume", "--checkpoint-dir", str(run), "--no-progress"]) == 2
+    assert "False" not in one_line_error(capsys, f"contains code ({SYSTEM})")  # no weights_only=False advice
+    assert generate_main(["--checkpoint", str(path)]) == 2
+    assert "False" not in one_line_error(capsys, f"contains code ({SYSTEM})")
+    assert not marker.exists()
 
 
 HOLDER = """

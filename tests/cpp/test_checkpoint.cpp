@@ -445,7 +445,7 @@ void commit_order() {
 
 // A folder opened once: saves through it land there after the name is swapped for a
 // link; the writer lock names its holder; write_file and publish replace planted links;
-// a folder fsync the file system refuses keeps the old checkpoints.
+// a folder fsync the file system refuses still deletes old checkpoints, and warns once.
 void opened_folder() {
     qrnn_test::Context ctx("opened folder");
     const std::string folder = g_folder + "/opened/run", moved = g_folder + "/opened/moved";
@@ -498,13 +498,17 @@ void opened_folder() {
     ckpt::WriterOptions durable = test_options(1, 1);
     durable.sync = true;  // the folder fsync is what is under test
     auto faulty = ckpt::testing::writer_with_faults(durable, refuse);
-    ckpt::SaveRequest request = ckpt::tensor_dict_request(moved + "/c-000000000003.pt", p.refs);
-    request.retention = {1, "c-", ".pt"};
-    auto status = faulty->submit(std::move(request));
-    CHECK(status->wait_for(60) && status->ok() && status->warnings().size() == 1);
-    CHECK(ckpt::list_checkpoints(moved, "c-", ".pt").size() == 2);  // nothing deleted
+    for (const uint64_t step : {3u, 4u}) {
+        ckpt::SaveRequest request = ckpt::tensor_dict_request(moved + "/" + ckpt::checkpoint_file_name("c-", step, ".pt"),
+                                                              p.refs);
+        request.retention = {1, "c-", ".pt"};
+        auto status = faulty->submit(std::move(request));
+        CHECK(status->wait_for(60) && status->ok() && status->warnings().size() == (step == 3 ? 1u : 0u));
+        auto kept = ckpt::list_checkpoints(moved, "c-", ".pt");
+        CHECK(kept.size() == 1 && kept[0].step == step);  // retention goes on
+    }
     faulty->close();
-    for (const char* name : {"c-000000000002.pt", "c-000000000003.pt", "metrics.jsonl", "best.pt"})
+    for (const char* name : {"c-000000000004.pt", "metrics.jsonl", "best.pt"})
         ::unlink((moved + "/" + name).c_str());
     ::unlink((other + "/c-000000000100.pt").c_str());
     ::unlink(folder.c_str());

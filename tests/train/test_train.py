@@ -179,6 +179,15 @@ def test_resume_is_bit_identical(tiny_data, tmp_path):
     reference = load(_latest(one_go))
     for other in (split, mid):
         assert_same_training_state(reference, load(_latest(other)))
+    # The records too: one per epoch, a resumed epoch's covering all of it.
+    records = {run: [json.loads(line) for line in open(os.path.join(run, "metrics.jsonl"))]
+               for run in (one_go, split, mid)}
+    for other in (split, mid):
+        assert len(records[other]) == len(records[one_go]) == 2
+        for got, want in zip(records[other], records[one_go]):
+            for key in ("epoch", "complete", "step", "tokens", "valid_loss", "skipped_steps"):
+                assert got[key] == want[key], (other, key)
+            assert got["train_loss"] == pytest.approx(want["train_loss"], rel=1e-12)
 
 
 # ---------------------------------------------------------------- errors

@@ -280,21 +280,23 @@ public:
     void unlock_writer();
 
     // Writes `name` crash-safely: an exclusive temporary that follows no link, fsync,
-    // rename over `name`, folder fsync (`sync` false skips the fsyncs: tests only).
-    void write_file(const std::string& name, const void* data, size_t size, unsigned mode = 0666,
-                    bool sync = true) const;
+    // rename over `name`, folder fsync (`sync` false skips the fsyncs: tests only). Returns
+    // the warnings, as commit() does.
+    std::vector<std::string> write_file(const std::string& name, const void* data, size_t size,
+                                        unsigned mode = 0666, bool sync = true) const;
     // Makes `name` a second name of the committed file `source` (a hard link, or a copy
     // where the file system has none), by the same rules as write_file.
-    void publish(const std::string& source, const std::string& name, unsigned mode = 0666, bool sync = true) const;
+    std::vector<std::string> publish(const std::string& source, const std::string& name, unsigned mode = 0666,
+                                     bool sync = true) const;
 
     // A new locked temporary for final name `name` (see the folder rules above): its
     // descriptor (the caller's to fill, then to pass to commit) and file name.
     int create_temporary(const std::string& name, unsigned mode, std::string* temporary) const;
     // Commits a filled temporary: stamps its commit order (for a Retention with a prefix or
-    // suffix), fsyncs it, renames it over `name`, fsyncs the folder, and only once that is
-    // durable applies `retention` (a folder fsync the file system refuses keeps every old
-    // file, with a warning). Closes `fd`; removes the temporary on failure. Returns the
-    // warnings.
+    // suffix), fsyncs it, renames it over `name`, fsyncs the folder, then applies
+    // `retention`. On a file system that cannot fsync a folder (EINVAL, EROFS, ENOTSUP)
+    // retention still applies and the first such commit into the folder in this process
+    // warns. Closes `fd`; removes the temporary on failure. Returns the warnings.
     std::vector<std::string> commit(int fd, const std::string& temporary, const std::string& name,
                                     const Retention& retention, bool sync = true) const;
 

@@ -47,7 +47,7 @@ void make_folders(const std::string& path) {
                 const int r = parent >= 0 ? ::fsync(parent) : -1;
                 const int code = errno;
                 if (parent >= 0) ::close(parent);
-                if (r != 0 && code != EINVAL && code != EROFS)
+                if (r != 0 && !detail::folder_sync_unsupported(code))
                     throw_errno(code, "fsync of the folder holding new folder '" + part + "' failed");
             } else if (errno != EEXIST) {
                 throw_errno(errno, "could not create folder '" + part + "'");
@@ -167,8 +167,8 @@ std::vector<std::string> CheckpointFolder::commit(int fd, const std::string& tem
     return warnings;
 }
 
-void CheckpointFolder::write_file(const std::string& name, const void* data, size_t size, unsigned mode,
-                                  bool sync) const {
+std::vector<std::string> CheckpointFolder::write_file(const std::string& name, const void* data, size_t size,
+                                                      unsigned mode, bool sync) const {
     std::string temporary;
     const int fd = create_temporary(name, mode, &temporary);
     if (!write_all(fd, static_cast<const uint8_t*>(data), size)) {
@@ -177,10 +177,11 @@ void CheckpointFolder::write_file(const std::string& name, const void* data, siz
         ::unlinkat(fd_, temporary.c_str(), 0);
         throw_errno(code, "'" + path_ + "/" + name + "' was not written: write '" + temporary + "' failed");
     }
-    commit(fd, temporary, name, Retention{}, sync);
+    return commit(fd, temporary, name, Retention{}, sync);
 }
 
-void CheckpointFolder::publish(const std::string& source, const std::string& name, unsigned mode, bool sync) const {
+std::vector<std::string> CheckpointFolder::publish(const std::string& source, const std::string& name, unsigned mode,
+                                                   bool sync) const {
     check_name(source);
     check_name(name);
     const std::string what = "'" + path_ + "/" + name + "' was not published from '" + source + "'";
@@ -211,8 +212,7 @@ void CheckpointFolder::publish(const std::string& source, const std::string& nam
             continue;
         }
         ::close(in);
-        commit(fd, temporary, name, Retention{}, sync);
-        return;
+        return commit(fd, temporary, name, Retention{}, sync);
     }
     std::string temporary;
     const int out = create_temporary(name, mode, &temporary);
@@ -230,7 +230,7 @@ void CheckpointFolder::publish(const std::string& source, const std::string& nam
         }
     }
     ::close(in);
-    commit(out, temporary, name, Retention{}, sync);
+    return commit(out, temporary, name, Retention{}, sync);
 }
 
 }  // namespace qrnn::checkpoint

@@ -4,9 +4,12 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
+#include <set>
 #include <stdexcept>
 #include <system_error>
 #include <type_traits>
+#include <utility>
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -209,6 +212,10 @@ TempFileGuard::~TempFileGuard() {
     if (armed) ::unlinkat(folder_fd, name.c_str(), 0);
 }
 
+bool folder_sync_unsupported(int code) {
+    return code == EINVAL || code == EROFS || code == ENOTSUP || code == EOPNOTSUPP;
+}
+
 int fsync_folder(int folder_fd, const std::string& folder, const std::string& final_path, int injected_errno) {
     int r = ::fsync(folder_fd);
     int code = errno;
@@ -217,10 +224,25 @@ int fsync_folder(int folder_fd, const std::string& folder, const std::string& fi
         code = injected_errno;
     }
     if (r == 0) return 0;
-    // Some file systems cannot fsync a folder (EINVAL, EROFS): the rename may not be durable.
-    if (code == EINVAL || code == EROFS) return code;
+    if (folder_sync_unsupported(code)) return code;
     fail_io(code, "fsync folder", folder, final_path);
 }
+
+namespace {
+
+// True the first time in this process that `folder_fd`'s folder (by device and inode, however
+// it was opened) refuses an fsync: a file system that cannot fsync folders refuses every
+// time, and one warning says so.
+bool first_folder_sync_refusal(int folder_fd) {
+    struct stat st;
+    if (::fstat(folder_fd, &st) != 0) return true;
+    static std::mutex mutex;
+    static std::set<std::pair<dev_t, ino_t>> reported;
+    std::lock_guard<std::mutex> lock(mutex);
+    return reported.emplace(st.st_dev, st.st_ino).second;
+}
+
+}  // namespace
 
 void commit_temporary(int folder_fd, const std::string& folder, int fd, const std::string& temporary,
                       const std::string& name, const Retention& retention, bool sync,
@@ -250,17 +272,13 @@ void commit_temporary(int folder_fd, const std::string& folder, int fd, const st
                               ")";
             throw;
         }
-        if (refused) {  // the new name may not survive a crash: the old files must
-            size_t kept = 0;
-            try {
-                if (retention.keep_last > 0) kept = list_checkpoints(folder_fd, retention.prefix, retention.suffix).size();
-            } catch (const std::system_error&) {
-            }
-            if (kept > size_t(retention.keep_last))
-                warnings.push_back("fsync of folder '" + folder + "' failed (" + errno_text(refused) +
-                                   "): '" + name + "' may not survive a crash, so no older checkpoint was deleted");
-            return;
-        }
+        // Retention goes on: keeping every old file instead fills the disk of a run that
+        // saves often; bounded disk use wins over surviving a crash right after the rename.
+        if (refused && first_folder_sync_refusal(folder_fd))
+            warnings.push_back("folder '" + folder + "' cannot be fsynced (" + errno_text(refused) + ", errno " +
+                               std::to_string(refused) + "): every file is fsynced before its rename and " +
+                               "older checkpoints are still deleted, but a crash may lose the latest rename " +
+                               "(warned once per folder)");
     }
     apply_retention(folder_fd, folder, name, retention, warnings);
 }

@@ -81,14 +81,20 @@ struct TempFileGuard {
     ~TempFileGuard();
 };
 
-// fsync of the open folder: 0, or EINVAL / EROFS when the file system cannot make the folder
-// durable (the caller decides); any other failure throws IoFailure naming `final_path`.
+// True for the errors of a file system that cannot fsync a folder at all (several network and
+// FUSE file systems, read-only mounts), as opposed to a folder fsync that failed.
+bool folder_sync_unsupported(int code);
+
+// fsync of the open folder: 0, or the errno when the file system cannot fsync a folder
+// (folder_sync_unsupported: the caller decides); any other failure throws IoFailure naming
+// `final_path`.
 int fsync_folder(int folder_fd, const std::string& folder, const std::string& final_path, int injected_errno = 0);
 
 // Stamps the commit order (retention with a naming), fsyncs `fd`, renames `temporary` over
-// `name` in the open folder, fsyncs the folder and, once that is durable, applies retention
-// (a folder the file system cannot fsync keeps every old file, with a warning). Throws
-// IoFailure; the caller keeps `fd` open (its lock) and removes the temporary on failure.
+// `name` in the open folder, fsyncs the folder, then applies retention. A folder the file
+// system cannot fsync still gets retention (each file was fsynced before its rename, so disk
+// use stays bounded), and one warning per folder in this process. Throws IoFailure; the
+// caller keeps `fd` open (its lock) and removes the temporary on failure.
 // `fault`: the test hook (null in production).
 void commit_temporary(int folder_fd, const std::string& folder, int fd, const std::string& temporary,
                       const std::string& name, const Retention& retention, bool sync,

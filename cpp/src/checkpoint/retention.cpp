@@ -115,8 +115,12 @@ std::vector<CommittedFile> list_checkpoints(const std::string& folder, const std
     }
 }
 
-std::vector<CommittedFile> list_checkpoints(int folder_fd, const std::string& prefix, const std::string& suffix,
-                                            CheckpointOrder order) {
+namespace {
+
+// One pass over the folder: the checkpoints of this naming, unsorted. `*raced` is set when a
+// name the pass read was gone before it could be examined (a writer's retention deleted it).
+std::vector<CommittedFile> scan_checkpoints(int folder_fd, const std::string& prefix, const std::string& suffix,
+                                            bool* raced) {
     std::vector<CommittedFile> found;
     DIR* dir = open_listing(folder_fd);
     if (!dir) throw std::system_error(errno, std::generic_category(), "list checkpoints");
@@ -125,11 +129,36 @@ std::vector<CommittedFile> list_checkpoints(int folder_fd, const std::string& pr
         f.name = entry->d_name;
         if (!parse_checkpoint_name(f.name, prefix, suffix, &f.step)) continue;
         struct stat st;  // a symlink under a checkpoint's name is no checkpoint
-        if (::fstatat(folder_fd, entry->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) continue;
+        if (::fstatat(folder_fd, entry->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+            if (errno == ENOENT) *raced = true;
+            continue;
+        }
+        if (!S_ISREG(st.st_mode)) continue;
         f.commit_ns = modification_ns(st);
         found.push_back(std::move(f));
     }
     ::closedir(dir);
+    return found;
+}
+
+}  // namespace
+
+std::vector<CommittedFile> list_checkpoints(int folder_fd, const std::string& prefix, const std::string& suffix,
+                                            CheckpointOrder order) {
+    // A writer commits by renaming the new file in, then deleting the oldest. A pass that
+    // read the old name but not the new one (renamed in after readdir returned, or where
+    // readdir had already been) and examined the old one after its delete saw neither: with
+    // keep_last=1, an empty folder. Such a pass is repeated: the next one starts after the
+    // rename, so only another commit racing it can fool it too. An empty result always gets
+    // a second pass, since a pass can also miss both files without noticing (the old name
+    // deleted before readdir reached it).
+    constexpr int kPasses = 8;
+    std::vector<CommittedFile> found;
+    for (int pass = 1; pass <= kPasses; ++pass) {
+        bool raced = false;
+        found = scan_checkpoints(folder_fd, prefix, suffix, &raced);
+        if (!raced && (!found.empty() || pass >= 2)) break;
+    }
     const bool by_commit = order == CheckpointOrder::Commit;
     std::sort(found.begin(), found.end(), [by_commit](const CommittedFile& a, const CommittedFile& b) {
         if (by_commit) return a.commit_ns != b.commit_ns ? a.commit_ns < b.commit_ns : a.step < b.step;

@@ -52,8 +52,9 @@ one writer per folder and prefix (the first save takes ``.<prefix>writer.lock``;
 writer gets a CheckpointError naming the holder); ``write_file``/``publish`` write the run
 folder's other files (metrics, best.pt) by the same protocol. ``load`` checks the archive's
 structure before unpickling, so an untrusted file cannot make it allocate much more than it
-holds. A staging image that the memory cgroup cannot hold (or that cannot be allocated)
-makes ``save()`` write from the live tensors instead, blocking like torch.save.
+holds, and refuses a pickle that calls code in one line (:class:`UnsafeCheckpointError`).
+A staging image that the memory cgroup cannot hold (or that cannot be allocated) makes
+``save()`` write from the live tensors instead, blocking like torch.save.
 
 ``async_save(obj, path)`` is torch.save's asynchronous twin on the same machinery (one
 writer per process for every call, two snapshots in flight at most); ``wait_all()`` waits
@@ -65,7 +66,7 @@ RuntimeError in the child), and nothing in the child waits for them.
 """
 
 from .checkpointer import AsyncCheckpointer
-from .errors import CheckpointError, CorruptCheckpointError
+from .errors import CheckpointError, CorruptCheckpointError, UnsafeCheckpointError
 from .handle import SaveHandle
 from .reader import load, verify
 from .saver import async_save, wait_all
@@ -73,5 +74,5 @@ from .saver import async_save, wait_all
 # The package by responsibility, one direction of imports:
 #   saver -> checkpointer -> handle -> staging -> (qrnn._C);  checkpointer -> pickler;  reader -> errors.
 # lightning (QRNNCheckpointIO) -> saver is imported only by whoever asks for it.
-__all__ = ["AsyncCheckpointer", "SaveHandle", "CheckpointError", "CorruptCheckpointError", "load", "verify",
-           "async_save", "wait_all"]
+__all__ = ["AsyncCheckpointer", "SaveHandle", "CheckpointError", "CorruptCheckpointError", "UnsafeCheckpointError",
+           "load", "verify", "async_save", "wait_all"]

@@ -46,6 +46,12 @@ def _checkpoint_error(error: OSError, step: Optional[int] = None, operation: str
     return CheckpointError(error.errno or 0, message, error.filename, step=step, operation=operation)
 
 
+def _report_warnings(notes: Iterable[str], stacklevel: int = 3) -> None:
+    """A commit's warnings (e.g. a folder its file system cannot fsync), from the public call."""
+    for note in notes:
+        warnings.warn(f"qrnn.checkpoint: {note}", RuntimeWarning, stacklevel=stacklevel)
+
+
 class _Written:
     """The status of a save written on the calling thread (no staging image): already done."""
 
@@ -390,8 +396,7 @@ class SaveQueue:
             if not save.finished():
                 remaining.append(save)
                 continue
-            for note in save.take_warnings():
-                warnings.warn(f"qrnn.checkpoint: {note}", RuntimeWarning, stacklevel=3)
+            _report_warnings(save.take_warnings(), stacklevel=4)
             failure = None if save.reported else save.error()
             if failure is None:
                 continue
@@ -516,9 +521,10 @@ class AsyncCheckpointer(SaveQueue):
         self._check_own_name(name, "name")
         folder = self._writer_folder()
         try:
-            folder.write_file(name, bytes(data), self._file_mode, self._sync)
+            notes = folder.write_file(name, bytes(data), self._file_mode, self._sync)
         except OSError as error:
             raise _checkpoint_error(error, operation="write") from None
+        _report_warnings(notes)
         return os.path.join(self._where, name)
 
     def publish(self, checkpoint: Union[int, str, os.PathLike], name: str) -> str:
@@ -536,9 +542,10 @@ class AsyncCheckpointer(SaveQueue):
             source = _C.checkpoint_file_name(self.prefix, check_step(checkpoint), self.suffix)
         folder = self._writer_folder()
         try:
-            folder.publish(source, name, self._file_mode, self._sync)
+            notes = folder.publish(source, name, self._file_mode, self._sync)
         except OSError as error:
             raise _checkpoint_error(error, operation="publish") from None
+        _report_warnings(notes)
         return os.path.join(self._where, name)
 
     def __enter__(self) -> AsyncCheckpointer:

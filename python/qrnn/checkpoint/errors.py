@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from typing import Any, Optional
 
 
@@ -29,3 +30,20 @@ class CorruptCheckpointError(ValueError):
         super().__init__(f"checkpoint '{path}' is damaged: {where}: {problem}")
         self.path = path
         self.record = record
+
+
+class UnsafeCheckpointError(CorruptCheckpointError, pickle.UnpicklingError):
+    """:func:`load` refused a checkpoint whose pickle needs more than ``weights_only=True``
+    rebuilds: code (a function such as ``os.system``, or a class) or another object outside
+    the allowed types. Nothing in it ran. ``global_name`` names what it refers to (None when
+    torch's message did not say); ``__cause__`` is torch's own error. An UnpicklingError too,
+    as torch.load raises."""
+
+    def __init__(self, path: str, global_name: Optional[str]):
+        what = f"code ({global_name})" if global_name else "a pickled object outside the allowed types"
+        shown = path if path.isprintable() else ascii(path)  # one line, whatever the file is called
+        # Not CorruptCheckpointError's wording: the file is intact, its content is refused.
+        ValueError.__init__(self, f"refused: {shown} contains {what}; qrnn loads checkpoints with weights_only=True")
+        self.path = path
+        self.record = None
+        self.global_name = global_name

@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import mmap
 import os
+import pickle
+import re
 import struct
-from typing import Optional, Union
+import warnings
+from typing import IO, Optional, Union
 
 import torch
 
 from .. import _C
-from .errors import CorruptCheckpointError
+from .errors import CorruptCheckpointError, UnsafeCheckpointError
 
 _ZIP: dict = _C.checkpoint_zip_format
 _U32, _U16 = _ZIP["zip32_limit"], 0xFFFF
@@ -20,6 +23,12 @@ _U32, _U16 = _ZIP["zip32_limit"], 0xFFFF
 _ALLOWED_FLAGS = _ZIP["allowed_flags"]
 _END_SIZE, _LOCATOR_SIZE, _END64_SIZE = _ZIP["end_size"], _ZIP["zip64_locator_size"], _ZIP["zip64_end_size"]
 _CENTRAL_SIZE, _LOCAL_SIZE = _ZIP["central_header_size"], _ZIP["local_header_size"]
+
+# How torch's weights-only unpickler names the global it refused: "GLOBAL posix.system was not
+# an allowed global" (2.4+), "unsupported GLOBAL sys.modules whose module sys is blocked"
+# (2.5+), "Unsupported class posix.system" (before 2.4).
+_REFUSED_GLOBAL = re.compile(r"\bGLOBAL ([A-Za-z_][\w.]*)|\bUnsupported class ([A-Za-z_][\w.]*)")
+_LONGEST_GLOBAL = 200  # longer is a crafted name, not a module's: the generic wording says enough
 
 
 def load(path: Union[str, os.PathLike], map_location=None, *, weights_only: bool = True, mmap: bool = False):
@@ -29,14 +38,72 @@ def load(path: Union[str, os.PathLike], map_location=None, *, weights_only: bool
     against the file size, stored records only, every declared size and offset within the
     file, no ``..`` in record names), so no file makes it allocate much more than the data
     it holds; a file that fails raises :class:`CorruptCheckpointError`. CRCs are not
-    checked here (:func:`verify` reads every byte)."""
+    checked here (:func:`verify` reads every byte). A pickle that needs more than
+    ``weights_only=True`` allows (code such as ``os.system``) raises
+    :class:`UnsafeCheckpointError`, one line naming what it refers to; nothing in it runs.
+
+    The file checked is the file loaded, also with ``mmap=True`` and while a writer renames
+    another file over ``path``: torch maps it through its open descriptor's name
+    (``/proc/self/fd``, or ``/dev/fd``). Where the system has neither, ``mmap=True`` warns
+    and reads the checked file into memory as ``mmap=False`` does."""
     path = os.fspath(path)
     with open(path, "rb") as file:
         _check_file(path, file, check_crc=False)
-        if mmap:  # torch maps the file by name; the check above is as of this open
-            return torch.load(path, map_location=map_location, weights_only=weights_only, mmap=True)
+        source: Union[str, IO[bytes]] = file
+        if mmap:
+            mapped = _descriptor_name(file)
+            if mapped is not None:
+                source = mapped
+            else:
+                mmap = False
+                warnings.warn("qrnn.checkpoint.load: this system names no open file (no /proc/self/fd or /dev/fd), "
+                              "so mmap=True reads the checkpoint into memory: mapping it by its path could map "
+                              "another file than the one checked", RuntimeWarning, stacklevel=2)
         file.seek(0)
-        return torch.load(file, map_location=map_location, weights_only=weights_only)
+        try:
+            return torch.load(source, map_location=map_location, weights_only=weights_only, mmap=mmap)
+        except pickle.UnpicklingError as error:
+            if not weights_only:
+                raise
+            raise UnsafeCheckpointError(path, refused_global(_messages(error))) from error
+
+
+def refused_global(message: str) -> Optional[str]:
+    """The global (``module.name``) that torch's weights-only unpickler refused, as its error
+    message names it in any torch version since 2.0; None when it names none."""
+    found = _REFUSED_GLOBAL.search(message)
+    if found is None:
+        return None
+    name = found.group(1) or found.group(2)
+    return name if len(name) <= _LONGEST_GLOBAL else None
+
+
+def _messages(error: BaseException) -> str:
+    """The messages of ``error`` and of the errors it was raised from or during: torch
+    rewords the unpickler's message and raises it ``from None``, keeping it as the context."""
+    seen: list = []
+    current: Optional[BaseException] = error
+    while current is not None and current not in seen:
+        seen.append(current)
+        current = current.__cause__ or current.__context__
+    return "\n".join(str(e) for e in seen)
+
+
+def _descriptor_name(file: IO[bytes]) -> Optional[str]:
+    """A path that opens the very file ``file`` has open, whatever its own path names by now:
+    the descriptor's entry in /proc/self/fd (Linux) or /dev/fd (macOS, the BSDs), checked to
+    lead to that file; None where there is none."""
+    descriptor = file.fileno()
+    opened = os.fstat(descriptor)
+    for folder in ("/proc/self/fd", "/dev/fd"):
+        name = f"{folder}/{descriptor}"
+        try:
+            named = os.stat(name)
+        except OSError:
+            continue
+        if (named.st_dev, named.st_ino) == (opened.st_dev, opened.st_ino):
+            return name
+    return None
 
 
 def verify(path: Union[str, os.PathLike]) -> None:

@@ -38,7 +38,8 @@ import torch
 
 from .data import EOS, LEVELS, SPLITS, UNK, Corpus, DataError, Vocabulary, decode_text, line_cuts, split_files
 
-__all__ = ["CACHE_VERSION", "CacheInfo", "cached_corpus", "cache_root", "ids_fingerprint"]
+__all__ = ["CACHE_VERSION", "CacheInfo", "cached_corpus", "cache_root", "ids_fingerprint", "data_identity",
+           "check_data_identity"]
 
 CACHE_VERSION = 1
 BLOCK_BYTES = 4 << 20  # text read and tokenized per block: bounds the build's memory
@@ -77,18 +78,47 @@ def cache_root(data_folder: Path) -> Path:
     return Path(base) / "corpora"
 
 
-def _file_identity(path: Path) -> list:
-    """Real path, size, modification time and CRC-32s of sampled blocks (start, end and 64
-    evenly spaced): a changed file changes its key without reading all of it."""
-    stat = path.stat()
-    size = stat.st_size
+def _sampled_crcs(path: Path, size: int) -> list:
+    """CRC-32s of sampled blocks of a file of `size` bytes: its start, its end and 64 evenly
+    spaced blocks (a changed file changes them without a read of all of it)."""
     crcs = []
     with open(path, "rb") as fh:
         for offset in sorted({int(i * max(size - _FINGERPRINT_BYTES, 0) / (_FINGERPRINT_SAMPLES - 1))
                               for i in range(_FINGERPRINT_SAMPLES)}):
             fh.seek(offset)
             crcs.append(zlib.crc32(fh.read(_FINGERPRINT_BYTES)))
-    return [str(path.resolve()), size, stat.st_mtime_ns, crcs]
+    return crcs
+
+
+def _file_identity(path: Path) -> list:
+    """Real path, size, modification time and sampled CRC-32s: the cache's key."""
+    stat = path.stat()
+    return [str(path.resolve()), stat.st_size, stat.st_mtime_ns, _sampled_crcs(path, stat.st_size)]
+
+
+def data_identity(path: str) -> dict:
+    """What a checkpoint records of ``--data path`` so that a later resume may trust the same
+    path only if it still holds the same text: each split file's size and sampled CRC-32s."""
+    files, _ = split_files(path)
+    return {split: {"size": file.stat().st_size, "crcs": _sampled_crcs(file, file.stat().st_size)}
+            for split, file in files.items()}
+
+
+def check_data_identity(path: str, recorded) -> None:
+    """DataError unless ``--data path`` is what `recorded` (:func:`data_identity`) describes:
+    regular files of the recorded sizes (compared before a byte is read), then the same
+    sampled CRC-32s. Guards a data path that comes from a checkpoint, not from the user."""
+    if not isinstance(recorded, dict) or set(recorded) != set(SPLITS):
+        raise DataError("the checkpoint does not record its data files")
+    files, _ = split_files(path)
+    for split, file in files.items():
+        want = recorded[split]
+        size = file.stat().st_size
+        if not isinstance(want, dict) or want.get("size") != size:
+            raise DataError(f"{file} is not the file the checkpoint was trained on (its size differs)")
+    for split, file in files.items():
+        if recorded[split].get("crcs") != _sampled_crcs(file, file.stat().st_size):
+            raise DataError(f"{file} is not the file the checkpoint was trained on (its content differs)")
 
 
 def ids_fingerprint(ids: np.ndarray) -> int:

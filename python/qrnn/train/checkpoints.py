@@ -9,10 +9,11 @@ from typing import Optional, Union
 import torch
 
 from .. import _C
-from ..checkpoint import AsyncCheckpointer, SaveHandle, load
+from ..checkpoint import AsyncCheckpointer, SaveHandle, UnsafeCheckpointError, load
 from .errors import TrainError
 
-__all__ = ["CheckpointStallMeter", "latest_checkpoint", "load_checkpoint", "restore_best", "BEST_NAME"]
+__all__ = ["CheckpointStallMeter", "latest_checkpoint", "load_checkpoint", "restore_best", "BEST_NAME",
+           "expanded_size"]
 
 BEST_NAME = "best.pt"
 
@@ -114,10 +115,48 @@ def latest_checkpoint(directory: str) -> Optional[str]:
 
 
 def load_checkpoint(path: str) -> dict:
-    """A checkpoint's contents, on the CPU; TrainError (one line) for a missing or unreadable file."""
+    """A checkpoint's contents, on the CPU; TrainError (one line) for a missing or unreadable
+    file, and for one whose lists and dicts would expand far beyond its size (shared
+    references cost a pickle two bytes each: a nest of them can stand for 2**40 items that
+    a JSON encoder or a walk would then visit)."""
     try:
-        return load(path, map_location="cpu")
+        state = load(path, map_location="cpu")
+        size = os.path.getsize(path)
     except FileNotFoundError:
         raise TrainError(f"checkpoint {path} does not exist") from None
+    except UnsafeCheckpointError as err:  # already one line naming the file and what it refers to
+        raise TrainError(str(err)) from None
     except Exception as err:  # a damaged or foreign file: one line, not a traceback
-        raise TrainError(f"cannot read checkpoint {path}: {type(err).__name__}: {err}") from None
+        message = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        raise TrainError(f"cannot read checkpoint {path}: {type(err).__name__}: {message}") from None
+    limit = EXPANSION_PER_BYTE * size + EXPANSION_FLOOR
+    if expanded_size(state, limit) > limit:
+        raise TrainError(f"refused checkpoint {path}: its lists and dicts expand to more than {limit:,} items "
+                         f"for {size:,} bytes (shared references)")
+    return state
+
+
+# Lists, dicts and text of an honest checkpoint count fewer items than its bytes.
+EXPANSION_PER_BYTE = 4
+EXPANSION_FLOOR = 1 << 16
+
+
+def expanded_size(tree, limit: int) -> int:
+    """Items of `tree` counted as a walk or an encoder meets them (a shared object once per
+    reference; a string one item per 16 characters), stopping once past `limit`. Tensors
+    count one: their bytes are in the file."""
+    count, stack = 0, [tree]
+    while stack and count <= limit:
+        node = stack.pop()
+        count += 1
+        if isinstance(node, str):
+            count += len(node) // 16
+        elif isinstance(node, (dict, list, tuple, set, frozenset)):
+            if count + len(node) > limit:  # before a huge list of shared items is pushed
+                return count + len(node)
+            if isinstance(node, dict):
+                stack.extend(node.keys())
+                stack.extend(node.values())
+            else:
+                stack.extend(node)
+    return count

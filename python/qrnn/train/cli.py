@@ -20,7 +20,7 @@ from typing import Callable, Optional
 import torch
 
 from ..checkpoint import CheckpointError
-from .cache import cached_corpus, ids_fingerprint
+from .cache import cached_corpus, check_data_identity, data_identity, ids_fingerprint
 from .checkpoints import latest_checkpoint, load_checkpoint
 from .data import BPTTBatches, Corpus, DataError, Vocabulary, load_corpus
 from .distributed import (
@@ -172,6 +172,8 @@ def _train(args) -> int:
         if checkpoint is not None:
             _check_checkpoint(checkpoint, resume_path, _RESUME_KEYS)
         settings = resolve(args, checkpoint)
+        if checkpoint is not None and args.data is None and settings.data is not None:
+            _check_stored_data(settings.data, checkpoint, resume_path)
         _check_application_dependencies(settings)
         run = build_training(settings, dist, run_dir, checkpoint, resume_path, say)
         trainer, corpus = run.trainer, run.corpus
@@ -260,6 +262,8 @@ def build_training(settings: Settings, dist: Optional[Distributed] = None, run_d
                               layers=settings.layers, dropout=settings.dropout, dropout_emb=settings.dropouti,
                               first_window=settings.window, dropout_hidden=settings.dropouth,
                               dropout_words=settings.dropoute, weight_drop=settings.wdrop, cutoffs=cutoffs)
+    if checkpoint is not None:
+        _check_model_shapes(model_config, checkpoint.get("model"), resume_path or "the checkpoint")
     seed_everything(settings.seed)  # identical initial weights on every rank
     model = QRNNLanguageModel(**model_config)
     seed_everything(settings.seed, rank=dist.rank)  # distinct dropout masks per rank
@@ -287,7 +291,8 @@ def build_training(settings: Settings, dist: Optional[Distributed] = None, run_d
 
     extra = {"format": CHECKPOINT_FORMAT, "model_config": model_config, "vocab": corpus.vocab.state_dict(),
              "settings": settings.saved(), "nt_asgd": nt_asgd.state_dict(),
-             "data": {"name": corpus.name, "fingerprint": fingerprint}}
+             "data": {"name": corpus.name, "fingerprint": fingerprint,
+                      "files": None if settings.data is None else data_identity(settings.data)}}
 
     def on_validation(valid_loss, complete: bool) -> None:
         """NT-ASGD's trigger, on complete epochs' validation (the same on every rank)."""
@@ -313,7 +318,7 @@ def build_training(settings: Settings, dist: Optional[Distributed] = None, run_d
     if checkpoint is not None:
         try:
             trainer.load_state_dict(checkpoint)
-        except (RuntimeError, KeyError, ValueError) as err:
+        except (RuntimeError, KeyError, ValueError, TypeError, IndexError, AttributeError) as err:
             raise TrainError(f"checkpoint {resume_path} does not fit this model: "
                              f"{str(err).strip().splitlines()[0]}") from None
     n_params = sum(p.numel() for p in model.parameters())
@@ -379,6 +384,39 @@ def _check_checkpoint(state, path: str, keys: tuple) -> None:
         raise TrainError(f"{path} is not a complete qrnn-train checkpoint: {', '.join(missing)} missing or damaged")
 
 
+def _check_stored_data(data: str, checkpoint: dict, path: str) -> None:
+    """A resume without --data reads the data path the checkpoint names only when it still
+    holds the files the checkpoint recorded (regular files, sizes, sampled contents): a
+    checkpoint is untrusted input, and must not choose what the process reads."""
+    try:
+        check_data_identity(data, checkpoint["data"].get("files"))
+    except (DataError, OSError) as err:
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+        raise TrainError(f"{path} was trained on --data {data}, which cannot be used as it is ({reason}); "
+                         "pass --data PATH") from None
+
+
+def _check_model_shapes(model_config: dict, weights, path: str) -> None:
+    """TrainError unless the model `model_config` describes has the shapes of `weights` (the
+    tensors a checkpoint holds), found on the meta device: the numbers of a file never size
+    an allocation before they are compared with the tensors it actually holds."""
+    if not isinstance(weights, dict) or not all(isinstance(t, torch.Tensor) for t in weights.values()):
+        raise TrainError(f"{path}: its model weights are damaged")
+    try:
+        with torch.device("meta"):
+            expected = QRNNLanguageModel(**model_config).state_dict()
+    except (TypeError, ValueError, RuntimeError, OverflowError) as err:
+        raise TrainError(f"{path}: its model settings are damaged ({type(err).__name__}: "
+                         f"{str(err).strip().splitlines()[0] if str(err).strip() else ''})") from None
+    for name, tensor in expected.items():
+        stored = weights.get(name)
+        if stored is None:
+            raise TrainError(f"{path}: the model's {name} is missing")
+        if stored.shape != tensor.shape:
+            raise TrainError(f"{path}: the model's {name} is {list(stored.shape)} in the file, "
+                             f"{list(tensor.shape)} by its settings")
+
+
 def _vocabulary(state: dict, path: str) -> Vocabulary:
     try:
         return Vocabulary.from_state_dict(state["vocab"])
@@ -421,6 +459,11 @@ def generate_main(argv=None) -> int:
                 raise TrainError(f"--checkpoint {args.checkpoint}: folder holds no checkpoint")
         state = load_checkpoint(path)
         _check_checkpoint(state, path, _GENERATE_KEYS)
+        vocab = _vocabulary(state, path)
+        _check_model_shapes(state["model_config"], state.get("model"), path)
+        if state["model_config"].get("vocab_size") != len(vocab):
+            raise TrainError(f"{path}: its vocabulary has {len(vocab):,} entries, its model "
+                             f"{state['model_config'].get('vocab_size')!r:.20}")
         try:
             device = torch.device(args.device)
             model = QRNNLanguageModel(**state["model_config"])
@@ -431,7 +474,6 @@ def generate_main(argv=None) -> int:
             model.to(device)
         except (RuntimeError, KeyError, ValueError, TypeError) as err:
             raise TrainError(f"cannot rebuild the model from {path}: {str(err).strip().splitlines()[0]}") from None
-        vocab = _vocabulary(state, path)
         print(_sample(model, vocab, args.prompt, args.length, args.temperature, args.seed))
         return 0
     except USER_ERRORS as err:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import fnmatch
 import itertools
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Sequence
@@ -183,13 +184,18 @@ def split_files(path: str) -> tuple:
     if not p.exists():
         raise DataError(f"--data {path}: no such file or folder")
     if not p.is_dir():
-        return {split: p for split in SPLITS}, p.stem
-    files = {split: _find_split_file(p, split) for split in SPLITS}
-    missing = [s for s, f in files.items() if f is None]
-    if missing:
-        raise DataError(f"--data {path}: folder has no {'/'.join(m + '.txt' for m in missing)} "
-                        "(expected train.txt, valid.txt and test.txt, or a single text file)")
-    return {s: f for s, f in files.items() if f is not None}, p.name
+        files, name = {split: p for split in SPLITS}, p.stem
+    else:
+        found = {split: _find_split_file(p, split) for split in SPLITS}
+        missing = [s for s, f in found.items() if f is None]
+        if missing:
+            raise DataError(f"--data {path}: folder has no {'/'.join(m + '.txt' for m in missing)} "
+                            "(expected train.txt, valid.txt and test.txt, or a single text file)")
+        files, name = {s: f for s, f in found.items() if f is not None}, p.name
+    for file in files.values():  # a device or FIFO would be read forever, or block
+        if not stat.S_ISREG(file.stat().st_mode):
+            raise DataError(f"--data {path}: {file} is not a regular file")
+    return files, name
 
 
 def load_texts(path: Optional[str]) -> tuple:

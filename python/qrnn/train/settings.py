@@ -220,6 +220,47 @@ def build_parser(preset: Optional[str] = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _check_saved(saved: dict) -> None:
+    """A checkpoint's settings obey the rules of their flags (a file is untrusted input: its
+    numbers size the model and the batches): each value of its field's type, through the
+    flag's own parser and choices; TrainError naming the first that does not."""
+    for f in dataclasses.fields(Settings):
+        if f.name not in saved or not f.metadata["resume"]:
+            continue
+        value, options = saved[f.name], f.metadata["options"]
+        flag = "--" + f.name.replace("_", "-")
+        values = value if options.get("nargs") == "+" else [value]
+        if options.get("nargs") == "+" and (not isinstance(value, (list, tuple)) or len(value) > _MAX_SAVED_ITEMS):
+            raise TrainError(f"the checkpoint's {flag} is damaged: expected at most {_MAX_SAVED_ITEMS} values")
+        for item in values:
+            if item is None and f.default is None:
+                continue
+            problem = _saved_problem(item, options)
+            if problem:
+                raise TrainError(f"the checkpoint's {flag} is damaged: {problem}")
+
+
+_MAX_SAVED_ITEMS = 64
+_MAX_SAVED_TEXT = 4096
+
+
+def _saved_problem(value, options: dict) -> Optional[str]:
+    """Why a saved value would not have come from its flag, or None."""
+    if "choices" in options:
+        return None if isinstance(value, str) and value in options["choices"] else f"got {value!r:.80}"
+    parse = options.get("type")
+    if parse is None:  # a free text (--data)
+        ok = isinstance(value, str) and len(value) <= _MAX_SAVED_TEXT and "\0" not in value
+        return None if ok else f"expected a path, got {type(value).__name__}"
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or abs(value) >= 2**64:
+        return f"expected a number, got {value!r:.40}"
+    try:
+        parse(repr(value))  # an int flag refuses a float's "2.0"
+    except argparse.ArgumentTypeError as err:
+        return str(err)
+    return None
+
+
 def _show(value) -> str:
     if value is None:
         return ""
@@ -235,6 +276,7 @@ def resolve(args: argparse.Namespace, checkpoint: Optional[dict]) -> Settings:
     preset's, else the default (a given value that differs from a fixed one in the checkpoint
     is a TrainError); a run option is the flag's value."""
     saved = checkpoint["settings"] if checkpoint else {}
+    _check_saved(saved)
     preset = args.preset if args.preset is not None else saved.get("preset")
     values = {}
     for f in dataclasses.fields(Settings):

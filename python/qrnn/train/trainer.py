@@ -8,6 +8,7 @@ exits (:class:`TrainingStopped`)."""
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Callable, Optional, Sequence
 
@@ -136,7 +137,14 @@ class Trainer:
         self.skipped_steps = 0      # of which skipped by the GradScaler (inf/NaN gradients)
         self.best_valid_loss: Optional[float] = None
         self.best_step: Optional[int] = None  # step of the checkpoint with best_valid_loss
-        self.history: list = []     # one record per (possibly partial) epoch
+        self.history: list = []     # one record per epoch (the epoch in progress: its latest partial one)
+        # The epoch in progress so far, over every stop and restart within it: this rank's
+        # loss sum (rank 0 also holds what earlier runs of the epoch summed on every rank),
+        # every rank's tokens, rank 0's training seconds.
+        self.epoch_loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        self.epoch_tokens = 0
+        self.epoch_seconds = 0.0
+        self._segment_start: Optional[float] = None  # when train_epoch's present run began
         self.loss_trace: list = []  # [step, training loss] every `trace_every` steps (this rank's shard)
         self.trace_every = 10
         self.carry = None
@@ -225,13 +233,14 @@ class Trainer:
         the monotonic-clock deadline). Returns the loss and throughput of what ran."""
         if self.position == 0:
             self.carry = None
+            self.epoch_loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+            self.epoch_tokens, self.epoch_seconds = 0, 0.0
         if hasattr(data, "set_epoch"):
             data.set_epoch(self.epoch)
         self.module.train()
-        loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
-        tokens = 0
         bar = self._progress_bar(len(data))
-        start = time.perf_counter()
+        start = self._segment_start = time.perf_counter()
+        tokens_before = self.epoch_tokens
         completed = True
         with bar:
             for index in range(self.position, len(data)):
@@ -243,26 +252,32 @@ class Trainer:
                     self.save_checkpoint()
                 inputs, targets = data[index]
                 loss = self.train_step(inputs, targets)
-                loss_sum += loss.double() * targets.numel()
-                tokens += targets.numel() * self.dist.world  # every rank runs a shard this size
+                self.epoch_loss_sum += loss.double() * targets.numel()
+                self.epoch_tokens += targets.numel() * self.dist.world  # every rank runs a shard this size
                 self.position = index + 1
                 bar.update(1)
                 if self.step % self.trace_every == 0:  # a host sync, so only now and then
                     value = loss.item()
                     self.loss_trace.append([self.step, value])
-                    elapsed = time.perf_counter() - start
-                    bar.set_postfix_str(f"loss {value:.3f}, {tokens / max(elapsed, 1e-9):,.0f} tok/s",
-                                        refresh=False)
-        seconds = time.perf_counter() - start
-        if self.dist.enabled:  # the mean over every rank's shard
-            torch.distributed.all_reduce(loss_sum)
+                    rate = (self.epoch_tokens - tokens_before) / max(time.perf_counter() - start, 1e-9)
+                    bar.set_postfix_str(f"loss {value:.3f}, {rate:,.0f} tok/s", refresh=False)
+        self.epoch_seconds += time.perf_counter() - start
+        self._segment_start = None
+        loss_sum, tokens, seconds = self._epoch_totals(), self.epoch_tokens, self.epoch_seconds
         if completed:
             self.epoch += 1
             self.position = 0
             self.carry = None
-        mean_loss = loss_sum.item() / tokens if tokens else float("nan")
-        return {"train_loss": mean_loss, "tokens": tokens,
-                "train_seconds": seconds, "completed": completed}
+        mean_loss = loss_sum / tokens if tokens else float("nan")
+        return {"train_loss": mean_loss, "tokens": tokens, "train_seconds": seconds, "completed": completed,
+                "ran": tokens > tokens_before}
+
+    def _epoch_totals(self) -> float:
+        """The loss summed over the epoch so far on every rank (collective under DDP)."""
+        loss_sum = self.epoch_loss_sum.clone()
+        if self.dist.enabled:
+            torch.distributed.all_reduce(loss_sum)
+        return loss_sum.item()
 
     def evaluate(self, data: Sequence) -> float:
         """Mean (reported) loss per target over `data` (all ranks' shards), in eval mode, under
@@ -316,10 +331,11 @@ class Trainer:
     def _fit_epochs(self, train_data, valid_data, epochs, max_steps, deadline, on_epoch_end) -> None:
         while self.epoch < epochs:
             epoch_start = time.perf_counter()
-            epoch = self.epoch
+            epoch, seconds_before = self.epoch, self.epoch_seconds if self.position else 0.0
             stats = self.train_epoch(train_data, max_steps=max_steps, deadline=deadline)
-            if not stats["tokens"]:
+            if not stats["ran"]:
                 break
+            segment_seconds = stats["train_seconds"] - seconds_before
             signalled = self.stop_signal is not None  # stop quickly: no validation
             valid_loss = self.evaluate(valid_data) if valid_data is not None and not signalled else None
             if self.on_validation is not None:
@@ -334,9 +350,10 @@ class Trainer:
                                  tokens_per_s=stats["tokens"] / max(stats["train_seconds"], 1e-9),
                                  skipped_steps=self.skipped_steps, lr=self.optimizer.param_groups[0]["lr"],
                                  precision=self.precision)
-            self.history.append(record)
+            self.history = one_record_per_epoch(self.history + [record])
             self.save_checkpoint(best=best)
-            seconds = time.perf_counter() - epoch_start
+            # The epoch's training time over all its runs, plus this run's validation and save.
+            seconds = stats["train_seconds"] + time.perf_counter() - epoch_start - segment_seconds
             # This epoch's stall: the wait in its first optimizer.step() for the previous
             # epoch's snapshot, plus the blocking part of its own save().
             stall = self.checkpoints.take_stall_seconds() if self.checkpoints is not None else 0.0
@@ -368,6 +385,10 @@ class Trainer:
                          "skipped_steps": self.skipped_steps, "best_valid_loss": self.best_valid_loss,
                          "best_step": self.best_step,
                          "world": self.dist.world, "precision": self.precision},
+            # The epoch in progress so far (at a mid-epoch save): its record survives restarts.
+            "epoch_so_far": {"loss_sum": self._epoch_totals(), "tokens": self.epoch_tokens,
+                             "seconds": self.epoch_seconds + (0.0 if self._segment_start is None else
+                                                              time.perf_counter() - self._segment_start)},
             "rng": all_gather_object(rng_state(self.device), self.dist),
             "carry": all_gather_object(carry, self.dist),
             "history": self.history,
@@ -376,6 +397,9 @@ class Trainer:
         }
 
     def load_state_dict(self, state: dict) -> None:
+        """Continue from `state` (:meth:`state_dict`'s, e.g. read from a checkpoint). It is
+        checked before use (TrainError naming what does not fit): a file is untrusted input."""
+        check_training_state(state, self.module, self.optimizer)
         self.module.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         if state.get("scaler") and self.scaler.is_enabled():
@@ -387,10 +411,18 @@ class Trainer:
         self.skipped_steps = progress["skipped_steps"]
         self.best_valid_loss = progress["best_valid_loss"]
         self.best_step = progress.get("best_step")  # absent from checkpoints of older versions
+        # Rank 0 carries the epoch's loss sum over every rank so far, the others start at zero
+        # (the epoch's end sums all ranks). Absent from older checkpoints: the epoch's record
+        # then covers the steps after the restart only.
+        so_far = state.get("epoch_so_far") or {}
+        self.epoch_loss_sum = torch.tensor(float(so_far.get("loss_sum", 0.0)) if self.dist.is_main else 0.0,
+                                           dtype=torch.float64, device=self.device)
+        self.epoch_tokens = int(so_far.get("tokens", 0))
+        self.epoch_seconds = float(so_far.get("seconds", 0.0))
         if self.checkpoint_dir is not None and self.dist.is_main:  # a kill may have cut its promotion short
             writer = self.checkpoints.checkpointer if self.checkpoints is not None else None
             restore_best(self.checkpoint_dir, self.best_step, writer)
-        self.history = list(state.get("history") or [])
+        self.history = one_record_per_epoch(state.get("history") or [])
         trace = state.get("loss_trace")
         self.loss_trace = [] if trace is None else [[int(step), loss] for step, loss in trace.tolist()]
         saved_world = progress.get("world", 1)
@@ -429,6 +461,77 @@ class Trainer:
                                                     self.optimizer if self.checkpoint_overlap else None)
         state.update(self.checkpoint_extra)
         return self.checkpoints.save(state, self.step, best=best, prepare_seconds=time.perf_counter() - start)
+
+
+def _tensor_shapes(tree) -> dict:
+    return {key: tuple(value.shape) for key, value in tree.items() if isinstance(value, Tensor)}
+
+
+def check_training_state(state, module: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """TrainError unless `state` fits `module` and `optimizer`: the model's tensors of the
+    module's shapes, the optimizer's per-parameter tensors of their parameters' shapes (before
+    torch would copy them in, or an optimizer step would meet them), progress counters that
+    are counts, and a history of epoch records."""
+    if not isinstance(state, dict):
+        raise TrainError("the training state is not a dict")
+    for key in ("model", "optimizer", "progress"):
+        if not isinstance(state.get(key), dict):
+            raise TrainError(f"the training state's {key!r} is missing or damaged")
+    want, have = _tensor_shapes(module.state_dict()), _tensor_shapes(state["model"])
+    for name, shape in want.items():
+        if have.get(name, shape) != shape:
+            raise TrainError(f"the model's {name} is {list(have[name])} in the checkpoint, {list(shape)} here")
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    saved_state = state["optimizer"].get("state", {})
+    if not isinstance(saved_state, dict):
+        raise TrainError("the optimizer state is damaged")
+    for index, per_param in saved_state.items():
+        if not isinstance(index, int) or not 0 <= index < len(params) or not isinstance(per_param, dict):
+            raise TrainError(f"the optimizer state is damaged (an entry for parameter {index!r:.40})")
+        for key, value in per_param.items():
+            if isinstance(value, Tensor) and value.dim() > 0 and value.shape != params[index].shape:
+                raise TrainError(f"the optimizer's {key} of parameter {index} is {list(value.shape)}, "
+                                 f"the parameter {list(params[index].shape)}")
+    progress = state["progress"]
+    so_far = state.get("epoch_so_far") or {}
+    if not isinstance(so_far, dict):
+        raise TrainError("the training state's 'epoch_so_far' is damaged")
+    numbers = [(key, progress.get(key), True) for key in ("epoch", "position", "step", "skipped_steps")]
+    numbers += [("tokens", so_far.get("tokens", 0), True), ("loss_sum", so_far.get("loss_sum", 0.0), False),
+                ("seconds", so_far.get("seconds", 0.0), False)]
+    for key, value, integral in numbers:
+        if not _is_count(value, integral):
+            raise TrainError(f"the training progress's {key} is damaged: {value!r:.40}")
+    history = state.get("history") or []
+    if not isinstance(history, list) or not all(map(_is_epoch_record, history)):
+        raise TrainError("the training history is damaged: expected a list of epoch records")
+    if any(record["epoch"] > progress["epoch"] + 1 for record in history):
+        raise TrainError("the training history holds records of epochs not yet run")
+
+
+def _is_count(value: object, integral: bool) -> bool:
+    """A finite number in [0, 2**62): an int where `integral`; never a bool."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (integral and isinstance(value, float)):
+        return False
+    return math.isfinite(value) and 0 <= value < 2**62
+
+
+_RECORD_KEYS = EpochRecord.__required_keys__ | EpochRecord.__optional_keys__
+
+
+def _is_epoch_record(record) -> bool:
+    return (isinstance(record, dict) and isinstance(record.get("epoch"), int) and set(record) <= _RECORD_KEYS
+            and all(value is None or isinstance(value, (int, float)) or (isinstance(value, str) and len(value) < 64)
+                    for value in record.values()))
+
+
+def one_record_per_epoch(history: list) -> list:
+    """`history` with one record per epoch, the last of each (a partial epoch's record is
+    replaced by the record of the same epoch once it completes), in epoch order."""
+    latest: dict = {}
+    for record in history:
+        latest[record["epoch"]] = record
+    return [latest[epoch] for epoch in sorted(latest)]
 
 
 class _NoProgressBar:
