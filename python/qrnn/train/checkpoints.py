@@ -3,6 +3,7 @@ measuring how long training waited for them, best.pt, and finding and reading th
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Optional, Union
 
@@ -130,7 +131,7 @@ def load_checkpoint(path: str) -> dict:
         message = str(err).strip().splitlines()[0] if str(err).strip() else ""
         raise TrainError(f"cannot read checkpoint {path}: {type(err).__name__}: {message}") from None
     limit = EXPANSION_PER_BYTE * size + EXPANSION_FLOOR
-    if expanded_size(state, limit) > limit:
+    if expanded_size(state) > limit:
         raise TrainError(f"refused checkpoint {path}: its lists and dicts expand to more than {limit:,} items "
                          f"for {size:,} bytes (shared references)")
     return state
@@ -141,22 +142,40 @@ EXPANSION_PER_BYTE = 4
 EXPANSION_FLOOR = 1 << 16
 
 
-def expanded_size(tree, limit: int) -> int:
-    """Items of `tree` counted as a walk or an encoder meets them (a shared object once per
-    reference; a string one item per 16 characters), stopping once past `limit`. Tensors
-    count one: their bytes are in the file."""
-    count, stack = 0, [tree]
-    while stack and count <= limit:
-        node = stack.pop()
-        count += 1
-        if isinstance(node, str):
-            count += len(node) // 16
-        elif isinstance(node, (dict, list, tuple, set, frozenset)):
-            if count + len(node) > limit:  # before a huge list of shared items is pushed
-                return count + len(node)
-            if isinstance(node, dict):
-                stack.extend(node.keys())
-                stack.extend(node.values())
-            else:
-                stack.extend(node)
-    return count
+_CONTAINERS = (dict, list, tuple, set, frozenset)
+
+
+def _children(node):
+    return [*node.keys(), *node.values()] if isinstance(node, dict) else node
+
+
+def expanded_size(tree) -> float:
+    """Items of `tree` counted as a walk or an encoder meets them: a shared object once per
+    reference, a string one item per 16 characters, a tensor one (its bytes are in the
+    file); infinite for a cycle. Each distinct list or dict is visited once (sizes memoised
+    by identity), so the count costs the objects' number, not the expansion's."""
+    if not isinstance(tree, _CONTAINERS):
+        return 1 + (len(tree) // 16 if isinstance(tree, str) else 0)
+    sizes: dict = {}
+    in_progress: set = set()  # on the path from the root: meeting one again is a cycle
+
+    def size(child) -> int:
+        if isinstance(child, str):
+            return 1 + len(child) // 16
+        return sizes.get(id(child), 1)  # a container is done by now; anything else counts one
+
+    stack: list = [(tree, False)]
+    while stack:
+        node, children_done = stack.pop()
+        key = id(node)
+        if children_done:
+            sizes[key] = 1 + sum(map(size, _children(node)))
+            in_progress.discard(key)
+        elif key in in_progress:
+            return math.inf
+        elif key not in sizes:
+            in_progress.add(key)
+            stack.append((node, True))
+            stack.extend((child, False) for child in _children(node)
+                         if isinstance(child, _CONTAINERS) and id(child) not in sizes)
+    return sizes[id(tree)]

@@ -392,8 +392,8 @@ def _check_stored_data(data: str, checkpoint: dict, path: str) -> None:
         check_data_identity(data, checkpoint["data"].get("files"))
     except (DataError, OSError) as err:
         reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
-        raise TrainError(f"{path} was trained on --data {data}, which cannot be used as it is ({reason}); "
-                         "pass --data PATH") from None
+        reason = reason.removeprefix(f"--data {data}: ")
+        raise TrainError(f"{path} was trained on --data {data}, not used: {reason}; pass --data PATH") from None
 
 
 def _check_model_shapes(model_config: dict, weights, path: str) -> None:
