@@ -24,8 +24,12 @@ TINY = ["--layers", "2", "--hidden", "32", "--emsize", "16", "--batch-size", "8"
 
 CHILD = textwrap.dedent("""
     import contextlib, io, json, resource, sys
-    resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))  # a safety net, not the measure
     from qrnn.train.cli import generate_main, main
+    # A safety net, not the measure: 2 GiB of address space beyond what the imports mapped
+    # (a CUDA build of torch maps several GiB it never touches).
+    with open("/proc/self/status") as status:
+        mapped = next(int(line.split()[1]) for line in status if line.startswith("VmSize:")) * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (mapped + (2 << 30), mapped + (2 << 30)))
     results = []
     for command, argv in json.loads(sys.argv[1]):
         err = io.StringIO()

@@ -62,7 +62,9 @@ def load(path: Union[str, os.PathLike], map_location=None, *, weights_only: bool
         file.seek(0)
         try:
             return torch.load(source, map_location=map_location, weights_only=weights_only, mmap=mmap)
-        except pickle.UnpicklingError as error:
+        # torch 2.4 asserts what later versions raise as UnpicklingError (a persistent id
+        # that is not a tuple).
+        except (pickle.UnpicklingError, AssertionError) as error:
             if not weights_only:
                 raise
             raise UnsafeCheckpointError(path, refused_global(_messages(error))) from error
