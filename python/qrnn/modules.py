@@ -59,6 +59,20 @@ class QRNNState(NamedTuple):
                          tuple(None if t is None else t.detach() for t in self.x_tails))
 
 
+class _StackedLayerState(NamedTuple):
+    """The ``hx`` :class:`QRNN` passes each of its layers: that layer's slice of the state,
+    already checked once for the whole stack, and the stack's layout and direction. With
+    it, ``QRNNLayer.forward`` skips its own parsing and returns :meth:`QRNNLayer.run`'s
+    ``(output, c_n, x_tail_n)``. Passing it through ``nn.Module.__call__`` (rather than
+    calling ``run``) is what makes forward hooks, checkpoint wrappers and FSDP2's per-layer
+    unsharding see each layer's call; a hook may rebuild it with ``hx._replace(...)``."""
+
+    c0: Optional[Tensor]
+    x_tail: Optional[Tensor]
+    batch_first: bool
+    reverse: bool
+
+
 # ---- Modules ------------------------------------------------------------------------
 
 
@@ -68,13 +82,25 @@ _GLOBAL_HOOKS = tuple(getattr(_module_mod, name, {}) for name in (
     "_global_forward_pre_hooks", "_global_forward_hooks", "_global_backward_pre_hooks", "_global_backward_hooks"))
 
 
+def _unhooked(module: nn.Module) -> bool:
+    """No module hook, its own or a global one, would run if ``module`` were called."""
+    return not (module._forward_pre_hooks or module._forward_hooks or module._backward_pre_hooks
+                or module._backward_hooks or any(_GLOBAL_HOOKS))
+
+
 def _is_plain_linear(linear) -> bool:
     """A plain nn.Linear that no hook watches: F.linear on its weight is exactly its call,
     without Module.__call__'s cost. Anything else (a WeightDrop-style wrapper, a parametrized,
     quantized or adapter linear, a Linear subclass, hooks) is called as a module."""
-    return (type(linear) is nn.Linear and not (linear._forward_pre_hooks or linear._forward_hooks
-                                               or linear._backward_pre_hooks or linear._backward_hooks)
-            and not any(_GLOBAL_HOOKS))
+    return type(linear) is nn.Linear and _unhooked(linear)
+
+
+def _is_plain_layer(layer: nn.Module) -> bool:
+    """A layer whose call would only run ``QRNNLayer.forward`` (no hook, not compiled on its
+    own with ``layer.compile()``, not a wrapper or a subclass with its own forward): QRNN then
+    runs it directly, without Module.__call__'s cost, as calling it would."""
+    return (type(layer).forward is QRNNLayer.forward and getattr(layer, "_compiled_call_impl", None) is None
+            and _unhooked(layer))
 
 
 def _gemm_dtype(linear) -> Optional[torch.dtype]:
@@ -175,7 +201,8 @@ class QRNNLayer(_TypedCall):
     def run(self, input: Tensor, c0: Optional[Tensor] = None, x_tail: Optional[Tensor] = None, *,
             lengths: Optional[Tensor] = None, batch_first: bool = False, reverse: bool = False) -> tuple:
         """:func:`qrnn.functional.qrnn_layer` with this layer's weights and options:
-        ``(output, c_n, x_tail_n)``. :class:`QRNN` runs each of its layers through this."""
+        ``(output, c_n, x_tail_n)``. :class:`QRNN` calls each of its layers as a module, whose
+        ``forward`` then runs this (a subclass may override it to change every call)."""
         linear = self.linear
         # getattr: a layer pickled by a version without weight drop has no such attribute.
         weight_drop = getattr(self, "weight_drop", 0.0) if self.training else 0.0
@@ -191,6 +218,9 @@ class QRNNLayer(_TypedCall):
 
     def forward(self, input: Tensor, hx: Union[Tensor, QRNNState, tuple, None] = None,
                 lengths: Optional[Tensor] = None):
+        if type(hx) is _StackedLayerState:  # called by QRNN, which checked everything once
+            return self.run(input, hx.c0, hx.x_tail, lengths=lengths, batch_first=hx.batch_first,
+                            reverse=hx.reverse)
         refuse_fx_proxy("qrnn.QRNNLayer", input, hx)
         if not isinstance(input, Tensor) or input.dim() not in (2, 3):
             raise ValueError("input must be a 3-D tensor (seq_len, batch, input_size) or 2-D (seq_len, input_size), "
@@ -305,6 +335,14 @@ class QRNN(_TypedCall):
     input's, or the autocast dtype under ``torch.autocast`` (parameters and the carried
     state stay float32; h_n is then float32).
 
+    Each layer is called as a module (``layers[i](x, hx, lengths)``), so forward hooks on it
+    fire, a wrapper put in its place (activation checkpointing) runs, and FSDP2's
+    ``fully_shard`` can be applied per layer; a plain layer that nothing hooks is run directly,
+    which is the same call without Module.__call__'s cost. Inside the stack, ``hx`` is a record
+    of that layer's already-checked state and the stack's layout (fields ``c0``, ``x_tail``,
+    ``batch_first``, ``reverse``; ``hx._replace(...)`` changes one), and the layer returns
+    :meth:`QRNNLayer.run`'s ``(output, c_n, x_tail_n)``.
+
     The state dict of a unidirectional model matches salesforce/pytorch-qrnn's ``QRNN``
     (``layers.{i}.linear.weight`` / ``.bias``). Bidirectional models keep layer ``l``
     direction ``d`` at ``layers.{l * 2 + d}``, the index of its state in ``h_n``.
@@ -403,7 +441,8 @@ class QRNN(_TypedCall):
             input = input.unsqueeze(1 if not self.batch_first else 0)
         if input.shape[-1] != self.input_size:
             raise ValueError(f"input must have input_size = {self.input_size} features, got {input.shape[-1]}")
-        check_input_dtype(input, _gemm_dtype(self.layers[0].linear))
+        first = self.layers[0]  # a wrapper (checkpoint, user module) in its place may have no `linear`
+        check_input_dtype(input, _gemm_dtype(getattr(first, "linear", first)))
         time_dim = 1 if self.batch_first else 0
         T, B = input.shape[time_dim], input.shape[1 - time_dim]
         lengths = check_lengths(lengths, B, T, input.device)
@@ -414,17 +453,23 @@ class QRNN(_TypedCall):
         c0, tails = self._unpack_state(hx, B, unbatched, as_state)
 
         D = self.num_directions
+        # Listed once (indexing a ModuleList costs more than a layer's call); unchecked types: a
+        # layer or whatever module was put in its place.
+        layers: list = list(self.layers)
         states, new_tails = [], []
         x = input
         for layer in range(self.num_layers):
             outputs = []
             for direction in range(D):
                 index = layer * D + direction
-                # A local annotation costs nothing at run time (ModuleList items are typed Module).
-                module: QRNNLayer = self.layers[index]  # type: ignore[assignment]
-                tail = tails[layer] if direction == 0 else None
-                out, c_n, tail = module.run(x, None if c0 is None else c0[index], tail, lengths=lengths,
-                                            batch_first=self.batch_first, reverse=direction == 1)
+                module, tail = layers[index], (tails[layer] if direction == 0 else None)
+                layer_c0 = None if c0 is None else c0[index]
+                if _is_plain_layer(module):
+                    out, c_n, tail = module.run(x, layer_c0, tail, lengths=lengths, batch_first=self.batch_first,
+                                                reverse=direction == 1)
+                else:  # called as a module: its hooks, any wrapper in its place, FSDP2's unsharding take part
+                    out, c_n, tail = module(x, _StackedLayerState(layer_c0, tail, self.batch_first, direction == 1),
+                                            lengths)
                 outputs.append(out)
                 states.append(c_n)
                 if direction == 0:

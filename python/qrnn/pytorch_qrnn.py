@@ -31,6 +31,16 @@ _is_exporting = getattr(torch.compiler, "is_exporting", torch.compiler.is_compil
 
 _State = Union[Tensor, QRNNState, tuple, None]
 
+# The id of the backward pass running on this thread (-1 outside one): a layer's forward run
+# during backward is activation checkpointing recomputing it.
+_backward_task_id = getattr(torch._C, "_current_graph_task_id", lambda: -1)
+
+RECOMPUTED_MESSAGE = (
+    "torchqrnn.QRNNLayer(save_prev_x=True) was run again in backward (activation checkpointing recomputes "
+    "its forward) after it had kept newer inputs, so the rerun would read inputs other than the first run's "
+    "and give wrong gradients. Carry the inputs explicitly instead: save_prev_x=False and the QRNNState a call "
+    "returns passed to the next (model(chunk, state) from model.initial_state()), which a rerun reads as given")
+
 
 def _hidden_keyword(hx: _State, hidden: _State, what: str) -> _State:
     """pytorch-qrnn's ``hidden=`` keyword, the same argument as ``hx``."""
@@ -73,6 +83,8 @@ class QRNNLayer(modules.QRNNLayer):
         """:meth:`qrnn.QRNNLayer.run`, reading and keeping the inputs ``save_prev_x`` carries
         (forward direction only; an explicit ``x_tail`` wins over the kept one)."""
         carries = self.save_prev_x and self.window > 1 and not reverse and not _is_exporting()
+        if carries and _backward_task_id() != -1:
+            raise RuntimeError(RECOMPUTED_MESSAGE)
         if carries and x_tail is None and self.prevX is not None:
             x_tail = self._kept_inputs(input, batch_first)
         output, c_n, x_tail_n = super().run(input, c0, x_tail, lengths=lengths, batch_first=batch_first,
@@ -143,10 +155,10 @@ class QRNN(modules.QRNN):
         self.use_cuda = bool(use_cuda)
 
     def reset(self) -> None:
-        """Forget the inputs each layer kept with ``save_prev_x``."""
-        for layer in self.layers:
-            if isinstance(layer, QRNNLayer):
-                layer.reset()
+        """Forget the inputs each layer kept with ``save_prev_x`` (a wrapped layer's too)."""
+        for module in self.modules():
+            if isinstance(module, QRNNLayer):
+                module.reset()
 
     def forward(self, input, hx: _State = None, lengths: Optional[Tensor] = None, *, hidden: _State = None):
         return super().forward(input, _hidden_keyword(hx, hidden, "QRNN.forward"), lengths)

@@ -15,7 +15,7 @@ from qrnn import ops
 
 OPS = Path(ops.__file__).parent
 FAMILIES = {"qrnn.ops", "qrnn.ops.forget_mult", "qrnn.ops.qrnn_gates", "qrnn.ops._testing"}
-BELOW_FAMILIES = ["cpu", "cuda", "fallback", "checks", "kernel_args", "_outputs", "_dispatch"]
+BELOW_FAMILIES = ["cpu", "cuda", "fallback", "checks", "kernel_args", "_outputs", "_dispatch", "sharding"]
 
 
 def _imports(path: Path, package: str) -> set[str]:

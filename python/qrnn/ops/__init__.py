@@ -9,6 +9,8 @@ Imports run one way: the family modules import the backends, never the reverse.
   :func:`qrnn_gates_unfused` (uses :mod:`.forget_mult`).
 - backends: :mod:`.cpu` and :mod:`.cuda` (``qrnn._C``'s native kernels, registered per device
   type by the families), :mod:`.fallback` (pure PyTorch, the ops' default bodies).
+- :mod:`.sharding`: the ops' DTensor sharding rules (batch or hidden sharded, replicated; never
+  time sharded), :func:`register_sharding_rules`.
 - shared below them: :mod:`.checks` (argument checks), :mod:`.kernel_args` (the kernels'
   argument tuples), ``_outputs`` (output allocation), ``_dispatch`` (eager-path tests,
   per-device registration).
@@ -47,9 +49,14 @@ from .qrnn_gates import (
     qrnn_gates_op,
     qrnn_gates_unfused,
 )
+from .sharding import register_if_dtensor_loaded, register_sharding_rules
+
+# DTensor's rules for the ops, at once when this process already loaded DTensor (else at the
+# first call given a tensor subclass after it is loaded: see .sharding).
+register_if_dtensor_loaded()
 
 __all__ = ["forget_mult", "qrnn_gates", "qrnn_gates_unfused", "has_native_kernels", "has_fused_qrnn_gates",
            "forget_mult_op", "forget_mult_backward_op", "qrnn_gates_op", "qrnn_gates_backward_op",
            "check_forget_mult_args", "check_forget_mult_backward_args", "check_qrnn_gates_args",
            "check_qrnn_gates_backward_args", "FORGET_MULT_FORWARD_KERNELS", "FORGET_MULT_BACKWARD_KERNELS",
-           "QRNN_GATES_FORWARD_KERNELS", "QRNN_GATES_BACKWARD_KERNELS"]
+           "QRNN_GATES_FORWARD_KERNELS", "QRNN_GATES_BACKWARD_KERNELS", "register_sharding_rules"]

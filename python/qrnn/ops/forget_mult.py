@@ -33,6 +33,7 @@ from .cuda import forget_mult_backward as cuda_backward
 from .cuda import forget_mult_forward as cuda_forward
 from .fallback import forget_mult_backward as fallback_backward
 from .fallback import forget_mult_forward as fallback_forward
+from .sharding import check_sharded_args
 
 __all__ = ["forget_mult", "forget_mult_op", "forget_mult_backward_op", "has_native_kernels",
            "FORGET_MULT_FORWARD_KERNELS", "FORGET_MULT_BACKWARD_KERNELS"]
@@ -234,6 +235,8 @@ def forget_mult(f: Tensor, x: Tensor, h0: Optional[Tensor] = None, *, batch_firs
         kernel = _cpu_forward if f.is_cpu else FORGET_MULT_FORWARD_KERNELS.get(f.device.type)
         if kernel is not None:  # none for meta tensors (the op's fake impl serves them) or the fallback's devices
             return kernel(f, x, h0, batch_first)
+    if type(f) is not Tensor or type(x) is not Tensor:  # a subclass, perhaps a DTensor
+        check_sharded_args("forget_mult", batch_first, f=f, x=x)
     if use_autograd_function():
         return _ForgetMult.apply(f, x, h0, batch_first)
     refuse_legacy_onnx()

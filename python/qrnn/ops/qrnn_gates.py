@@ -38,6 +38,7 @@ from .cuda import qrnn_gates_backward as cuda_backward
 from .cuda import qrnn_gates_forward as cuda_forward
 from .forget_mult import forget_mult
 from .kernel_args import state_dtype
+from .sharding import check_sharded_args
 
 __all__ = ["qrnn_gates", "qrnn_gates_unfused", "qrnn_gates_op", "qrnn_gates_backward_op", "has_fused_qrnn_gates",
            "QRNN_GATES_FORWARD_KERNELS", "QRNN_GATES_BACKWARD_KERNELS"]
@@ -318,6 +319,8 @@ def qrnn_gates(gates: Tensor, c0: Optional[Tensor] = None, *, output_gate: bool 
         output, c_n, _ = QRNN_GATES_FORWARD_KERNELS[gates.device.type](
             gates, c0, forget_mask, lengths, forget_scale, output_gate, batch_first, reverse, need_states=False)
         return output, c_n
+    if type(gates) is not Tensor:  # a subclass, perhaps a DTensor
+        check_sharded_args("qrnn_gates", batch_first, gates=gates, forget_mask=forget_mask)
     if use_autograd_function():
         if forward_mode_active():
             return qrnn_gates_unfused(gates, c0, output_gate=output_gate, forget_mask=forget_mask,
