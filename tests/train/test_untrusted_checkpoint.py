@@ -36,7 +36,9 @@ CHILD = textwrap.dedent("""
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
             code = (main if command == "train" else generate_main)(argv)
         results.append([code, err.getvalue()])
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    # VmHWM, this process's peak since exec (ru_maxrss would start at the forking parent's).
+    with open("/proc/self/status") as status:
+        peak_mb = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:")) / 1024
     print(json.dumps({"results": results, "peak_mb": peak_mb}))
 """)
 
