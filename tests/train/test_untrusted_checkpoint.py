@@ -1,8 +1,9 @@
 """A checkpoint is untrusted input: what a crafted file can make ``qrnn-train --resume`` and
 ``qrnn-generate`` do. Every crafted file is tried in one subprocess under an address-space
-limit: each is refused in one line naming what to do, and the process's peak resident memory
-stays under 500 MB (before any refusal, files like these made it read /dev/zero, allocate
-6 GB for a model or hang encoding a history)."""
+limit: each is refused in one line naming what to do, and the refusals take the process's
+resident memory less than 300 MB beyond what importing torch and qrnn took (before these
+checks, files like these made it read /dev/zero, allocate 6 GB for a model or hang
+encoding a history)."""
 
 import json
 import os
@@ -25,6 +26,12 @@ TINY = ["--layers", "2", "--hidden", "32", "--emsize", "16", "--batch-size", "8"
 CHILD = textwrap.dedent("""
     import contextlib, io, json, resource, sys
     from qrnn.train.cli import generate_main, main
+
+    def status_mb(field):
+        with open("/proc/self/status") as status:
+            return next(int(line.split()[1]) for line in status if line.startswith(field + ":")) / 1024
+
+    imported_mb = status_mb("VmRSS")  # torch and qrnn loaded: 0.6 GB for a CUDA build of torch
     # A safety net, not the measure: 2 GiB of address space beyond what the imports mapped
     # (a CUDA build of torch maps several GiB it never touches).
     with open("/proc/self/status") as status:
@@ -36,10 +43,8 @@ CHILD = textwrap.dedent("""
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
             code = (main if command == "train" else generate_main)(argv)
         results.append([code, err.getvalue()])
-    # VmHWM, this process's peak since exec (ru_maxrss would start at the forking parent's).
-    with open("/proc/self/status") as status:
-        peak_mb = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:")) / 1024
-    print(json.dumps({"results": results, "peak_mb": peak_mb}))
+    # VmHWM: this process's peak since exec (ru_maxrss would start at the forking parent's).
+    print(json.dumps({"results": results, "peak_mb": status_mb("VmHWM"), "imported_mb": imported_mb}))
 """)
 
 
@@ -117,7 +122,9 @@ def test_crafted_checkpoints_are_refused_in_one_line_within_bounded_memory(train
     report = json.loads(child.stdout.strip().splitlines()[-1])
     for (name, (_, _, fragment)), (code, err) in zip(cases.items(), report["results"]):
         assert code == 2 and fragment in err and err.count("\n") == 1, (name, err)
-    assert report["peak_mb"] < 500, report["peak_mb"]
+    # What the refusals themselves allocated, beyond torch's and qrnn's import (350 MB in all
+    # with a CPU build of torch 2.13; before the checks, these files made it allocate 6 GB).
+    assert report["peak_mb"] - report["imported_mb"] < 300, report
 
 
 def test_a_resume_without_data_trusts_the_recorded_files_only_while_unchanged(trained, tmp_path, capsys):
