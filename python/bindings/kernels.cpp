@@ -1,24 +1,19 @@
-// qrnn._C's CPU kernels (<qrnn/forget_mult.hpp>, <qrnn/qrnn_gates.hpp>) as fast calls,
-// and the argument lists and dtype codes qrnn.ops.kernel_args builds its calls from.
+// qrnn._C's CPU kernels (every family of <qrnn/families.hpp>) as fast calls, the argument
+// lists and dtype codes qrnn.ops builds its calls from, and the ops' schemas.
 #include <pybind11/pybind11.h>
 
 #include "bindings.hpp"
 #include "qrnn/dtype.hpp"
-#include "qrnn/forget_mult.hpp"
-#include "qrnn/qrnn_gates.hpp"
+#include "qrnn/families.hpp"
 
 namespace qrnn::bindings {
 namespace {
 
 // Each takes its list's numbers, then num_threads; large work runs without the GIL.
-#define QRNN_CPU_ENTRY(kernel, what)                                                            \
-    QRNN_FAST_ENTRY(kernel, kernel, 1, true,                                                    \
-                    #kernel "(<kernel_fields()['" #kernel "']>, num_threads): " what,           \
+#define QRNN_CPU_ENTRY(kernel, Params, FIELDS)                                                  \
+    QRNN_FAST_ENTRY(kernel, kernel, 1, true, #kernel "(<kernel_fields()['" #kernel "']>, num_threads)", \
                     qrnn::cpu::kernel(p, int(call.extra(0))))
-QRNN_CPU_ENTRY(forget_mult_forward, "CPU ForgetMult forward")
-QRNN_CPU_ENTRY(forget_mult_backward, "CPU ForgetMult backward")
-QRNN_CPU_ENTRY(qrnn_gates_forward, "fused QRNN gates forward")
-QRNN_CPU_ENTRY(qrnn_gates_backward, "fused QRNN gates backward")
+QRNN_FAMILY_KERNELS(QRNN_CPU_ENTRY)
 #undef QRNN_CPU_ENTRY
 
 // {list name: ((kind, field), ...)}: the argument lists qrnn.ops builds its calls from.
@@ -43,13 +38,25 @@ py::dict dtype_codes() {
     return codes;
 }
 
+// {op name: schema} of every qrnn:: op, as qrnn.ops defines them.
+py::dict op_schemas() {
+    py::dict schemas;
+#define QRNN_EXPORT_SCHEMA(name, schema) schemas[#name] = schema;
+    QRNN_FAMILY_SCHEMAS(QRNN_EXPORT_SCHEMA)
+#undef QRNN_EXPORT_SCHEMA
+    return schemas;
+}
+
 }  // namespace
 
 void bind_kernels(py::module_& m) {
-    def_fast<forget_mult_forward, forget_mult_backward, qrnn_gates_forward, qrnn_gates_backward>(m);
+#define QRNN_DEF_CPU_ENTRY(kernel, Params, FIELDS) def_fast<kernel>(m);
+    QRNN_FAMILY_KERNELS(QRNN_DEF_CPU_ENTRY)
+#undef QRNN_DEF_CPU_ENTRY
     m.def("kernel_fields", &kernel_fields,
           "{kernel: ((kind, field), ...)}: the parameter list each kernel entry point takes, in order");
     m.def("dtype_codes", &dtype_codes, "{dtype name: code} of qrnn::DType");
+    m.def("op_schemas", &op_schemas, "{op: schema} of every qrnn:: op, from the families' manifests");
 }
 
 }  // namespace qrnn::bindings

@@ -59,3 +59,26 @@ QRNN_API const char* simd_level();
 
 }  // namespace cpu
 }  // namespace qrnn
+
+// ---- The family's manifest -----------------------------------------------------------------
+// Its kernels' argument lists, X(kind, field) in the order qrnn._C reads them (kinds:
+// src/common/kernel_args.hpp), and its ops' schemas: Python defines the torch ops from
+// these strings (qrnn._C exports them) and the C++ operator library registers the same.
+#define QRNN_FORGET_MULT_FORWARD_FIELDS(X)                                                          \
+    X(dtype, dtype) X(integer, seq_len) X(integer, batch) X(integer, hidden) X(cview3, f)             \
+    X(cview3, x) X(cview2, h0) X(dtype, h0_dtype) X(view3, h)
+
+#define QRNN_FORGET_MULT_BACKWARD_FIELDS(X)                                                         \
+    X(dtype, dtype) X(integer, seq_len) X(integer, batch) X(integer, hidden) X(cview3, f)             \
+    X(cview3, x) X(cview3, h) X(cview2, h0) X(dtype, h0_dtype) X(cview3, grad_h) X(view3, grad_f)     \
+    X(view3, grad_x) X(view2, grad_h0)
+
+#define QRNN_FORGET_MULT_KERNELS(L)                                                             \
+    L(forget_mult_forward, ForgetMultForwardParams, QRNN_FORGET_MULT_FORWARD_FIELDS)             \
+    L(forget_mult_backward, ForgetMultBackwardParams, QRNN_FORGET_MULT_BACKWARD_FIELDS)
+
+// S(name, schema): the qrnn:: ops, forward first.
+#define QRNN_FORGET_MULT_SCHEMAS(S)                                                             \
+    S(forget_mult, "forget_mult(Tensor f, Tensor x, Tensor? h0, bool batch_first) -> Tensor")   \
+    S(forget_mult_backward, "forget_mult_backward(Tensor grad_h, Tensor f, Tensor x, Tensor h, Tensor? h0, " \
+                            "bool batch_first) -> (Tensor, Tensor, Tensor)")

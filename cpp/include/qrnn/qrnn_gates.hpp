@@ -89,3 +89,32 @@ QRNN_API void qrnn_gates_backward(const QrnnGatesBackwardParams& params, int num
 
 }  // namespace cpu
 }  // namespace qrnn
+
+// ---- The family's manifest -----------------------------------------------------------------
+// Its kernels' argument lists, X(kind, field) in the order qrnn._C reads them (kinds:
+// src/common/kernel_args.hpp), and its ops' schemas: Python defines the torch ops from
+// these strings (qrnn._C exports them) and the C++ operator library registers the same.
+// The fields both fused-gate directions start with.
+#define QRNN_GATES_COMMON_FIELDS(X)                                                                 \
+    X(real, forget_scale) X(dtype, dtype) X(integer, seq_len) X(integer, batch) X(integer, hidden)    \
+    X(flag, output_gate) X(cview3, gates) X(integer, gate_stride) X(cview3, forget_mask)             \
+    X(cview2, c0) X(dtype, c0_dtype) X(lengths, lengths) X(integer, lengths_stride) X(flag, reverse)
+
+#define QRNN_GATES_FORWARD_FIELDS(X)                                                                \
+    QRNN_GATES_COMMON_FIELDS(X) X(view3, output) X(view3, states) X(view2, c_n) X(dtype, c_n_dtype)
+
+#define QRNN_GATES_BACKWARD_FIELDS(X)                                                               \
+    QRNN_GATES_COMMON_FIELDS(X) X(cview3, states) X(cview3, grad_output) X(cview2, grad_c_n)          \
+    X(dtype, c_n_dtype) X(view3, grad_gates) X(integer, grad_gate_stride) X(view2, grad_c0)
+
+#define QRNN_QRNN_GATES_KERNELS(L)                                                              \
+    L(qrnn_gates_forward, QrnnGatesForwardParams, QRNN_GATES_FORWARD_FIELDS)                     \
+    L(qrnn_gates_backward, QrnnGatesBackwardParams, QRNN_GATES_BACKWARD_FIELDS)
+
+// S(name, schema): the qrnn:: ops, forward first.
+#define QRNN_QRNN_GATES_SCHEMAS(S)                                                              \
+    S(qrnn_gates, "qrnn_gates(Tensor gates, Tensor? c0, Tensor? forget_mask, Tensor? lengths, float forget_scale, " \
+                  "bool output_gate, bool batch_first, bool reverse) -> (Tensor, Tensor, Tensor)")            \
+    S(qrnn_gates_backward, "qrnn_gates_backward(Tensor? grad_output, Tensor? grad_c_n, Tensor gates, Tensor states, " \
+                           "Tensor? c0, Tensor? forget_mask, Tensor? lengths, float forget_scale, bool output_gate, " \
+                           "bool batch_first, bool reverse) -> (Tensor, Tensor)")

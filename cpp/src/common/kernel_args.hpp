@@ -2,8 +2,8 @@
 //
 // qrnn._C's kernel entry points take their parameter struct as a flat list of numbers
 // (converting Python objects per field would cost microseconds per call). This header is
-// the one definition of those lists: each struct's fields in order, with a kind saying
-// how many numbers a field takes and how it is read. qrnn._C reads with it and exports
+// how those lists are read: each family's manifest (its public header) gives its structs'
+// fields in order, with a kind saying how many numbers a field takes and how it is read. qrnn._C reads with it and exports
 // it (`_C.kernel_fields()`), qrnn.ops generates its argument builders from that export,
 // and the test emulator of the CUDA kernels reads with it too: a renamed, reordered or
 // re-kinded field changes all three at once or fails loudly at import.
@@ -25,38 +25,11 @@
 #include <string>
 
 #include "qrnn/dtype.hpp"
-#include "qrnn/forget_mult.hpp"
-#include "qrnn/qrnn_gates.hpp"
+#include "qrnn/families.hpp"
 
-// X(kind, field) for each field of qrnn::ForgetMultForwardParams, in argument order.
-#define QRNN_FORGET_MULT_FORWARD_FIELDS(X)                                                          \
-    X(dtype, dtype) X(integer, seq_len) X(integer, batch) X(integer, hidden) X(cview3, f)             \
-    X(cview3, x) X(cview2, h0) X(dtype, h0_dtype) X(view3, h)
-
-#define QRNN_FORGET_MULT_BACKWARD_FIELDS(X)                                                         \
-    X(dtype, dtype) X(integer, seq_len) X(integer, batch) X(integer, hidden) X(cview3, f)             \
-    X(cview3, x) X(cview3, h) X(cview2, h0) X(dtype, h0_dtype) X(cview3, grad_h) X(view3, grad_f)     \
-    X(view3, grad_x) X(view2, grad_h0)
-
-// The fields both fused-gate directions start with.
-#define QRNN_GATES_COMMON_FIELDS(X)                                                                 \
-    X(real, forget_scale) X(dtype, dtype) X(integer, seq_len) X(integer, batch) X(integer, hidden)    \
-    X(flag, output_gate) X(cview3, gates) X(integer, gate_stride) X(cview3, forget_mask)             \
-    X(cview2, c0) X(dtype, c0_dtype) X(lengths, lengths) X(integer, lengths_stride) X(flag, reverse)
-
-#define QRNN_GATES_FORWARD_FIELDS(X)                                                                \
-    QRNN_GATES_COMMON_FIELDS(X) X(view3, output) X(view3, states) X(view2, c_n) X(dtype, c_n_dtype)
-
-#define QRNN_GATES_BACKWARD_FIELDS(X)                                                               \
-    QRNN_GATES_COMMON_FIELDS(X) X(cview3, states) X(cview3, grad_output) X(cview2, grad_c_n)          \
-    X(dtype, c_n_dtype) X(view3, grad_gates) X(integer, grad_gate_stride) X(view2, grad_c0)
-
-// Every kernel's list, by the name Python knows it under.
-#define QRNN_KERNEL_ARG_LISTS(L)                                                                    \
-    L(forget_mult_forward, ForgetMultForwardParams, QRNN_FORGET_MULT_FORWARD_FIELDS)                  \
-    L(forget_mult_backward, ForgetMultBackwardParams, QRNN_FORGET_MULT_BACKWARD_FIELDS)               \
-    L(qrnn_gates_forward, QrnnGatesForwardParams, QRNN_GATES_FORWARD_FIELDS)                          \
-    L(qrnn_gates_backward, QrnnGatesBackwardParams, QRNN_GATES_BACKWARD_FIELDS)
+// Every kernel's list, by the name Python knows it under: the families' manifests
+// (qrnn/families.hpp).
+#define QRNN_KERNEL_ARG_LISTS(L) QRNN_FAMILY_KERNELS(L)
 
 namespace qrnn::args {
 

@@ -1,12 +1,10 @@
-// CPU ForgetMult entry points: validate, pick the instruction set once, split the
-// (batch row, hidden block) items over threads.
+// CPU ForgetMult entry points: validate, then run the shared scan entry (pick the
+// instruction set once, split the (batch row, hidden block) items over threads).
 #include <string>
 
 #include "common/check.hpp"
 #include "common/cpu_isa.hpp"
-#include "common/cpu_work_items.hpp"
-#include "common/isa_table.hpp"
-#include "common/parallel.hpp"
+#include "common/cpu_scan_entry.hpp"
 #include "forget_mult/check.hpp"
 #include "qrnn/forget_mult.hpp"
 
@@ -14,8 +12,6 @@ namespace qrnn::cpu {
 namespace {
 
 using detail::fail;
-
-const auto& selected() { return selected_table<ForgetMultForwardParams, ForgetMultBackwardParams>(); }
 
 // The fixed entry points' float32 parameters: f, x and h0 of contiguous time-major arrays.
 // The time stride batch * hidden is computed only once the sizes are known to be valid (a
@@ -43,23 +39,12 @@ Params contiguous_params(const float* f, const float* x, const float* h0, int64_
 const char* simd_level() { return isa_name(selected_isa()); }
 
 void forget_mult_forward(const ForgetMultForwardParams& p, int num_threads) {
-    const int64_t numel = detail::validate_forget_mult(p);
-    if (numel == 0) return;
-    const auto kernel = selected().forward[int(p.dtype)];
-    detail::parallel_for(row_items(p.batch, p.hidden), detail::threads_for_work(numel, num_threads),
-                         [&](int64_t begin, int64_t end) { kernel(p, begin, end); });
+    run_scan_forward<ForgetMultForwardParams, ForgetMultBackwardParams>(p, detail::validate_forget_mult(p), num_threads);
 }
 
 void forget_mult_backward(const ForgetMultBackwardParams& p, int num_threads) {
-    const int64_t numel = detail::validate_forget_mult(p);
-    // An empty sequence still writes grad_h0 (zeros), if asked for: batch * hidden items of
-    // nothing else. Without grad_h0 there is nothing to do (and batch * hidden may not even
-    // fit in int64 when seq_len is 0).
-    if (numel == 0 && !p.grad_h0.data) return;
-    if (detail::checked_numel(1, p.batch, p.hidden, "forget_mult_backward: grad_h0") == 0) return;
-    const auto kernel = selected().backward[int(p.dtype)];
-    detail::parallel_for(row_items(p.batch, p.hidden), detail::threads_for_work(numel, num_threads),
-                         [&](int64_t begin, int64_t end) { kernel(p, begin, end); });
+    run_scan_backward<ForgetMultForwardParams, ForgetMultBackwardParams>(p, detail::validate_forget_mult(p),
+                                                                         num_threads);
 }
 
 void forget_mult(const float* f, const float* x, const float* h0, float* h,

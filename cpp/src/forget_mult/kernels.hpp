@@ -3,12 +3,12 @@
 // QRNN_ISA, so one binary carries generic, AVX2 and AVX-512 code paths; its end
 // instantiates that set's table (common/isa_table.hpp).
 //
-// Work is split into items = (batch row, block of hidden units), walked in chunks of
-// consecutive items step by step together (common/cpu_work_items.hpp). An item keeps its state
-// in a float row; the loop over the block's hidden units is the vectorised one.
+// The time loop is the shared scan core's (common/cpu_scan.hpp); this file holds what is
+// ForgetMult's own: one step of one row, forward and backward, the loop over the row's
+// hidden units being the vectorised one.
 #pragma once
 
-#include "common/cpu_kernel_common.hpp"
+#include "common/cpu_scan.hpp"
 #include "common/isa_table.hpp"
 #include "qrnn/forget_mult.hpp"
 
@@ -35,33 +35,13 @@ inline void forward_row(const T* __restrict__ f, const T* __restrict__ x, M* __r
     }
 }
 
-// Contig: every hidden stride is 1, which lets the compiler vectorise the j loops.
-template <typename T, bool Contig>
-void forward_items(const ForgetMultForwardParams& p, int64_t begin, int64_t end) {
-    using M = typename math_type<T>::type;
-    const ItemChunks chunks(p.hidden, begin, end);
-    const int64_t block = chunks.block;
-    const int64_t sf = Contig ? 1 : p.f.stride_h, sx = Contig ? 1 : p.x.stride_h, sh = Contig ? 1 : p.h.stride_h;
-    RowItem* items = scratch<RowItem, 0>(size_t(chunks.most));
-    M* states = scratch<M, 1>(size_t(chunks.most * block));
-    for (int64_t first = begin; first < end; first += chunks.per_chunk) {
-        const int64_t count = chunks.count(first, end);
-        describe_rows(p.hidden, block, first, count, items);
-        for (int64_t i = 0; i < count; ++i) load_state(p.h0, p.h0_dtype, items[i].b, items[i].j0, items[i].n, &states[i * block]);
-        for (int64_t t = 0; t < p.seq_len; ++t)
-            for (int64_t i = 0; i < count; ++i)
-                forward_row<T, M, Contig>(row_at<T>(p.f, t, items[i]), row_at<T>(p.x, t, items[i]), &states[i * block],
-                                          row_at<T>(p.h, t, items[i]), items[i].n, sf, sx, sh);
-    }
-}
-
-// One step of one row of the backward (t >= 1). A function of its own so that the
+// One step of one row of the backward; h_prev is h[t-1] (T), or h0 as the math type at t = 0. A function of its own so that the
 // restrict-qualified parameters tell the compiler no output aliases the running gradient.
-template <typename T, typename M, bool Contig>
-inline void backward_row(const T* __restrict__ f, const T* __restrict__ x, const T* __restrict__ hprev,
+template <typename T, typename M, bool Contig, typename HP>
+inline void backward_row(const T* __restrict__ f, const T* __restrict__ x, const HP* __restrict__ hprev,
                          const T* __restrict__ dh, T* __restrict__ df, T* __restrict__ dx, M* __restrict__ grad,
                          int64_t n, int64_t sf, int64_t sx, int64_t sh, int64_t sg, int64_t sdf, int64_t sdx) {
-    if constexpr (Contig && std::is_same_v<T, float16>) {
+    if constexpr (Contig && std::is_same_v<T, float16> && std::is_same_v<HP, T>) {
         float fr[kMaxRowBlock], xr[kMaxRowBlock], hr[kMaxRowBlock], gr[kMaxRowBlock];
         row_to_float(f, fr, n);
         row_to_float(x, xr, n);
@@ -80,75 +60,45 @@ inline void backward_row(const T* __restrict__ f, const T* __restrict__ x, const
             const M g = grad[j] + load<T, M>(dh, j, sg);
             const M fv = load<T, M>(f, j, sf);
             store<T, M>(dx, j, sdx, fv * g);
-            store<T, M>(df, j, sdf, (load<T, M>(x, j, sx) - load<T, M>(hprev, j, sh)) * g);
+            store<T, M>(df, j, sdf, (load<T, M>(x, j, sx) - load<HP, M>(hprev, j, sh)) * g);
             grad[j] = g - fv * g;
         }
     }
 }
 
-// Walks time backwards with a running gradient g (the gradient reaching h[t]):
-//   g += dh[t]; dx[t] = f[t] g; df[t] = (x[t] - h[t-1]) g; g -= f[t] g; and dh0 = g.
-template <typename T, bool Contig>
-void backward_items(const ForgetMultBackwardParams& p, int64_t begin, int64_t end) {
-    using M = typename math_type<T>::type;
-    const ItemChunks chunks(p.hidden, begin, end);
-    const int64_t block = chunks.block;
-    const int64_t sf = Contig ? 1 : p.f.stride_h, sx = Contig ? 1 : p.x.stride_h, sh = Contig ? 1 : p.h.stride_h,
-                  sg = Contig ? 1 : p.grad_h.stride_h, sdf = Contig ? 1 : p.grad_f.stride_h,
-                  sdx = Contig ? 1 : p.grad_x.stride_h;
-    RowItem* items = scratch<RowItem, 0>(size_t(chunks.most));
-    M* grads = scratch<M, 1>(size_t(chunks.most * block));
-    M h0[kMaxRowBlock];
-    for (int64_t first = begin; first < end; first += chunks.per_chunk) {
-        const int64_t count = chunks.count(first, end);
-        describe_rows(p.hidden, block, first, count, items);
-        std::fill(grads, grads + count * block, M(0));
-        for (int64_t t = p.seq_len - 1; t >= 0; --t) {
-            for (int64_t i = 0; i < count; ++i) {
-                const RowItem& it = items[i];
-                M* __restrict__ grad = &grads[i * block];
-                const T* __restrict__ f = row_at<T>(p.f, t, it);
-                const T* __restrict__ dh = row_at<T>(p.grad_h, t, it);
-                T* __restrict__ df = row_at<T>(p.grad_f, t, it);
-                T* __restrict__ dx = row_at<T>(p.grad_x, t, it);
-                if (t == 0) {  // h[-1] is h0 (zeros when absent)
-                    const T* __restrict__ x = row_at<T>(p.x, t, it);
-                    load_state(p.h0, p.h0_dtype, it.b, it.j0, it.n, h0);
-                    for (int64_t j = 0; j < it.n; ++j) {
-                        const M g = grad[j] + load<T, M>(dh, j, sg);
-                        const M fv = load<T, M>(f, j, sf);
-                        store<T, M>(dx, j, sdx, fv * g);
-                        store<T, M>(df, j, sdf, (load<T, M>(x, j, sx) - h0[j]) * g);
-                        grad[j] = g - fv * g;
-                    }
-                    continue;
-                }
-                backward_row<T, M, Contig>(f, row_at<T>(p.x, t, it), row_at<T>(p.h, t - 1, it), dh, df, dx, grad, it.n,
-                                           sf, sx, sh, sg, sdf, sdx);
-            }
-        }
-        if (p.grad_h0.data)  // an empty sequence gives zeros
-            for (int64_t i = 0; i < count; ++i)
-                store_state(p.grad_h0, p.h0_dtype, items[i].b, items[i].j0, items[i].n, &grads[i * block]);
-    }
-}
 
-// The table's entry points: the contiguous or the strided variant.
-template <>
-struct Kernels<ForgetMultForwardParams, ForgetMultBackwardParams> {
-    template <typename T>
-    static void forward(const ForgetMultForwardParams& p, int64_t begin, int64_t end) {
-        const bool contig = p.f.stride_h == 1 && p.x.stride_h == 1 && p.h.stride_h == 1;
-        contig ? forward_items<T, true>(p, begin, end) : forward_items<T, false>(p, begin, end);
+// The ForgetMult family on the shared scan loop (common/cpu_scan.hpp).
+struct ForgetMultScan {
+    using Forward = ForgetMultForwardParams;
+    using Backward = ForgetMultBackwardParams;
+
+    static bool contiguous(const Forward& p) { return p.f.stride_h == 1 && p.x.stride_h == 1 && p.h.stride_h == 1; }
+    static bool contiguous(const Backward& p) {
+        return p.f.stride_h == 1 && p.x.stride_h == 1 && p.h.stride_h == 1 && p.grad_h.stride_h == 1 &&
+               p.grad_f.stride_h == 1 && p.grad_x.stride_h == 1;
     }
 
-    template <typename T>
-    static void backward(const ForgetMultBackwardParams& p, int64_t begin, int64_t end) {
-        const bool contig = p.f.stride_h == 1 && p.x.stride_h == 1 && p.h.stride_h == 1 &&
-                            p.grad_h.stride_h == 1 && p.grad_f.stride_h == 1 && p.grad_x.stride_h == 1;
-        contig ? backward_items<T, true>(p, begin, end) : backward_items<T, false>(p, begin, end);
+    template <typename T, typename M, bool Contig>
+    static void forward_row(const Forward& p, int64_t t, const RowItem& it, M* state) {
+        QRNN_ISA::forward_row<T, M, Contig>(row_at<T>(p.f, t, it), row_at<T>(p.x, t, it), state, row_at<T>(p.h, t, it),
+                                            it.n, Contig ? 1 : p.f.stride_h, Contig ? 1 : p.x.stride_h,
+                                            Contig ? 1 : p.h.stride_h);
+    }
+
+    // The running gradient g (reaching h[t]): g += dh[t]; dx[t] = f[t] g; df[t] = (x[t] - h[t-1]) g;
+    // g -= f[t] g.
+    template <typename T, typename M, bool Contig, typename HP>
+    static void backward_row(const Backward& p, int64_t t, const RowItem& it, const HP* h_prev, int64_t sh, M* grad) {
+        QRNN_ISA::backward_row<T, M, Contig>(row_at<T>(p.f, t, it), row_at<T>(p.x, t, it), h_prev,
+                                             row_at<T>(p.grad_h, t, it), row_at<T>(p.grad_f, t, it),
+                                             row_at<T>(p.grad_x, t, it), grad, it.n, Contig ? 1 : p.f.stride_h,
+                                             Contig ? 1 : p.x.stride_h, sh, Contig ? 1 : p.grad_h.stride_h,
+                                             Contig ? 1 : p.grad_f.stride_h, Contig ? 1 : p.grad_x.stride_h);
     }
 };
+
+template <>
+struct Kernels<ForgetMultForwardParams, ForgetMultBackwardParams> : ScanKernels<ForgetMultScan> {};
 
 template const KernelTable<ForgetMultForwardParams, ForgetMultBackwardParams>&
 kernel_table<ForgetMultForwardParams, ForgetMultBackwardParams>();

@@ -1,0 +1,93 @@
+// linear_scan CPU kernels, templated over the storage type: the family's steps on the
+// shared scan loop (common/cpu_scan.hpp). Compiled once per instruction set
+// (linear_scan/cpu_<isa>.cpp), each time inside its own namespace QRNN_ISA; the end
+// instantiates that set's table (common/isa_table.hpp).
+#pragma once
+
+#include "common/cpu_scan.hpp"
+#include "common/isa_table.hpp"
+#include "qrnn/linear_scan.hpp"
+
+namespace qrnn::cpu::QRNN_ISA {
+
+struct LinearScan {
+    using Forward = LinearScanForwardParams;
+    using Backward = LinearScanBackwardParams;
+
+    static bool contiguous(const Forward& p) { return p.a.stride_h == 1 && p.b.stride_h == 1 && p.h.stride_h == 1; }
+    static bool contiguous(const Backward& p) {
+        return p.a.stride_h == 1 && p.h.stride_h == 1 && p.grad_h.stride_h == 1 && p.grad_a.stride_h == 1 &&
+               p.grad_b.stride_h == 1;
+    }
+
+    // state = a[t] state + b[t]; h[t] = state.
+    template <typename T, typename M, bool Contig>
+    static void forward_row(const Forward& p, int64_t t, const RowItem& it, M* __restrict__ state) {
+        step<T, M, Contig>(row_at<T>(p.a, t, it), row_at<T>(p.b, t, it), state, row_at<T>(p.h, t, it), it.n,
+                           Contig ? 1 : p.a.stride_h, Contig ? 1 : p.b.stride_h, Contig ? 1 : p.h.stride_h);
+    }
+
+    // The running gradient g (reaching h[t]): g += dh[t]; db[t] = g; da[t] = h[t-1] g; g *= a[t].
+    template <typename T, typename M, bool Contig, typename HP>
+    static void backward_row(const Backward& p, int64_t t, const RowItem& it, const HP* h_prev, int64_t sh, M* grad) {
+        adjoint<T, M, Contig, HP>(row_at<T>(p.a, t, it), h_prev, row_at<T>(p.grad_h, t, it),
+                                  row_at<T>(p.grad_a, t, it), row_at<T>(p.grad_b, t, it), grad, it.n,
+                                  Contig ? 1 : p.a.stride_h, sh, Contig ? 1 : p.grad_h.stride_h,
+                                  Contig ? 1 : p.grad_a.stride_h, Contig ? 1 : p.grad_b.stride_h);
+    }
+
+    // Functions of their own so that the restrict-qualified parameters tell the compiler no
+    // output aliases the state; contiguous half rows are converted whole (F16C where built).
+    template <typename T, typename M, bool Contig>
+    static void step(const T* __restrict__ a, const T* __restrict__ b, M* __restrict__ state, T* __restrict__ h,
+                     int64_t n, int64_t sa, int64_t sb, int64_t sh) {
+        if constexpr (Contig && std::is_same_v<T, float16>) {
+            float ar[kMaxRowBlock], br[kMaxRowBlock];
+            row_to_float(a, ar, n);
+            row_to_float(b, br, n);
+            for (int64_t j = 0; j < n; ++j) state[j] = ar[j] * state[j] + br[j];
+            row_from_float(state, h, n);
+        } else {
+            for (int64_t j = 0; j < n; ++j) {
+                const M s = load<T, M>(a, j, sa) * state[j] + load<T, M>(b, j, sb);
+                state[j] = s;
+                store<T, M>(h, j, sh, s);
+            }
+        }
+    }
+
+    template <typename T, typename M, bool Contig, typename HP>
+    static void adjoint(const T* __restrict__ a, const HP* __restrict__ h_prev, const T* __restrict__ dh,
+                        T* __restrict__ da, T* __restrict__ db, M* __restrict__ grad, int64_t n, int64_t sa,
+                        int64_t sh, int64_t sg, int64_t sda, int64_t sdb) {
+        if constexpr (Contig && std::is_same_v<T, float16> && std::is_same_v<HP, T>) {
+            float ar[kMaxRowBlock], hr[kMaxRowBlock], gr[kMaxRowBlock];
+            row_to_float(a, ar, n);
+            row_to_float(h_prev, hr, n);
+            row_to_float(dh, gr, n);
+            for (int64_t j = 0; j < n; ++j) {
+                const float g = grad[j] + gr[j];
+                gr[j] = g;          // grad_b, in place
+                hr[j] = hr[j] * g;  // grad_a, in place
+                grad[j] = ar[j] * g;
+            }
+            row_from_float(hr, da, n);
+            row_from_float(gr, db, n);
+        } else {
+            for (int64_t j = 0; j < n; ++j) {
+                const M g = grad[j] + load<T, M>(dh, j, sg);
+                store<T, M>(db, j, sdb, g);
+                store<T, M>(da, j, sda, load<HP, M>(h_prev, j, sh) * g);
+                grad[j] = load<T, M>(a, j, sa) * g;
+            }
+        }
+    }
+};
+
+template <>
+struct Kernels<LinearScanForwardParams, LinearScanBackwardParams> : ScanKernels<LinearScan> {};
+
+template const KernelTable<LinearScanForwardParams, LinearScanBackwardParams>&
+kernel_table<LinearScanForwardParams, LinearScanBackwardParams>();
+
+}  // namespace qrnn::cpu::QRNN_ISA
