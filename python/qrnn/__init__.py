@@ -1,7 +1,8 @@
 """torch-qrnn: Quasi-Recurrent Neural Networks for PyTorch.
 
-``qrnn.forget_mult`` is the ForgetMult recurrence on CPU (and CUDA when built with
-it); ``qrnn.build_info()`` says what this build contains; ``qrnn.cmake_dir()`` and
+``qrnn.forget_mult`` is the ForgetMult recurrence and ``qrnn.linear_scan`` the diagonal
+linear recurrence h = a h + b, on CPU (and CUDA when built with it);
+``qrnn.build_info()`` says what this build contains; ``qrnn.cmake_dir()`` and
 ``qrnn.include_dir()`` point C++ projects at the installed headers and CMake package;
 ``qrnn.torch_library()`` builds (once) and returns libqrnn_torch, the qrnn:: operators for
 C++ programs that run an exported model.
@@ -15,12 +16,13 @@ from .cpp_library import torch_library
 from .functional import qrnn_layer
 from .modules import QRNN, QRNNLayer, QRNNState
 from .ops.forget_mult import forget_mult
+from .ops.linear_scan import linear_scan
 from .ops.qrnn_gates import qrnn_gates
 
 __version__ = _C.build_info()["version"]
 
 __all__ = ["forget_mult", "build_info", "cmake_dir", "include_dir", "torch_library", "__version__",
-           "QRNN", "QRNNLayer", "QRNNState", "qrnn_layer", "qrnn_gates"]
+           "QRNN", "QRNNLayer", "QRNNState", "qrnn_layer", "qrnn_gates", "linear_scan"]
 
 
 def __getattr__(name: str):

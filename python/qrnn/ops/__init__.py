@@ -1,10 +1,12 @@
-"""PyTorch ops over the torch-free kernels in ``qrnn._C``: two op families, each a
+"""PyTorch ops over the torch-free kernels in ``qrnn._C``: three op families, each a
 ``torch.library.custom_op`` pair (forward, backward) with fake and autograd registrations
 and an eager entry point that skips the dispatcher when nothing is traced.
 
 Imports run one way: the family modules import the backends, never the reverse.
 
 - :mod:`.forget_mult`: ``qrnn::forget_mult`` / ``qrnn::forget_mult_backward``, :func:`forget_mult`.
+- :mod:`.linear_scan` (a package: op, kernels, reference): ``qrnn::linear_scan`` /
+  ``qrnn::linear_scan_backward``, :func:`linear_scan`.
 - :mod:`.qrnn_gates`: ``qrnn::qrnn_gates`` / ``qrnn::qrnn_gates_backward``, :func:`qrnn_gates`,
   :func:`qrnn_gates_unfused` (uses :mod:`.forget_mult`).
 - backends: :mod:`.cpu` and :mod:`.cuda` (``qrnn._C``'s native kernels, registered per device
@@ -40,6 +42,7 @@ from .forget_mult import (
     forget_mult_op,
     has_native_kernels,
 )
+from .linear_scan import linear_scan, linear_scan_backward_op, linear_scan_op
 from .qrnn_gates import (
     QRNN_GATES_BACKWARD_KERNELS,
     QRNN_GATES_FORWARD_KERNELS,
@@ -55,7 +58,8 @@ from .sharding import register_if_dtensor_loaded, register_sharding_rules
 # first call given a tensor subclass after it is loaded: see .sharding).
 register_if_dtensor_loaded()
 
-__all__ = ["forget_mult", "qrnn_gates", "qrnn_gates_unfused", "has_native_kernels", "has_fused_qrnn_gates",
+__all__ = ["forget_mult", "qrnn_gates", "qrnn_gates_unfused", "linear_scan", "linear_scan_op",
+           "linear_scan_backward_op", "has_native_kernels", "has_fused_qrnn_gates",
            "forget_mult_op", "forget_mult_backward_op", "qrnn_gates_op", "qrnn_gates_backward_op",
            "check_forget_mult_args", "check_forget_mult_backward_args", "check_qrnn_gates_args",
            "check_qrnn_gates_backward_args", "FORGET_MULT_FORWARD_KERNELS", "FORGET_MULT_BACKWARD_KERNELS",

@@ -76,7 +76,7 @@ def schedule(name: str):
         _schedule = previous
 
 
-def _launch(kernel, device: torch.device, args: tuple, schedule: bool = True) -> None:
+def launch(kernel, device: torch.device, args: tuple, schedule: bool = True) -> None:
     """Run `kernel` on `device`'s current stream. The C++ launcher makes `device` current
     for the launch itself (its CUDA runtime is not torch's, so torch's device switch is not
     relied on). ForgetMult kernels also take the schedule."""
@@ -89,11 +89,11 @@ def _launch(kernel, device: torch.device, args: tuple, schedule: bool = True) ->
 
 
 def _forget_mult_forward_launch(h, f, x, h0, batch_first) -> None:
-    _launch(_C.cuda_forget_mult_forward, f.device, _forget_mult_forward_args(h, f, x, h0, batch_first))
+    launch(_C.cuda_forget_mult_forward, f.device, _forget_mult_forward_args(h, f, x, h0, batch_first))
 
 
 def _forget_mult_backward_launch(grad_f, grad_x, grad_h0, grad_h, f, x, h, h0, batch_first) -> None:
-    _launch(_C.cuda_forget_mult_backward, f.device,
+    launch(_C.cuda_forget_mult_backward, f.device,
             _forget_mult_backward_args(grad_f, grad_x, grad_h0, grad_h, f, x, h, h0, batch_first))
 
 
@@ -162,14 +162,14 @@ def backward_plan(grad_f: Tensor, grad_x: Tensor, grad_h0: Optional[Tensor], gra
 
 def _qrnn_gates_forward_launch(output, states, c_n, gates, c0, forget_mask, lengths, forget_scale, output_gate,
                                batch_first, reverse) -> None:
-    _launch(_C.cuda_qrnn_gates_forward, gates.device,
+    launch(_C.cuda_qrnn_gates_forward, gates.device,
             _qrnn_gates_forward_args(output, states, c_n, gates, c0, forget_mask, lengths, forget_scale, output_gate,
                                      batch_first, reverse), schedule=False)
 
 
 def _qrnn_gates_backward_launch(grad_gates, grad_c0, grad_output, grad_c_n, gates, states, c0, forget_mask, lengths,
                                 forget_scale, output_gate, batch_first, reverse) -> None:
-    _launch(_C.cuda_qrnn_gates_backward, gates.device,
+    launch(_C.cuda_qrnn_gates_backward, gates.device,
             _qrnn_gates_backward_args(grad_gates, grad_c0, grad_output, grad_c_n, gates, states, c0, forget_mask,
                                       lengths, forget_scale, output_gate, batch_first, reverse), schedule=False)
 

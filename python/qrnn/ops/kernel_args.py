@@ -16,8 +16,8 @@ import torch
 
 from .. import _C  # type: ignore[attr-defined, unused-ignore]  # compiled, no stub
 
-__all__ = ["DTYPE_CODES", "KernelArgsError", "forget_mult_forward", "forget_mult_backward",
-           "qrnn_gates_forward", "qrnn_gates_backward"]
+__all__ = ["DTYPE_CODES", "KernelArgsError", "generate", "probe", "view2", "view3", "time_view3", "state_dtype",
+           "forget_mult_forward", "forget_mult_backward", "qrnn_gates_forward", "qrnn_gates_backward"]
 
 
 class KernelArgsError(ImportError):
@@ -52,16 +52,26 @@ def view3(t, batch_first: bool):
     return (t.data_ptr(), s[1], s[0], s[2]) if batch_first else (t.data_ptr(), *s)
 
 
+def time_view3(t, batch_first: bool, reverse: bool):
+    """:func:`view3`, walked from the last time step when ``reverse``: the kernels read a
+    negative time stride as time running backwards."""
+    if not reverse or t is None or t.numel() == 0:
+        return view3(t, batch_first)
+    address, stride_t, stride_b, stride_h = view3(t, batch_first)
+    steps = t.shape[1 if batch_first else 0]
+    return address + (steps - 1) * stride_t * t.element_size(), -stride_t, stride_b, stride_h
+
+
 def state_dtype(dtype: torch.dtype) -> torch.dtype:
     """Carried state dtype: float32 next to 16-bit data, the data's dtype otherwise."""
     return torch.float32 if dtype in HALF_DTYPES else dtype
 
 
-_NAMESPACE: dict[str, Any] = {"DTYPE_CODES": DTYPE_CODES, "view2": view2, "view3": view3, "state_dtype": state_dtype,
-              "_NO_VIEW2": _NO_VIEW2}
+_NAMESPACE: dict[str, Any] = {"DTYPE_CODES": DTYPE_CODES, "view2": view2, "view3": view3, "time_view3": time_view3,
+              "state_dtype": state_dtype, "_NO_VIEW2": _NO_VIEW2}
 
 
-def _generate(kernel: str, signature: str, prologue: str, sources: dict, probes) -> Callable[..., tuple]:
+def generate(kernel: str, signature: str, prologue: str, sources: dict, probes) -> Callable[..., tuple]:
     """Builds ``def kernel(signature): prologue; return (<each field's numbers in C++ order>)``.
 
     ``sources`` maps each field to a Python expression; for a view kind a bare name is a
@@ -98,7 +108,7 @@ def _generate(kernel: str, signature: str, prologue: str, sources: dict, probes)
     return builder
 
 
-def _probe(*shape, dtype=torch.float32):
+def probe(*shape, dtype=torch.float32):
     return torch.rand(shape, dtype=dtype)
 
 
@@ -121,12 +131,12 @@ def _time_major(*names):
     return _TIME_MAJOR.format(names=", ".join(names), transposed=", ".join(f"{n}.transpose(0, 1)" for n in names))
 
 
-_fm = _probe(2, 3, 4)
-forget_mult_forward: Callable[..., tuple] = _generate(
+_fm = probe(2, 3, 4)
+forget_mult_forward: Callable[..., tuple] = generate(
     "forget_mult_forward", "h, f, x, h0, batch_first", _time_major("h", "f", "x"),
     {**_FORGET_MULT_COMMON, "h": "h"},
-    [(_fm, _fm, _fm, None, False), (_fm, _fm, _fm, _probe(2, 4), True)])
-forget_mult_backward: Callable[..., tuple] = _generate(
+    [(_fm, _fm, _fm, None, False), (_fm, _fm, _fm, probe(2, 4), True)])
+forget_mult_backward: Callable[..., tuple] = generate(
     "forget_mult_backward", "grad_f, grad_x, grad_h0, grad_h, f, x, h, h0, batch_first",
     _time_major("grad_f", "grad_x", "grad_h", "f", "x", "h"),
     {**_FORGET_MULT_COMMON, "h": "h", "grad_h": "grad_h", "grad_f": "grad_f", "grad_x": "grad_x",
@@ -150,16 +160,16 @@ _GATES_COMMON = {
     "lengths_stride": "1 if lengths is None else lengths.stride(0)", "reverse": "int(reverse)",
     "c_n_dtype": "DTYPE_CODES[state_dtype(gates.dtype)]",
 }
-_gates = _probe(2, 3, 12)
-_out = _probe(2, 3, 4)
-qrnn_gates_forward: Callable[..., tuple] = _generate(
+_gates = probe(2, 3, 12)
+_out = probe(2, 3, 4)
+qrnn_gates_forward: Callable[..., tuple] = generate(
     "qrnn_gates_forward",
     "output, states, c_n, gates, c0, forget_mask, lengths, forget_scale, output_gate, batch_first, reverse",
     _GATES_PROLOGUE + "hidden = output.shape[2]",
     {**_GATES_COMMON, "output": "view3(output, batch_first)", "states": "view3(states, batch_first)",
      "c_n": "view2(c_n)"},
-    [(_out, _out, _probe(3, 4), _gates, None, None, None, 1.0, True, False, False)])
-qrnn_gates_backward: Callable[..., tuple] = _generate(
+    [(_out, _out, probe(3, 4), _gates, None, None, None, 1.0, True, False, False)])
+qrnn_gates_backward: Callable[..., tuple] = generate(
     "qrnn_gates_backward",
     "grad_gates, grad_c0, grad_output, grad_c_n, gates, states, c0, forget_mask, lengths, forget_scale, "
     "output_gate, batch_first, reverse",

@@ -1,9 +1,9 @@
 """DTensor sharding rules for the qrnn ops (``torch.distributed.tensor``).
 
-Both recurrences are elementwise across batch and hidden units and sequential in time, so
+The recurrences are elementwise across batch and hidden units and sequential in time, so
 each op runs on the local shards as they are when its sequence tensors are replicated or
 sharded on the batch dimension; ForgetMult also when they are sharded on the hidden
-dimension (the last). Sharding on the time dimension is refused with a ValueError saying
+dimension (the last), and so is linear_scan. Sharding on the time dimension is refused with a ValueError saying
 what to do. The fused gate op is not hidden-sharded: the last dimension of its gates holds
 the Z, F, O blocks one after another, so an even split of it is not a split by hidden unit.
 
@@ -99,7 +99,7 @@ def _present(t, role: str) -> Optional[str]:
 
 _FORGET_MULT_MODES = (_REPLICATE, _BATCH, _HIDDEN)
 _QRNN_GATES_MODES = (_REPLICATE, _BATCH)
-_MODES = {"forget_mult": _FORGET_MULT_MODES, "qrnn_gates": _QRNN_GATES_MODES}
+_MODES = {"forget_mult": _FORGET_MULT_MODES, "qrnn_gates": _QRNN_GATES_MODES, "linear_scan": _FORGET_MULT_MODES}
 
 
 def _forget_mult_rule(f, x, h0, batch_first):
@@ -114,6 +114,20 @@ def _forget_mult_backward_rule(grad_h, f, x, h, h0, batch_first):
         _refuse_unsupported("forget_mult_backward", name, t, batch_first, _FORGET_MULT_MODES)
     return _shardings(_FORGET_MULT_MODES, batch_first, [_SEQUENCE, _SEQUENCE, _STATE if h0 is not None else _EMPTY],
                       [_SEQUENCE] * 4 + [_present(h0, _STATE), None])
+
+
+def _linear_scan_rule(a, b, h0, reverse, batch_first):
+    for name, t in (("a", a), ("b", b)):
+        _refuse_unsupported("linear_scan", name, t, batch_first, _FORGET_MULT_MODES)
+    return _shardings(_FORGET_MULT_MODES, batch_first, [_SEQUENCE],
+                      [_SEQUENCE, _SEQUENCE, _present(h0, _STATE), None, None])
+
+
+def _linear_scan_backward_rule(grad_h, a, h, h0, reverse, batch_first):
+    for name, t in (("grad_h", grad_h), ("a", a), ("h", h)):
+        _refuse_unsupported("linear_scan_backward", name, t, batch_first, _FORGET_MULT_MODES)
+    return _shardings(_FORGET_MULT_MODES, batch_first, [_SEQUENCE, _SEQUENCE, _STATE if h0 is not None else _EMPTY],
+                      [_SEQUENCE] * 3 + [_present(h0, _STATE), None, None])
 
 
 def _qrnn_gates_rule(gates, c0, forget_mask, lengths, forget_scale, output_gate, batch_first, reverse):
@@ -168,7 +182,9 @@ def register_sharding_rules() -> bool:
     rules = ((qrnn.forget_mult.default, _forget_mult_rule),
              (qrnn.forget_mult_backward.default, _forget_mult_backward_rule),
              (qrnn.qrnn_gates.default, _qrnn_gates_rule),
-             (qrnn.qrnn_gates_backward.default, _qrnn_gates_backward_rule))
+             (qrnn.qrnn_gates_backward.default, _qrnn_gates_backward_rule),
+             (qrnn.linear_scan.default, _linear_scan_rule),
+             (qrnn.linear_scan_backward.default, _linear_scan_backward_rule))
     try:
         for op, rule in rules:
             register_sharding(op)(rule)

@@ -1,0 +1,49 @@
+"""One registry of native kernels per op family: which ``(forward, backward)`` functions each
+device type runs, for the eager direct path and the ops' per-device registrations alike."""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+from ._dispatch import register_kernel
+
+
+class NativeKernels:
+    """A family's native kernels by device type. :meth:`set` registers them with the family's
+    ops (after the family's argument checks) and keeps them for the direct path; None for both
+    falls back to the ops' pure-PyTorch bodies."""
+
+    def __init__(self, forward_op, backward_op, check_forward: Callable, check_backward: Callable,
+                 fallback_forward: Callable, fallback_backward: Callable) -> None:
+        self._ops = (forward_op, backward_op)
+        self._checks = (check_forward, check_backward)
+        self._fallbacks = (fallback_forward, fallback_backward)
+        self.forward: dict[str, Callable] = {}
+        self.backward: dict[str, Callable] = {}
+        self.cpu_forward: Optional[Callable] = None  # forward.get("cpu"), one lookup cheaper per call
+
+    def set(self, device: str, forward: Optional[Callable], backward: Optional[Callable]) -> tuple:
+        """Make ``forward``/``backward`` the kernels of ``device`` tensors; returns the previous
+        pair (None, None where there was none)."""
+        previous = (self.forward.pop(device, None), self.backward.pop(device, None))
+        if forward is not None and backward is not None:
+            self.forward[device], self.backward[device] = forward, backward
+        self.cpu_forward = self.forward.get("cpu")
+        for op, check, kernel, fallback in zip(self._ops, self._checks, (forward, backward), self._fallbacks):
+            register_kernel(op, device, check, kernel or fallback)
+        return previous
+
+    def has(self, device) -> bool:
+        """Whether ``device`` (a torch.device or its type name) runs native kernels."""
+        return getattr(device, "type", device) in self.forward
+
+
+def manifest_schema(op: str) -> str:
+    """The schema of ``qrnn::<op>`` from its family's C++ manifest, without the name, as
+    ``torch.library.custom_op(schema=...)`` takes it: one definition for Python and C++."""
+    from .. import _C  # type: ignore[attr-defined, unused-ignore]  # compiled, no stub
+
+    full = _C.op_schemas()[op]
+    if not full.startswith(op + "("):
+        raise ImportError(f"qrnn._C's schema of {op} names another op: {full!r}")
+    return full[len(op):]

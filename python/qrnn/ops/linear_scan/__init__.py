@@ -1,0 +1,56 @@
+"""linear_scan, ``h[t] = a[t] * h[t-1] + b[t]``: the third op family.
+
+- :mod:`.op`: the ``qrnn::linear_scan`` / ``qrnn::linear_scan_backward`` custom ops (schemas
+  from the C++ manifest), their fake, autograd, vmap and forward-mode rules, and the native
+  kernels registered per device type;
+- :mod:`.kernels`: the CPU, CUDA and fallback backends and their argument tuples;
+- :mod:`.reference`: the plain PyTorch loop the tests and the fallback use.
+"""
+
+from typing import Optional
+
+from torch import Tensor
+
+from .._dispatch import direct_call_allowed, refuse_legacy_onnx, use_autograd_function
+from ..sharding import check_sharded_args
+from .op import KERNELS, LinearScanFunction, check_args, linear_scan_backward_op, linear_scan_op
+
+__all__ = ["linear_scan", "linear_scan_op", "linear_scan_backward_op", "KERNELS"]
+
+
+def linear_scan(a: Tensor, b: Tensor, h0: Optional[Tensor] = None, *, reverse: bool = False,
+                batch_first: bool = False) -> Tensor:
+    """The diagonal linear recurrence ``h[t] = a[t] * h[t-1] + b[t]`` with ``h[-1] = h0``.
+
+    The recurrence of RG-LRU (Griffin), LRU, HGRN, Mamba-style diagonal scans and minGRU in
+    decay form (docs/RECIPES.md). Unlike :func:`qrnn.forget_mult`, the decay ``a`` is given as
+    is, so decays close to 1 (long memory) lose nothing to a ``1 - a`` reformulation.
+
+    Args:
+        a: decays, ``(seq_len, batch, hidden)`` (``(batch, seq_len, hidden)`` with
+            ``batch_first=True``); float32, float64, bfloat16 or float16, CPU or CUDA.
+        b: inputs, same shape, dtype and device as ``a``.
+        h0: initial state ``(batch, hidden)``, or None for zeros; ``a``'s dtype, or float32
+            for 16-bit ``a``.
+        reverse: run time backwards, ``h[t] = a[t] * h[t+1] + b[t]`` from the last step (the
+            backward direction of a bidirectional layer); no copy is made.
+        batch_first: whether dimension 0 is batch instead of time.
+
+    Returns:
+        ``h``, every step's state, in ``a``'s shape, layout convention and dtype. Math and the
+        carried state are float32 for 16-bit inputs. Any strides are accepted without a copy.
+        Differentiable in ``a``, ``b`` and ``h0`` (backward, torch.func, forward mode); works
+        under ``torch.compile(fullgraph=True)`` and ``torch.export``.
+    """
+    check_args(a, b, h0, reverse, batch_first)
+    if direct_call_allowed(a, b, h0, None):
+        # Direct call: the dispatcher and autograd machinery would cost more than the kernel.
+        kernel = KERNELS.cpu_forward if a.is_cpu else KERNELS.forward.get(a.device.type)
+        if kernel is not None:  # none for meta tensors (the fake impl serves them) or fallback devices
+            return kernel(a, b, h0, reverse, batch_first)
+    if type(a) is not Tensor or type(b) is not Tensor:  # a subclass, perhaps a DTensor
+        check_sharded_args("linear_scan", batch_first, a=a, b=b)
+    if use_autograd_function():
+        return LinearScanFunction.apply(a, b, h0, reverse, batch_first)
+    refuse_legacy_onnx()
+    return linear_scan_op(a, b, h0, reverse, batch_first)

@@ -1,0 +1,161 @@
+"""The linear_scan op family: ``qrnn::linear_scan`` and ``qrnn::linear_scan_backward``.
+
+Both are ``torch.library.custom_op``s defined with the schemas of the family's C++ manifest
+(cpp/include/qrnn/linear_scan.hpp, exported by qrnn._C), with fake, autograd and vmap
+registrations; their bodies are the pure-PyTorch fallback and the native kernels are
+registered per device type (:data:`KERNELS`). Under torch.func transforms and forward-mode
+AD, :func:`qrnn.linear_scan` goes through :class:`LinearScanFunction` instead.
+"""
+
+# No `from __future__ import annotations`: torch 2.4's custom_op reads annotations as objects.
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from .._dispatch import first_derivative_only, fold_batch, refuse_double_backward, register_vmap, unfold_batch
+from .._registry import NativeKernels, manifest_schema
+from ..checks import check_like, check_scan_args
+from . import kernels
+
+__all__ = ["linear_scan_op", "linear_scan_backward_op", "LinearScanFunction", "KERNELS", "check_args",
+           "check_backward_args"]
+
+_NAMES = ("a", "b")
+
+
+def check_args(a, b, h0, reverse, batch_first) -> None:
+    """TypeError/ValueError naming the bad argument."""
+    check_scan_args("linear_scan", _NAMES, a, b, h0, batch_first)
+    if reverse is not True and reverse is not False:
+        raise TypeError(f"linear_scan: reverse must be a bool, got {type(reverse).__name__}")
+
+
+def check_backward_args(grad_h, a, h, h0, reverse, batch_first) -> None:
+    check_args(a, a, h0, reverse, batch_first)
+    check_like("linear_scan_backward", "a", a, grad_h=grad_h, h=h)
+
+
+@torch.library.custom_op("qrnn::linear_scan", mutates_args=(), schema=manifest_schema("linear_scan"))
+def linear_scan_op(a: Tensor, b: Tensor, h0: Optional[Tensor], reverse: bool, batch_first: bool) -> Tensor:
+    """``h``. This body serves devices without a native kernel."""
+    check_args(a, b, h0, reverse, batch_first)  # torch.ops.qrnn.linear_scan can be called directly
+    return kernels.fallback_forward(a, b, h0, reverse, batch_first)
+
+
+@linear_scan_op.register_fake
+def _(a, b, h0, reverse, batch_first):
+    torch._check(b.shape == a.shape, lambda: "linear_scan: b must have a's shape")
+    return torch.empty_like(a, memory_format=torch.contiguous_format)
+
+
+@torch.library.custom_op("qrnn::linear_scan_backward", mutates_args=(), schema=manifest_schema("linear_scan_backward"))
+def linear_scan_backward_op(grad_h: Tensor, a: Tensor, h: Tensor, h0: Optional[Tensor], reverse: bool,
+                            batch_first: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """(grad_a, grad_b, grad_h0); grad_h0 is an empty tensor when h0 is None."""
+    check_backward_args(grad_h, a, h, h0, reverse, batch_first)
+    return kernels.fallback_backward(grad_h, a, h, h0, reverse, batch_first)
+
+
+@linear_scan_backward_op.register_fake
+def _(grad_h, a, h, h0, reverse, batch_first):
+    like = torch.empty_like(a, memory_format=torch.contiguous_format)
+    grad_h0 = torch.empty_like(h0, memory_format=torch.contiguous_format) if h0 is not None else a.new_empty(0)
+    return like, torch.empty_like(like), grad_h0
+
+
+def _setup_context(ctx, inputs, output):
+    a, _, h0, reverse, batch_first = inputs
+    ctx.save_for_backward(a, output, h0)  # the backward needs no b
+    ctx.reverse, ctx.batch_first = reverse, batch_first
+
+
+def _backward(ctx, grad_h):
+    a, h, h0 = ctx.saved_tensors
+    grad_a, grad_b, grad_h0 = linear_scan_backward_op(grad_h, a, h, h0, ctx.reverse, ctx.batch_first)
+    return grad_a, grad_b, (grad_h0 if h0 is not None else None), None, None
+
+
+linear_scan_op.register_autograd(_backward, setup_context=_setup_context)
+linear_scan_backward_op.register_autograd(refuse_double_backward("linear_scan"))
+
+KERNELS = NativeKernels(linear_scan_op, linear_scan_backward_op, check_args, check_backward_args,
+                        kernels.fallback_forward, kernels.fallback_backward)
+KERNELS.set("cpu", kernels.cpu_forward, kernels.cpu_backward)
+if kernels.CUDA_AVAILABLE:
+    KERNELS.set("cuda", kernels.cuda_forward, kernels.cuda_backward)
+
+
+# ---- vmap: the kernels take any batch, so the vmapped dimension joins it ------------------------
+
+
+def _vmap(info, in_dims, a, b, h0, reverse, batch_first):
+    size, batch = info.batch_size, (0 if batch_first else 1)
+    h = linear_scan_op(fold_batch(a, in_dims[0], size, batch), fold_batch(b, in_dims[1], size, batch),
+                       fold_batch(h0, in_dims[2], size, 0), reverse, batch_first)
+    return unfold_batch(h, size, batch), batch
+
+
+def _backward_vmap(info, in_dims, grad_h, a, h, h0, reverse, batch_first):
+    size, batch = info.batch_size, (0 if batch_first else 1)
+    folded = [fold_batch(t, d, size, batch) for t, d in zip((grad_h, a, h), in_dims)]
+    grad_a, grad_b, grad_h0 = linear_scan_backward_op(*folded, fold_batch(h0, in_dims[3], size, 0), reverse,
+                                                      batch_first)
+    grads = (unfold_batch(grad_a, size, batch), unfold_batch(grad_b, size, batch))
+    if h0 is None:
+        return (*grads, grad_h0), (batch, batch, None)
+    return (*grads, unfold_batch(grad_h0, size, 0)), (batch, batch, 0)
+
+
+register_vmap(linear_scan_op, _vmap)
+register_vmap(linear_scan_backward_op, _backward_vmap)
+
+
+# ---- torch.func and forward-mode AD ---------------------------------------------------------------
+
+_LinearScanBackward = first_derivative_only("linear_scan", linear_scan_backward_op)
+
+
+def _previous_states(h: Tensor, h0: Optional[Tensor], reverse: bool, batch_first: bool) -> Tensor:
+    """h[t-1] for every t in the scan's order (h0, or zeros, before the first step)."""
+    time = 1 if batch_first else 0
+    T = h.shape[time]
+    start = (h0.to(h.dtype) if h0 is not None else h.new_zeros(h.shape[1 - time], h.shape[2])).unsqueeze(time)
+    if reverse:
+        return torch.cat([h.narrow(time, 1, T - 1), start], time)
+    return torch.cat([start, h.narrow(time, 0, T - 1)], time)
+
+
+class LinearScanFunction(torch.autograd.Function):
+    """qrnn::linear_scan with a setup_context (torch.func), a tangent rule (forward-mode AD) and
+    vmap through the ops' rules. The tangent is itself a linear scan with the same decays:
+    dh[t] = a[t] dh[t-1] + (da[t] h[t-1] + db[t]), dh[-1] = dh0."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(a, b, h0, reverse, batch_first):
+        return linear_scan_op(a, b, h0, reverse, batch_first)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        a, _, h0, reverse, batch_first = inputs
+        ctx.save_for_backward(a, output, h0)
+        ctx.save_for_forward(a, output, h0)
+        ctx.reverse, ctx.batch_first = reverse, batch_first
+
+    @staticmethod
+    def backward(ctx, grad_h):
+        a, h, h0 = ctx.saved_tensors
+        grad_a, grad_b, grad_h0 = _LinearScanBackward.apply(grad_h, a, h, h0, ctx.reverse, ctx.batch_first)
+        return grad_a, grad_b, (grad_h0 if h0 is not None else None), None, None
+
+    @staticmethod
+    def jvp(ctx, da, db, dh0, _reverse, _batch_first):
+        a, h, h0 = ctx.saved_tensors
+        if a.numel() == 0 or (da is None and db is None and dh0 is None):
+            return torch.zeros_like(h)
+        inputs = db if db is not None else torch.zeros_like(a)
+        if da is not None:
+            inputs = inputs + da * _previous_states(h, h0, ctx.reverse, ctx.batch_first)
+        return linear_scan_op(a, inputs, dh0, ctx.reverse, ctx.batch_first)
