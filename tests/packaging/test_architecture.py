@@ -188,3 +188,25 @@ def test_checkpoint_rules_live_in_cpp(rule, pattern):
 def test_one_plots_folder():
     assert not (REPO / "bench-plots").exists()
     assert any((REPO / "docs" / "benchmarks").glob("*.png"))
+
+
+def test_one_list_of_op_families_per_language():
+    """CMake's QRNN_FAMILIES, the C++ manifests' list (qrnn/families.hpp), the Python list
+    (qrnn.ops.FAMILIES) and what qrnn._C binds name the same families in the same order, and
+    each has its folders: adding a family is one line in each list plus its own folders."""
+    import qrnn.ops
+
+    cmake = (REPO / "CMakeLists.txt").read_text()
+    listed = re.search(r"set\(QRNN_FAMILIES\n(.*?)\n\)", cmake, flags=re.S).group(1)
+    cmake_families = [line.split("#")[0].strip() for line in listed.splitlines() if line.split("#")[0].strip()]
+    header = (PUBLIC_HEADERS / "families.hpp").read_text()
+    kernels = re.search(r"#define QRNN_FAMILY_KERNELS\(L\)(.*)", header).group(1)
+    header_families = [name.lower() for name in re.findall(r"QRNN_(\w+)_KERNELS\(L\)", kernels)]
+    assert cmake_families == header_families == list(qrnn.ops.FAMILIES)
+    bound = list(dict.fromkeys(kernel.rsplit("_", 1)[0] for kernel in qrnn._C.kernel_fields()))
+    assert bound == cmake_families
+    for family in cmake_families:
+        assert (REPO / "cpp" / "src" / family / "cpu.cpp").is_file(), family
+        assert (PUBLIC_HEADERS / f"{family}.hpp").is_file(), family
+        assert f'#include "qrnn/{family}.hpp"' in header
+        assert f"QRNN_{family.upper()}_SCHEMAS(S)" in header

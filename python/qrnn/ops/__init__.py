@@ -54,11 +54,19 @@ from .qrnn_gates import (
 )
 from .sharding import register_if_dtensor_loaded, register_sharding_rules
 
+# The op families, one line each: CMake's QRNN_FAMILIES and qrnn/families.hpp list the same
+# (tests/packaging/test_architecture.py compares the three).
+FAMILIES = (
+    "forget_mult",
+    "qrnn_gates",
+    "linear_scan",
+)
+
 # DTensor's rules for the ops, at once when this process already loaded DTensor (else at the
 # first call given a tensor subclass after it is loaded: see .sharding).
 register_if_dtensor_loaded()
 
-__all__ = ["forget_mult", "qrnn_gates", "qrnn_gates_unfused", "linear_scan", "linear_scan_op",
+__all__ = ["FAMILIES", "forget_mult", "qrnn_gates", "qrnn_gates_unfused", "linear_scan", "linear_scan_op",
            "linear_scan_backward_op", "has_native_kernels", "has_fused_qrnn_gates",
            "forget_mult_op", "forget_mult_backward_op", "qrnn_gates_op", "qrnn_gates_backward_op",
            "check_forget_mult_args", "check_forget_mult_backward_args", "check_qrnn_gates_args",

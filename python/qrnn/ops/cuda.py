@@ -88,6 +88,12 @@ def launch(kernel, device: torch.device, args: tuple, schedule: bool = True) -> 
         kernel(*args, stream, index)
 
 
+def launch_by_name(launcher: str, device: torch.device, args: tuple) -> None:
+    """:func:`launch` of qrnn._C's launcher ``launcher`` (a scan family's: it takes the
+    schedule), looked up at the call so that tests can stand in for qrnn._C here."""
+    launch(getattr(_C, launcher), device, args)
+
+
 def _forget_mult_forward_launch(h, f, x, h0, batch_first) -> None:
     launch(_C.cuda_forget_mult_forward, f.device, _forget_mult_forward_args(h, f, x, h0, batch_first))
 

@@ -67,14 +67,14 @@ CUDA_AVAILABLE: bool = hasattr(_C, "cuda_linear_scan_forward")
 
 def cuda_forward(a, b, h0, reverse, batch_first):
     h = empty_contiguous(a)
-    _cuda.launch(_C.cuda_linear_scan_forward, a.device, forward_args(h, a, b, h0, reverse, batch_first))
+    _cuda.launch_by_name("cuda_linear_scan_forward", a.device, forward_args(h, a, b, h0, reverse, batch_first))
     return h
 
 
 def cuda_backward(grad_h, a, h, h0, reverse, batch_first):
     grad_a, grad_b, grad_h0 = _grads(a, h0)
-    _cuda.launch(_C.cuda_linear_scan_backward, a.device,
-                 backward_args(grad_a, grad_b, grad_h0, grad_h, a, h, h0, reverse, batch_first))
+    _cuda.launch_by_name("cuda_linear_scan_backward", a.device,
+                         backward_args(grad_a, grad_b, grad_h0, grad_h, a, h, h0, reverse, batch_first))
     return grad_a, grad_b, or_empty(grad_h0, a)
 
 
