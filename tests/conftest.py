@@ -16,10 +16,11 @@ import torch
 
 import qrnn
 from qrnn import _C
-from qrnn.ops import cuda as cuda_backend
-from qrnn.ops import kernel_args
 from qrnn.ops._testing import native_kernels
-from qrnn.reference import forget_mult_backward_reference
+from qrnn.ops.core import cuda as cuda_backend
+from qrnn.ops.forget_mult import kernels as forget_mult_kernels
+from qrnn.ops.forget_mult.reference import forget_mult_backward_reference
+from qrnn.ops.qrnn_gates import kernels as gate_kernels
 
 # Fresh random inputs for every test; a failure prints its seed, --seed N replays it.
 from seeds import _fresh_seed, pytest_addoption, pytest_runtest_makereport  # noqa: F401
@@ -190,10 +191,10 @@ class Emulator:
             f"the emulated {kernel} failed (its error is on stderr)"
 
     def forward(self, h, f, x, h0, batch_first, plan):
-        self.run("forget_mult_forward", kernel_args.forget_mult_forward(h, f, x, h0, batch_first), *plan)
+        self.run("forget_mult_forward", forget_mult_kernels.forward_args(h, f, x, h0, batch_first), *plan)
 
     def backward(self, grad_f, grad_x, grad_h0, grad_h, f, x, h, h0, batch_first, plan):
-        args = kernel_args.forget_mult_backward(grad_f, grad_x, grad_h0, grad_h, f, x, h, h0, batch_first)
+        args = forget_mult_kernels.backward_args(grad_f, grad_x, grad_h0, grad_h, f, x, h, h0, batch_first)
         self.run("forget_mult_backward", args, *plan)
 
     def gates_forward(self, args: tuple, width: int):
@@ -288,8 +289,8 @@ def emulated_cuda(emulator, monkeypatch):
     @contextlib.contextmanager
     def enable():
         launchers, runtime = EmulatedLaunchers(_C, emulator), EmulatedRuntime()
-        cuda_kernels = ((cuda_backend.forget_mult_forward, cuda_backend.forget_mult_backward),
-                        (cuda_backend.qrnn_gates_forward, cuda_backend.qrnn_gates_backward))
+        cuda_kernels = ((forget_mult_kernels.cuda_forward, forget_mult_kernels.cuda_backward),
+                        (gate_kernels.cuda_forward, gate_kernels.cuda_backward))
         with monkeypatch.context() as m, native_kernels("cpu", *cuda_kernels):
             m.setattr(cuda_backend, "_C", launchers)
             m.setattr(cuda_backend, "runtime", runtime)

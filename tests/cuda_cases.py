@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from qrnn.reference import forget_mult_reference
+from qrnn.ops.forget_mult.reference import forget_mult_reference
 
 
 def make_inputs(T, B, H, dtype, device="cpu", *, batch_first=False, h0_dtype=None, layout="contiguous"):

@@ -216,7 +216,7 @@ run_part library 30 build library_summary -- library_part
 smoke_part() {
     "$PYTHON" - <<'EOF'
 import torch, qrnn
-from qrnn.ops import cuda as cuda_backend
+from qrnn.ops.core import cuda as cuda_backend
 assert cuda_backend.AVAILABLE, "this build has no CUDA kernels"
 torch.manual_seed(0)
 # ForgetMult, float32, odd sizes (scalar and vector paths), against float64 on the CPU.

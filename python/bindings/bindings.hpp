@@ -133,7 +133,7 @@ void def_fast(py::module_& m) {
 void bind_kernels(py::module_& m);     // CPU kernels and their argument lists
 void bind_checkpoint(py::module_& m);  // the checkpoint writer (qrnn.checkpoint)
 #if defined(QRNN_WITH_CUDA)
-void bind_cuda(py::module_& m);  // CUDA launchers (qrnn.ops.cuda)
+void bind_cuda(py::module_& m);  // CUDA launchers (qrnn.ops.core.cuda)
 #endif
 
 }  // namespace qrnn::bindings

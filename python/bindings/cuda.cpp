@@ -1,4 +1,4 @@
-// qrnn._C's CUDA launchers (qrnn.ops.cuda), built when the library has them. They take
+// qrnn._C's CUDA launchers (qrnn.ops.core.cuda and each family's kernels.py), built when the library has them. They take
 // the CPU entry points' numbers with the stream (a cudaStream_t as an integer, read by
 // Python on every call), the schedule (ForgetMult) and the device index in place of
 // num_threads. A launch only queues work, so the GIL stays held.

@@ -24,7 +24,7 @@ PYBIND11_MODULE(_C, m) {
         d["cuda_architectures"] = info.cuda_architectures;
         return d;
     });
-    // The Python ops claim the qrnn:: operators before defining them (qrnn.ops._dispatch):
+    // The Python ops claim the qrnn:: operators before defining them (qrnn.ops.core.dispatch):
     // returns the previous owner, "none", "python" or "torch_library".
     m.def("claim_torch_ops", [] {
         static const char* const names[] = {"none", "python", "torch_library"};

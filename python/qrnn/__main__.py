@@ -12,7 +12,7 @@ import torch
 
 import qrnn
 from qrnn.cpp_library import TorchLibraryError
-from qrnn.reference import forget_mult_reference
+from qrnn.ops.forget_mult.reference import forget_mult_reference
 
 
 def self_check() -> int:

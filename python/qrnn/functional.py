@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from . import ops
-from .ops.kernel_args import HALF_DTYPES, state_dtype
+from .ops.core.kernel_args import HALF_DTYPES, state_dtype
 
 __all__ = ["qrnn_layer"]
 

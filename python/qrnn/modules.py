@@ -33,8 +33,8 @@ from .functional import (
     low_precision_dtype,
     qrnn_layer_with,
 )
-from .ops._dispatch import refuse_fx_proxy
-from .ops.kernel_args import DTYPE_CODES, state_dtype
+from .ops.core.dispatch import refuse_fx_proxy
+from .ops.core.kernel_args import DTYPE_CODES, state_dtype
 
 __all__ = ["QRNN", "QRNNLayer", "QRNNState"]
 

@@ -8,7 +8,7 @@ import torch
 
 import qrnn
 from conftest import CPU_DTYPES, assert_close_to_reference, reference_grads
-from qrnn.reference import forget_mult_backward_reference, forget_mult_reference
+from qrnn.ops.forget_mult.reference import forget_mult_backward_reference, forget_mult_reference
 
 
 def make_inputs(T, B, H, dtype, *, batch_first=False, with_h0=True, requires_grad=False):
@@ -280,7 +280,7 @@ def test_kernel_argument_lists_are_defined_once():
     """Python's argument builders are generated from qrnn._C's own field lists, and a list
     they cannot fill (a field renamed in C++, or an expression of the wrong size) fails
     at import with KernelArgsError instead of passing misread pointers."""
-    from qrnn.ops import kernel_args
+    from qrnn.ops.core import kernel_args
 
     fields = qrnn._C.kernel_fields()
     assert {"forget_mult_forward", "forget_mult_backward", "qrnn_gates_forward", "qrnn_gates_backward"} <= set(fields)

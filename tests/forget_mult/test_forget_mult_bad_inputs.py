@@ -9,7 +9,7 @@ import torch
 
 import qrnn
 from conftest import reference_grads
-from qrnn.reference import forget_mult_reference
+from qrnn.ops.forget_mult.reference import forget_mult_reference
 
 T, B, H = 4, 3, 5
 

@@ -14,8 +14,9 @@ import qrnn
 from conftest import TOLERANCES, assert_close_to_reference, assert_forget_mult_grads, reference_grads
 from cuda_cases import assert_untouched_outside, forward_reference, make_inputs, poisoned_like
 from qrnn import ops
-from qrnn.ops import cuda as cuda_backend
-from qrnn.reference import forget_mult_reference
+from qrnn.ops.core import cuda as cuda_backend
+from qrnn.ops.forget_mult import kernels as forget_mult_kernels
+from qrnn.ops.forget_mult.reference import forget_mult_reference
 
 pytestmark = pytest.mark.cuda
 
@@ -75,7 +76,7 @@ def test_layouts_odd_sizes_and_poisoned_outputs(dtype, layout, hidden, schedule)
     f, x, h0 = make_inputs(41, 3, hidden, dtype, "cuda", h0_dtype=h0_dtype, layout=layout)
     with cuda_backend.schedule(schedule):
         h, h_buffer = poisoned_like(f)
-        cuda_backend.forward_into(h, f, x, h0)
+        forget_mult_kernels.forward_into(h, f, x, h0)
         torch.cuda.synchronize()
         assert_close_to_reference(h, forward_reference(f, x, h0), dtype, f"h {layout}")
         assert_untouched_outside(h, h_buffer)
@@ -83,7 +84,7 @@ def test_layouts_odd_sizes_and_poisoned_outputs(dtype, layout, hidden, schedule)
         grad_h = torch.randn(f.shape, dtype=torch.float64, device="cuda").to(dtype)
         (grad_f, gf_buffer), (grad_x, gx_buffer) = poisoned_like(f), poisoned_like(f)
         grad_h0, gh0_buffer = poisoned_like(h0)
-        cuda_backend.backward_into(grad_f, grad_x, grad_h0, grad_h, f, x, h, h0)
+        forget_mult_kernels.backward_into(grad_f, grad_x, grad_h0, grad_h, f, x, h, h0)
         torch.cuda.synchronize()
     ref_f, ref_x, ref_h0 = reference_grads(grad_h, f, x, h, h0)
     assert_close_to_reference(grad_f, ref_f, dtype, f"grad_f {layout}")
@@ -302,13 +303,13 @@ def test_64_bit_offsets(hidden):
     f1, x1, _ = make_inputs(T, 1, hidden, torch.float16, "cuda")
     f, x = f1.expand(T, B, hidden), x1.expand(T, B, hidden)
     h = torch.full((T, B, hidden), float("nan"), dtype=torch.float16, device="cuda")
-    cuda_backend.forward_into(h, f, x)
+    forget_mult_kernels.forward_into(h, f, x)
     ref = forward_reference(f1, x1, None)
     for b in (0, B // 2, B - 1):
         assert_close_to_reference(h[:, b:b + 1], ref, torch.float16, f"h batch row {b}")
     grad1 = torch.randn(T, 1, hidden, device="cuda").half()
     grad_f, grad_x = torch.empty_like(h), torch.empty_like(h)
-    cuda_backend.backward_into(grad_f, grad_x, None, grad1.expand(T, B, hidden), f, x, h)
+    forget_mult_kernels.backward_into(grad_f, grad_x, None, grad1.expand(T, B, hidden), f, x, h)
     ref_f, ref_x, _ = reference_grads(grad1, f1, x1, h[:, :1], None)
     for b in (0, B - 1):
         assert_close_to_reference(grad_f[:, b:b + 1], ref_f, torch.float16, f"grad_f batch row {b}")

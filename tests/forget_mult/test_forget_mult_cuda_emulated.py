@@ -4,7 +4,7 @@ tests/cuda_emulation/emulate_kernels.cpp (built by the ``emulator`` fixture of c
 compiles cuda/forget_mult_kernels.cuh with the host C++ compiler against the CUDA headers and
 runs a grid block by block (each thread of a chunked block a fiber, __syncthreads a
 barrier). These tests drive it with the launch plans the real build picks
-(qrnn.ops.cuda.forward_plan / backward_plan) and with every plan the kernels have, on
+(qrnn.ops.forget_mult.kernels.forward_plan / backward_plan) and with every plan the kernels have, on
 strided, unaligned and odd-sized inputs, NaN-poisoned outputs inside wider buffers, and
 compare with the float64 reference. The GPU tests (test_forget_mult_cuda.py) run the same
 kernels for real.
@@ -20,7 +20,8 @@ import torch
 
 from conftest import assert_close_to_reference, reference_grads
 from cuda_cases import assert_untouched_outside, forward_reference, make_inputs, poisoned_like
-from qrnn.ops import cuda as cuda_backend
+from qrnn.ops.core import cuda as cuda_backend
+from qrnn.ops.forget_mult import kernels as forget_mult_kernels
 
 DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
 HALF = (torch.float16, torch.bfloat16)
@@ -34,7 +35,7 @@ def run_and_check(emulator, f, x, h0, batch_first, schedule="auto", plan=None, c
     buffers; compare with float64 and check nothing outside the views was written."""
     dtype = f.dtype
     h, h_buffer = poisoned_like(f)
-    fplan = plan or cuda_backend.forward_plan(h, f, x, h0, batch_first=batch_first, schedule=schedule)
+    fplan = plan or forget_mult_kernels.forward_plan(h, f, x, h0, batch_first=batch_first, schedule=schedule)
     emulator.forward(h, f, x, h0, batch_first, fplan)
     assert_close_to_reference(h, forward_reference(f, x, h0, batch_first), dtype, f"forward {fplan}")
     assert_untouched_outside(h, h_buffer)
@@ -45,7 +46,7 @@ def run_and_check(emulator, f, x, h0, batch_first, schedule="auto", plan=None, c
     grad_f, gf_buffer = poisoned_like(f)
     grad_x, gx_buffer = poisoned_like(f)
     grad_h0, gh0_buffer = poisoned_like(h0) if h0 is not None else (None, None)
-    bplan = plan or cuda_backend.backward_plan(grad_f, grad_x, grad_h0, grad_h, f, x, h, h0,
+    bplan = plan or forget_mult_kernels.backward_plan(grad_f, grad_x, grad_h0, grad_h, f, x, h, h0,
                                                batch_first=batch_first, schedule=schedule)
     emulator.backward(grad_f, grad_x, grad_h0, grad_h, f, x, h, h0, batch_first, bplan)
     ref_f, ref_x, ref_h0 = reference_grads(grad_h, f, x, h, h0, batch_first)
@@ -108,14 +109,15 @@ EXPECTED_WIDTHS = [
 def test_plan_vector_width(dtype, layout, hidden, width):
     f, x, h0 = make_inputs(20, 3, hidden, dtype, layout=layout)
     h = poisoned_like(f)[0]  # aligned: the inputs decide
-    assert cuda_backend.forward_plan(h, f, x, h0, schedule="serial") == (width, 1)
+    assert forget_mult_kernels.forward_plan(h, f, x, h0, schedule="serial") == (width, 1)
     grads = [poisoned_like(f)[0] for _ in range(3)]
-    assert cuda_backend.backward_plan(grads[0], grads[1], None, grads[2], f, x, h, h0, schedule="serial") == (width, 1)
+    plan = forget_mult_kernels.backward_plan(grads[0], grads[1], None, grads[2], f, x, h, h0, schedule="serial")
+    assert plan == (width, 1)
     # A chunk lives in registers: at most 4 bytes per pack.
     chunked_width = min(width, max(1, 4 // f.element_size()))
-    assert cuda_backend.forward_plan(h, f, x, h0, schedule="chunked")[0] == chunked_width
+    assert forget_mult_kernels.forward_plan(h, f, x, h0, schedule="chunked")[0] == chunked_width
     # A misaligned output limits everything to scalar accesses.
-    assert cuda_backend.forward_plan(torch.empty(f.shape[:-1] + (hidden + 1,), dtype=dtype)[..., 1:], f, x, h0,
+    assert forget_mult_kernels.forward_plan(torch.empty(f.shape[:-1] + (hidden + 1,), dtype=dtype)[..., 1:], f, x, h0,
                                      schedule="serial") == (1, 1)
 
 
@@ -129,13 +131,13 @@ def test_size_rule(dtype):
     """Serial when the columns alone keep enough loads in flight or the sequence is short;
     chunked (up to 16 chunks) for long sequences with few columns."""
     big = _expanded(512, 64, 4096, dtype)  # the bandwidth benchmark shape (expanded: no memory)
-    assert cuda_backend.forward_plan(big, big, big)[1] == 1
-    assert cuda_backend.backward_plan(big, big, None, big, big, big, big)[1] == 1
+    assert forget_mult_kernels.forward_plan(big, big, big)[1] == 1
+    assert forget_mult_kernels.backward_plan(big, big, None, big, big, big, big)[1] == 1
     short = _expanded(8, 1, 256, dtype)
-    assert cuda_backend.forward_plan(short, short, short)[1] == 1
+    assert forget_mult_kernels.forward_plan(short, short, short)[1] == 1
     long_narrow = _expanded(4096, 1, 256, dtype)
-    assert cuda_backend.forward_plan(long_narrow, long_narrow, long_narrow)[1] == 16
-    assert cuda_backend.backward_plan(*[long_narrow] * 2, None, *[long_narrow] * 4)[1] == 16
+    assert forget_mult_kernels.forward_plan(long_narrow, long_narrow, long_narrow)[1] == 16
+    assert forget_mult_kernels.backward_plan(*[long_narrow] * 2, None, *[long_narrow] * 4)[1] == 16
 
 
 def _compiled_widths(dtype):
@@ -171,7 +173,7 @@ def test_empty_sequence_writes_zero_grad_h0(emulator, dtype):
     f, x, h0 = make_inputs(0, 3, 24, dtype, h0_dtype=dtype)
     grad_h0, buffer = poisoned_like(h0)
     empty = [torch.empty(f.shape, dtype=dtype) for _ in range(4)]
-    plan = cuda_backend.backward_plan(empty[0], empty[1], grad_h0, empty[2], f, x, empty[3], h0)
+    plan = forget_mult_kernels.backward_plan(empty[0], empty[1], grad_h0, empty[2], f, x, empty[3], h0)
     emulator.backward(empty[0], empty[1], grad_h0, empty[2], f, x, empty[3], h0, False, plan)
     assert (grad_h0 == 0).all()
     assert_untouched_outside(grad_h0, buffer)

@@ -20,8 +20,9 @@ from conftest import (
     outputs_and_grads,
     random_forget_mult_inputs,
 )
-from qrnn.ops import cpu as cpu_backend
-from qrnn.ops import cuda as cuda_backend
+from qrnn.ops.core import cuda as cuda_backend
+from qrnn.ops.forget_mult import kernels as forget_mult_kernels
+from qrnn.ops.qrnn_gates import kernels as gate_kernels
 from qrnn_gates_cases import make_inputs
 
 pytestmark = needs_cuda_build
@@ -58,17 +59,17 @@ def test_into_entry_points_and_plans(emulated_cuda):
     f, x, h0 = torch.rand(20, 3, 32), torch.randn(20, 3, 32), torch.randn(3, 32)
     h_ref = qrnn.forget_mult(f, x, h0)
     grad_h = torch.randn_like(f)
-    ref = cpu_backend.forget_mult_backward(grad_h, f, x, h_ref, h0, False)
+    ref = forget_mult_kernels.cpu_backward(grad_h, f, x, h_ref, h0, False)
     with emulated_cuda() as launches:
         h = torch.full_like(f, float("nan"))
-        cuda_backend.forward_into(h, f, x, h0)
+        forget_mult_kernels.forward_into(h, f, x, h0)
         grads = [torch.full_like(t, float("nan")) for t in (f, f, h0)]
-        cuda_backend.backward_into(*grads, grad_h, f, x, h, h0)
+        forget_mult_kernels.backward_into(*grads, grad_h, f, x, h, h0)
         with cuda_backend.schedule("chunked"):
             h_chunked = torch.full_like(f, float("nan"))
-            cuda_backend.forward_into(h_chunked, f, x, h0)
-        plan = cuda_backend.forward_plan(h, f, x, h0, schedule="chunked")
-        bplan = cuda_backend.backward_plan(*grads, grad_h, f, x, h, h0, schedule="serial")
+            forget_mult_kernels.forward_into(h_chunked, f, x, h0)
+        plan = forget_mult_kernels.forward_plan(h, f, x, h0, schedule="chunked")
+        bplan = forget_mult_kernels.backward_plan(*grads, grad_h, f, x, h, h0, schedule="serial")
     assert launches.launches[-1][3] == plan and plan[1] > 1 and bplan[1] == 1
     torch.testing.assert_close(h, h_ref)
     torch.testing.assert_close(h_chunked, h_ref)
@@ -79,9 +80,9 @@ def test_into_entry_points_and_plans(emulated_cuda):
     out_ref, cn_ref = qrnn.qrnn_gates(gates, c0, forget_mask=mask, lengths=lens)
     with emulated_cuda():
         output, states, c_n = (torch.full(s, float("nan")) for s in ((7, 3, 16), (7, 3, 16), (3, 16)))
-        cuda_backend.gates_forward_into(output, states, c_n, gates, c0, mask, lens)
+        gate_kernels.forward_into(output, states, c_n, gates, c0, mask, lens)
         grad_gates, grad_c0 = torch.full_like(gates, float("nan")), torch.full_like(c0, float("nan"))
-        cuda_backend.gates_backward_into(grad_gates, grad_c0, torch.ones_like(output), None, gates, states, c0, mask,
+        gate_kernels.backward_into(grad_gates, grad_c0, torch.ones_like(output), None, gates, states, c0, mask,
                                          lens)
     torch.testing.assert_close(output, out_ref)
     torch.testing.assert_close(c_n, cn_ref)
@@ -91,11 +92,12 @@ def test_into_entry_points_and_plans(emulated_cuda):
 def test_into_entry_points_check_their_outputs():
     f, x = torch.rand(4, 2, 8), torch.randn(4, 2, 8)
     with pytest.raises(ValueError, match="h must be"):
-        cuda_backend.forward_into(torch.empty(4, 2, 9), f, x)
+        forget_mult_kernels.forward_into(torch.empty(4, 2, 9), f, x)
     with pytest.raises(ValueError, match="grad_h0 needs h0"):
-        cuda_backend.backward_into(torch.empty_like(f), torch.empty_like(f), torch.empty(2, 8), f, f, x, f)
+        forget_mult_kernels.backward_into(torch.empty_like(f), torch.empty_like(f), torch.empty(2, 8), f, f, x, f)
     with pytest.raises(ValueError, match="grad_x must be"):
-        cuda_backend.backward_into(torch.empty_like(f), torch.empty(4, 2, 8, dtype=torch.float64), None, f, f, x, f)
+        forget_mult_kernels.backward_into(torch.empty_like(f), torch.empty(4, 2, 8, dtype=torch.float64), None, f, f, x,
+                                          f)
     with pytest.raises(ValueError, match="schedule: expected one of"):
         with cuda_backend.schedule("fastest"):
             pass

@@ -13,8 +13,7 @@ from test_forget_mult_cuda_emulated import run_and_check
 
 from conftest import CPU_DTYPES, dtype_id, needs_cuda_build
 from cuda_cases import make_inputs, poisoned_like, widest_pack
-from qrnn.ops import cuda as cuda_backend
-from qrnn.ops import kernel_args
+from qrnn.ops.forget_mult import kernels as forget_mult_kernels
 
 pytestmark = needs_cuda_build
 
@@ -27,7 +26,7 @@ def test_misaligned_vector_load_fails(emulator, capfd):
     read them happily, a GPU faults, and so does the emulator."""
     f, x, h0 = make_inputs(9, 2, 40, torch.float16, layout="offset")
     h = poisoned_like(f)[0]
-    args = kernel_args.forget_mult_forward(h, f, x, h0, False)
+    args = forget_mult_kernels.forward_args(h, f, x, h0, False)
     assert emulator.status("forget_mult_forward", args, 8, 1) == 1
     assert "misaligned 16-byte vector load" in capfd.readouterr().err
 
@@ -35,11 +34,11 @@ def test_misaligned_vector_load_fails(emulator, capfd):
 def test_misaligned_vector_store_fails(emulator, capfd):
     f, x, h0 = make_inputs(9, 2, 40, torch.float16)
     h = torch.full((9, 2, 41), float("nan"), dtype=torch.float16)[..., 1:]
-    args = kernel_args.forget_mult_forward(h, f, x, h0, False)
+    args = forget_mult_kernels.forward_args(h, f, x, h0, False)
     assert emulator.status("forget_mult_forward", args, 8, 1) == 1
     assert "misaligned 16-byte vector store" in capfd.readouterr().err
     # The same arrays at the width the build picks are fine.
-    emulator.forward(h, f, x, h0, False, cuda_backend.forward_plan(h, f, x, h0))
+    emulator.forward(h, f, x, h0, False, forget_mult_kernels.forward_plan(h, f, x, h0))
 
 
 # ---- Each array its own width -------------------------------------------------------------
@@ -87,8 +86,8 @@ def test_only_unit_stride_arrays_set_the_width():
     still limits every array; with no unit-stride array there is nothing to vectorise."""
     f, x, h0 = make_inputs(20, 3, 40, torch.float16, layout="strided_h")
     h = poisoned_like(f)[0]
-    assert cuda_backend.forward_plan(h, f, x, h0, schedule="serial") == (8, 1)
+    assert forget_mult_kernels.forward_plan(h, f, x, h0, schedule="serial") == (8, 1)
     misaligned = torch.empty(20, 3, 41, dtype=torch.float16)[..., 1:]
-    assert cuda_backend.forward_plan(misaligned, f, x, h0, schedule="serial") == (1, 1)
+    assert forget_mult_kernels.forward_plan(misaligned, f, x, h0, schedule="serial") == (1, 1)
     strided_out = torch.empty(20, 3, 80, dtype=torch.float16)[..., ::2]
-    assert cuda_backend.forward_plan(strided_out, f, x, h0, schedule="serial") == (1, 1)
+    assert forget_mult_kernels.forward_plan(strided_out, f, x, h0, schedule="serial") == (1, 1)

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 import qrnn
 from conftest import CPU_DTYPES, assert_close_to_reference, assert_forget_mult_grads
 from property_cases import LAYOUTS_2D, LAYOUTS_3D, SETTINGS, describe, make_tensor
-from qrnn.reference import forget_mult_reference
+from qrnn.ops.forget_mult.reference import forget_mult_reference
 
 
 @st.composite

@@ -10,7 +10,7 @@ import torch
 
 import qrnn
 from conftest import assert_close_to_reference
-from qrnn.ops import cuda as cuda_backend
+from qrnn.ops.core import cuda as cuda_backend
 from qrnn.ops.linear_scan.kernels import CUDA_AVAILABLE
 from qrnn.ops.linear_scan.reference import linear_scan_backward_reference, linear_scan_reference
 

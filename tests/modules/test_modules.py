@@ -15,7 +15,9 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 import qrnn
 from conftest import HAS_CUDA, assert_close_to_reference
 from qrnn import ops
-from qrnn.reference import forget_mult_reference, qrnn_layer_reference
+from qrnn.ops.forget_mult.reference import forget_mult_reference
+from qrnn.ops.qrnn_gates.op import KERNELS as GATE_KERNELS
+from qrnn.reference import qrnn_layer_reference
 
 # ---- Option combinations: every pair of option values covered, few runs -------------
 
@@ -120,7 +122,7 @@ def test_fused_unfused_and_reference_agree(case, monkeypatch):
     fused = run()
     calls = recorder.calls[:]
     with monkeypatch.context() as m:
-        m.delitem(ops.QRNN_GATES_FORWARD_KERNELS, "cpu")  # the unfused PyTorch path
+        m.delitem(GATE_KERNELS.forward, "cpu")  # the unfused PyTorch path
         unfused = run()
     assert all(torch.equal(a["forget_mask"], b["forget_mask"]) if a["forget_mask"] is not None
                else b["forget_mask"] is None for a, b in zip(calls, recorder.calls[len(calls):]))

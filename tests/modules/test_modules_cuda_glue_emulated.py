@@ -1,5 +1,5 @@
 """qrnn.QRNN on the CUDA path without a GPU (see test_forget_mult_cuda_glue_emulated.py):
-layers, directions, zoneout and lengths through qrnn.ops.cuda and the emulated fused gate
+layers, directions, zoneout and lengths through qrnn.ops.core.cuda and the emulated fused gate
 kernels, outputs and parameter gradients against the CPU kernels."""
 
 from __future__ import annotations

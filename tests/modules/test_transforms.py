@@ -21,11 +21,12 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import qrnn
 from conftest import TOLERANCES
-from qrnn.ops import cpu as cpu_backend
-from qrnn.ops._dispatch import register_vmap
 from qrnn.ops._testing import native_kernels
-from qrnn.ops.forget_mult import _forget_mult_vmap
-from qrnn.ops.qrnn_gates import _QrnnGates
+from qrnn.ops.core.dispatch import register_vmap
+from qrnn.ops.forget_mult import kernels as forget_mult_kernels
+from qrnn.ops.forget_mult.op import _forget_mult_vmap
+from qrnn.ops.qrnn_gates import kernels as gate_kernels
+from qrnn.ops.qrnn_gates.op import QrnnGatesFunction as _QrnnGates
 
 DT = torch.float64
 # torch 2.4 has neither torch.library.register_vmap nor CustomOpDef.register_vmap: vmap runs
@@ -144,9 +145,9 @@ def counted_kernels():
             return kernel(*args, **kwargs)
         return run
 
-    with native_kernels("cpu", (counting("forget_mult", cpu_backend.forget_mult_forward),
-                                cpu_backend.forget_mult_backward),
-                        (counting("qrnn_gates", cpu_backend.qrnn_gates_forward), cpu_backend.qrnn_gates_backward)):
+    with native_kernels("cpu", (counting("forget_mult", forget_mult_kernels.cpu_forward),
+                                forget_mult_kernels.cpu_backward),
+                        (counting("qrnn_gates", gate_kernels.cpu_forward), gate_kernels.cpu_backward)):
         yield calls
 
 

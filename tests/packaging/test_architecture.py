@@ -92,8 +92,9 @@ def test_graph_sees_imports():
     """The checker itself: it must see the package's known imports (else the test below is empty)."""
     graph = import_graph()
     assert "qrnn._C" not in graph  # compiled, not a source file
-    assert "qrnn.ops.kernel_args" in graph["qrnn.ops.cpu"]  # `from .kernel_args import ...`
-    assert "qrnn" not in graph["qrnn.ops.cpu"]  # `from .. import _C` is the extension, not the package front
+    kernels = graph["qrnn.ops.forget_mult.kernels"]
+    assert "qrnn.ops.core.kernel_args" in kernels  # `from ..core.kernel_args import ...`
+    assert "qrnn" not in kernels  # `from ... import _C` is the extension, not the package front
     assert any("qrnn.modules" in targets for targets in graph.values())
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 

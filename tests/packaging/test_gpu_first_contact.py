@@ -9,6 +9,7 @@ import ctypes
 import importlib
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -18,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from qrnn import _C, ops
-from qrnn.ops import cuda as cuda_backend
+from qrnn.ops.core import cuda as cuda_backend
+from qrnn.ops.forget_mult import kernels as forget_mult_kernels
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -42,18 +44,23 @@ def _modules_imported_by(module_path: Path, package: str) -> dict:
     return modules
 
 
-def test_cuda_glue_names_exist():
+@pytest.mark.parametrize("module_path", ["core/cuda.py"] + [f"{family}/kernels.py" for family in ops.FAMILIES])
+def test_cuda_glue_names_exist(module_path):
     """The CUDA backend's GPU-only code paths never run without a GPU, so a misspelt
     attribute of a module it reads at call time (_C, or any qrnn module it imports) would
     first show as an AttributeError on the GPU."""
-    path = REPO / "python" / "qrnn" / "ops" / "cuda.py"
-    modules = _modules_imported_by(path, "qrnn.ops")
+    path = REPO / "python" / "qrnn" / "ops" / module_path
+    package = "qrnn.ops." + module_path.rpartition("/")[0]
+    modules = _modules_imported_by(path, package)
     assert modules.get("_C") is _C
     for name, module in modules.items():
         if module is _C and not cuda_backend.AVAILABLE:
             continue
         missing = sorted(a for a in _attributes_of(path, name) if not hasattr(module, a))
-        assert not missing, f"ops/cuda.py uses {name}.{missing}, which {module.__name__} does not define"
+        assert not missing, f"ops/{module_path} uses {name}.{missing}, which {module.__name__} does not define"
+    if cuda_backend.AVAILABLE:  # launchers named as strings (looked up at the call)
+        named = re.findall(r'launch_by_name\(\s*"(\w+)"', path.read_text())
+        assert [n for n in named if not hasattr(_C, n)] == []
 
 
 GPU_CHECK = REPO / "tools" / "gpu_check.sh"
@@ -196,6 +203,6 @@ def test_launch_leaves_the_current_device_alone():
     last = torch.device("cuda", torch.cuda.device_count() - 1)
     f, x = torch.rand(5, 2, 8, device=last), torch.randn(5, 2, 8, device=last)
     with torch.cuda.device(0):
-        h = cuda_backend.forward_into(torch.empty_like(f), f, x)
+        h = forget_mult_kernels.forward_into(torch.empty_like(f), f, x)
         assert torch.cuda.current_device() == 0
     torch.testing.assert_close(h.cpu(), ops.forget_mult_op(f.cpu(), x.cpu(), None, False))

@@ -1,5 +1,6 @@
-"""The layout of qrnn.ops: imports run one way (the op families import the backends and the
-shared helpers, never the reverse)."""
+"""The layout of qrnn.ops: one package per op family (``op``, ``kernels``, ``checks``,
+``reference``), and ``core`` with what they share; imports run one way (a family imports the
+core, the core never imports a family)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,7 @@ import qrnn
 from qrnn import ops
 
 OPS = Path(ops.__file__).parent
-FAMILIES = {"qrnn.ops", "qrnn.ops.forget_mult", "qrnn.ops.qrnn_gates", "qrnn.ops._testing"}
-BELOW_FAMILIES = ["cpu", "cuda", "fallback", "checks", "kernel_args", "_outputs", "_dispatch", "sharding"]
+FAMILY_MODULES = ("__init__", "op", "kernels", "checks", "reference")
 
 
 def _imports(path: Path, package: str) -> set[str]:
@@ -34,11 +34,20 @@ def _imports(path: Path, package: str) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("module", BELOW_FAMILIES)
-def test_backends_and_helpers_never_import_a_family(module):
-    imported = _imports(OPS / f"{module}.py", "qrnn.ops")
-    assert not imported & FAMILIES, f"qrnn.ops.{module} imports {sorted(imported & FAMILIES)}"
+@pytest.mark.parametrize("module", sorted(p.stem for p in (OPS / "core").glob("*.py")))
+def test_core_never_imports_a_family(module):
+    imported = _imports(OPS / "core" / f"{module}.py", "qrnn.ops.core")
+    families = {name for name in imported for family in ops.FAMILIES if name.startswith(f"qrnn.ops.{family}")}
+    assert not families and "qrnn.ops" not in imported, f"qrnn.ops.core.{module} imports {sorted(families)}"
+
+
+@pytest.mark.parametrize("family", ops.FAMILIES)
+def test_every_family_has_the_same_modules(family):
+    """A newcomer adds a family by copying one family's folder: each holds the same modules."""
+    present = {p.stem for p in (OPS / family).glob("*.py")}
+    assert present == set(FAMILY_MODULES), f"qrnn.ops.{family}: {sorted(present)}"
 
 
 def test_package_front_names_are_the_ops():
     assert qrnn.forget_mult is ops.forget_mult and qrnn.qrnn_gates is ops.qrnn_gates
+    assert qrnn.linear_scan is ops.linear_scan

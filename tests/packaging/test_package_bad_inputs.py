@@ -58,7 +58,7 @@ def test_fork_after_threads_and_threads_from_python():
     no multi-threaded torch op (only qrnn's kernel, on its own pool, with 4 threads)."""
     proc = run_python("""
         import os, threading, numpy as np, torch, qrnn
-        from qrnn.reference import forget_mult_reference
+        from qrnn.ops.forget_mult.reference import forget_mult_reference
         torch.set_num_threads(4)
         f, x = torch.rand(64, 8, 1100), torch.randn(64, 8, 1100)
         ref = forget_mult_reference(f.double(), x.double()).numpy()

@@ -13,10 +13,12 @@ import torch
 import qrnn
 from conftest import CPU_DTYPES, HAS_CUDA, assert_close_to_reference
 from qrnn import _C, ops
-from qrnn.ops import cuda as cuda_backend
-from qrnn.ops import kernel_args
-from qrnn.ops._outputs import qrnn_gates_outputs
-from qrnn.reference import qrnn_gates_reference
+from qrnn.ops.core import cuda as cuda_backend
+from qrnn.ops.core import kernel_args
+from qrnn.ops.qrnn_gates import kernels as gate_kernels
+from qrnn.ops.qrnn_gates.kernels import outputs as qrnn_gates_outputs
+from qrnn.ops.qrnn_gates.op import KERNELS as GATE_KERNELS
+from qrnn.ops.qrnn_gates.reference import qrnn_gates_reference
 from qrnn_gates_cases import OPTION_IDS, OPTION_SETS, make_inputs
 
 
@@ -163,7 +165,7 @@ def test_each_instruction_set():
     isas = ["generic"] if simd == "generic" else ["generic", "avx2"] + (["avx512"] if simd == "avx512_bf16" else [])
     code = textwrap.dedent("""
         import torch, qrnn
-        from qrnn.reference import qrnn_gates_reference
+        from qrnn.ops.qrnn_gates.reference import qrnn_gates_reference
         torch.manual_seed(0)
         for dtype in (torch.float32, torch.bfloat16, torch.float16):
             for og in (True, False):
@@ -309,7 +311,7 @@ def test_dispatch_falls_back_where_no_fused_kernel(monkeypatch):
     gates, c0, _, lens = make_inputs(5, 2, 6, torch.float64, lengths=True, c0=True)
     assert ops.has_fused_qrnn_gates("cpu")
     fused = qrnn.qrnn_gates(gates, c0, lengths=lens)
-    monkeypatch.delitem(ops.QRNN_GATES_FORWARD_KERNELS, "cpu")
+    monkeypatch.delitem(GATE_KERNELS.forward, "cpu")
     assert not ops.has_fused_qrnn_gates(torch.device("cpu"))
     unfused = qrnn.qrnn_gates(gates, c0, lengths=lens)
     torch.testing.assert_close(fused, unfused)
@@ -373,9 +375,9 @@ def test_cuda_every_output_element_is_written(dtype):
     for reverse in (False, True):
         output = torch.full((T, B, H), float("nan"), dtype=dtype, device="cuda")
         states, c_n = torch.full_like(output, float("nan")), torch.full_like(c0, float("nan"))
-        cuda_backend.gates_forward_into(output, states, c_n, gates, c0, mask, lens, reverse=reverse)
+        gate_kernels.forward_into(output, states, c_n, gates, c0, mask, lens, reverse=reverse)
         grad_gates, grad_c0 = torch.full_like(gates, float("nan")), torch.full_like(c0, float("nan"))
-        cuda_backend.gates_backward_into(grad_gates, grad_c0, torch.randn_like(output), None, gates, states, c0, mask,
+        gate_kernels.backward_into(grad_gates, grad_c0, torch.randn_like(output), None, gates, states, c0, mask,
                                          lens, reverse=reverse)
         torch.cuda.synchronize()
         for t in (output, states, c_n, grad_gates, grad_c0):
@@ -405,7 +407,7 @@ def test_cuda_launchers_without_a_gpu_raise():
     with a RuntimeError naming the kernel, never a crash."""
     gates, c0, mask, lens = make_inputs(4, 2, 8, torch.float32, lengths=True, mask=True, c0=True)
     output, states, c_n = qrnn_gates_outputs(gates, True, False)
-    args = kernel_args.qrnn_gates_forward(output, states, c_n, gates, c0, mask, lens, 1.0, True, False, False)
+    args = gate_kernels.forward_args(output, states, c_n, gates, c0, mask, lens, 1.0, True, False, False)
     with pytest.raises(TypeError, match="takes [0-9]+ arguments"):
         _C.cuda_qrnn_gates_forward(*args)
     with pytest.raises(ValueError, match="forget_scale"):
@@ -413,7 +415,7 @@ def test_cuda_launchers_without_a_gpu_raise():
     with pytest.raises(RuntimeError, match="qrnn::cuda::qrnn_gates_forward"):
         _C.cuda_qrnn_gates_forward(*args, 0, 0)
     grad_gates = torch.empty_like(gates)
-    bargs = kernel_args.qrnn_gates_backward(grad_gates, None, torch.ones_like(output), None, gates, states, c0, mask,
+    bargs = gate_kernels.backward_args(grad_gates, None, torch.ones_like(output), None, gates, states, c0, mask,
                                             lens, 1.0, True, False, False)
     with pytest.raises(RuntimeError, match="qrnn::cuda::qrnn_gates_backward"):
         _C.cuda_qrnn_gates_backward(*bargs, 0, 0)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from qrnn import qrnn_gates
-from qrnn.reference import qrnn_gates_reference
+from qrnn.ops.qrnn_gates.reference import qrnn_gates_reference
 
 G_T, G_B, G_H = 3, 2, 4
 

@@ -2,7 +2,7 @@
 
 The ``emulator`` fixture (conftest.py) compiles the kernels with the host compiler; these
 tests hand them the very integers qrnn._C's CUDA launchers receive (qrnn.ops builds them),
-with the vector width the real build picks (qrnn.ops.cuda.gates_*_width) or every width
+with the vector width the real build picks (qrnn.ops.qrnn_gates.kernels.*_width) or every width
 the build compiles, on odd and aligned sizes, every option, NaN-poisoned outputs inside
 wider buffers, and compare with the float64 reference. test_qrnn_gates.py's `cuda` tests
 run the same kernels on a GPU.
@@ -15,9 +15,10 @@ import torch
 
 from conftest import assert_close_to_reference
 from cuda_cases import assert_untouched_outside, poisoned_like
-from qrnn.ops import cuda as cuda_backend
-from qrnn.ops import kernel_args
-from qrnn.reference import qrnn_gates_reference
+from qrnn.ops.core import cuda as cuda_backend
+from qrnn.ops.core import kernel_args
+from qrnn.ops.qrnn_gates import kernels as gate_kernels
+from qrnn.ops.qrnn_gates.reference import qrnn_gates_reference
 from qrnn_gates_cases import OPTION_IDS, OPTION_SETS, make_inputs
 
 DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
@@ -39,8 +40,8 @@ def run_emulated(emulator, gates, c0, mask, lens, grad_out, grad_cn, *, scale=0.
     states, states_buf = poisoned_like(like_out) if output_gate else (None, None)
     c_n, cn_buf = poisoned_like(gates.new_empty((B, hidden), dtype=state_dtype))
     options = (scale, output_gate, batch_first, reverse)
-    fargs = kernel_args.qrnn_gates_forward(output, states, c_n, gates, c0, mask, lens, *options)
-    fwidth = width or cuda_backend.gates_forward_width(fargs)
+    fargs = gate_kernels.forward_args(output, states, c_n, gates, c0, mask, lens, *options)
+    fwidth = width or gate_kernels.forward_width(fargs)
     emulator.gates_forward(fargs, fwidth)
     for view, buf in ((output, out_buf), (states, states_buf), (c_n, cn_buf)):
         if view is not None:
@@ -49,9 +50,9 @@ def run_emulated(emulator, gates, c0, mask, lens, grad_out, grad_cn, *, scale=0.
     grad_gates, gg_buf = poisoned_like(gates)
     grad_c0, gc0_buf = poisoned_like(c0) if c0 is not None else (None, None)
     saved = states if output_gate else output
-    bargs = kernel_args.qrnn_gates_backward(grad_gates, grad_c0, grad_out, grad_cn, gates, saved, c0, mask, lens,
+    bargs = gate_kernels.backward_args(grad_gates, grad_c0, grad_out, grad_cn, gates, saved, c0, mask, lens,
                                             *options)
-    bwidth = width or cuda_backend.gates_backward_width(bargs)
+    bwidth = width or gate_kernels.backward_width(bargs)
     emulator.gates_backward(bargs, bwidth)
     assert_untouched_outside(grad_gates, gg_buf)
     if grad_c0 is not None:
@@ -123,13 +124,13 @@ def test_vector_width_rule(dtype, H, width):
     gates, c0, mask, lens = make_inputs(5, 3, H, dtype, mask=True, c0=True, lengths=True)
     out = poisoned_like(gates.new_empty(5, 3, H))[0]
     c_n = gates.new_empty((3, H), dtype=kernel_args.state_dtype(dtype))
-    args = kernel_args.qrnn_gates_forward(out, poisoned_like(out)[0], c_n, gates, c0, mask, lens, 1.0, True, False,
+    args = gate_kernels.forward_args(out, poisoned_like(out)[0], c_n, gates, c0, mask, lens, 1.0, True, False,
                                           False)
-    assert cuda_backend.gates_forward_width(args) == width
+    assert gate_kernels.forward_width(args) == width
     # A misaligned view of G (one element in) leaves only scalar accesses.
     wide = torch.zeros(5, 3, 3 * H + 1, dtype=dtype)[..., 1:]
-    args = kernel_args.qrnn_gates_forward(out, None, c_n, wide, c0, mask, lens, 1.0, True, False, False)
-    assert cuda_backend.gates_forward_width(args) == 1
+    args = gate_kernels.forward_args(out, None, c_n, wide, c0, mask, lens, 1.0, True, False, False)
+    assert gate_kernels.forward_width(args) == 1
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=_ids)

@@ -10,8 +10,8 @@ from test_qrnn_gates_cuda_emulated import float64_reference, run_emulated
 
 from conftest import CPU_DTYPES, assert_close_to_reference, dtype_id, needs_cuda_build
 from cuda_cases import poisoned_like, widest_pack
-from qrnn.ops import cuda as cuda_backend
-from qrnn.ops import kernel_args
+from qrnn.ops.core import kernel_args
+from qrnn.ops.qrnn_gates import kernels as gate_kernels
 from qrnn_gates_cases import make_inputs as gates_inputs
 
 pytestmark = needs_cuda_build
@@ -22,8 +22,8 @@ def test_misaligned_gate_pack_fails(emulator, capfd):
     gates = torch.cat([gates.new_zeros(5, 3, 1), gates], dim=2)[..., 1:]  # one element off
     out = poisoned_like(gates.new_empty(5, 3, 40))[0]
     c_n = torch.empty(3, 40)
-    args = kernel_args.qrnn_gates_forward(out, None, c_n, gates, c0, None, None, 1.0, True, False, False)
-    assert cuda_backend.gates_forward_width(args) == 1
+    args = gate_kernels.forward_args(out, None, c_n, gates, c0, None, None, 1.0, True, False, False)
+    assert gate_kernels.forward_width(args) == 1
     assert emulator.status("qrnn_gates_forward", args, 4) == 1
     assert "misaligned 8-byte vector load" in capfd.readouterr().err
 

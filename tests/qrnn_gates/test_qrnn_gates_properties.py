@@ -32,7 +32,7 @@ def gates_cases(draw):
 def test_qrnn_gates_matches_reference(case):
     """qrnn.qrnn_gates (forward and gradients) against the float64 per-step reference, for
     gates read in place through any strides, every option and dtype."""
-    from qrnn.reference import qrnn_gates_reference
+    from qrnn.ops.qrnn_gates.reference import qrnn_gates_reference
 
     gen = torch.Generator().manual_seed(case["seed"])
     dtype, T, B, H, bf = case["dtype"], case["T"], case["B"], case["H"], case["batch_first"]

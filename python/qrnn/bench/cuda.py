@@ -16,7 +16,8 @@ import traceback
 import torch
 
 from .. import ops
-from ..ops import cuda as ops_cuda
+from ..ops.core import cuda as ops_cuda
+from ..ops.forget_mult import kernels as forget_mult_kernels
 from . import forget_mult as forget_mult_bench
 from .common import Result, measure_interleaved
 
@@ -74,7 +75,7 @@ def bandwidth(T=512, B=64, H=4096, quick=False) -> list:
         nbytes = copies[dtype][0]
         name, copy = _name(dtype), t[f"copy {_name(dtype)}"]
         fraction = copy / t[name]
-        plan = ops_cuda.forward_plan(*inputs[dtype][:1], *inputs[dtype][:2])  # h laid out like f
+        plan = forget_mult_kernels.forward_plan(*inputs[dtype][:1], *inputs[dtype][:2])  # h laid out like f
         results.append(Result(
             AREA, f"{name} fwd+bwd bandwidth vs device copy, {shape}", 100 * fraction, "%", ">= 80%",
             fraction >= 0.8,
@@ -164,7 +165,7 @@ def awd_shape(T=70, B=20, H=1550, quick=False) -> list:
     shape = f"T={T} B={B} H={H}"
     us = {k: f"{v * 1e6:.1f} us" for k, v in t.items()}
     speedup = t["baseline"] / t["float16"]
-    plan = ops_cuda.forward_plan(half[0][0], *half[0][:2])  # h laid out like f
+    plan = forget_mult_kernels.forward_plan(half[0][0], *half[0][:2])  # h laid out like f
     nbytes = 9 * T * B * H * 2
     return [
         Result(AREA, f"float16 vs original float32 design fwd+bwd, {shape}", speedup, "x", ">= 3x", speedup >= 3,
@@ -187,7 +188,7 @@ def long_narrow(T=16384, B=1, H=512, quick=False) -> list:
         with ops_cuda.schedule(name):
             fns[name] = _graph([lambda: _fwd_bwd(f, x, grad)]).replay
     t = measure_interleaved(fns, device="cuda", rounds=5 if quick else 9, repeat=5)
-    plan = ops_cuda.forward_plan(f, f, x)  # h laid out like f
+    plan = forget_mult_kernels.forward_plan(f, f, x)  # h laid out like f
     return [Result(AREA, f"float16 chunked vs serial schedule fwd+bwd, T={T} B={B} H={H}",
                    t["serial"] / t["chunked"], "x", None, None,
                    f"serial {t['serial'] * 1e6:.0f} us, chunked {t['chunked'] * 1e6:.0f} us, automatic "
@@ -208,7 +209,7 @@ def broadcast_grad(T=512, B=64, H=4096, quick=False) -> list:
     t = measure_interleaved(fns, device="cuda", rounds=3 if quick else 7, repeat=3 if quick else 5)
     ratio = t["expanded"] / t["dense"]
     grads = [torch.empty_like(f) for _ in range(2)]
-    plans = {k: ops_cuda.backward_plan(grads[0], grads[1], None, g, f, x, h) for k, g in
+    plans = {k: forget_mult_kernels.backward_plan(grads[0], grads[1], None, g, f, x, h) for k, g in
              (("dense", dense), ("expanded", expanded))}
     return [Result(AREA, f"float16 backward with expanded grad_h (h.sum()) / dense grad_h time, T={T} B={B} H={H}",
                    ratio, "x", "<= 1.1x", ratio <= 1.1,

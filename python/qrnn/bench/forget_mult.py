@@ -8,7 +8,7 @@ import torch
 import qrnn
 
 from .. import _C
-from ..ops import kernel_args
+from ..ops.forget_mult import kernels as forget_mult_kernels
 from .common import Result, measure_interleaved
 
 AREA = "forget-mult"
@@ -33,8 +33,8 @@ def _kernels_into(outputs, f, x, grad):
     """Forward and backward kernels writing into preallocated outputs (no autograd)."""
     h, grad_f, grad_x = outputs
     threads = torch.get_num_threads()
-    _C.forget_mult_forward(*kernel_args.forget_mult_forward(h, f, x, None, False), threads)
-    _C.forget_mult_backward(*kernel_args.forget_mult_backward(grad_f, grad_x, None, grad, f, x, h, None, False),
+    _C.forget_mult_forward(*forget_mult_kernels.forward_args(h, f, x, None, False), threads)
+    _C.forget_mult_backward(*forget_mult_kernels.backward_args(grad_f, grad_x, None, grad, f, x, h, None, False),
                             threads)
 
 

@@ -11,7 +11,7 @@ import qrnn
 from qrnn import ops
 
 from .. import _C
-from ..ops import kernel_args
+from ..ops.qrnn_gates import kernels as gate_kernels
 from .common import Result, measure_interleaved
 
 AREA = "layer"
@@ -109,9 +109,9 @@ def _gate_kernels_into(outputs, gates, grad):
     writes into a warm buffer): no autograd, no fresh memory."""
     out, states, c_n, grad_gates = outputs
     threads = torch.get_num_threads()
-    _C.qrnn_gates_forward(*kernel_args.qrnn_gates_forward(out, states, c_n, gates, None, None, None, 1.0, True,
+    _C.qrnn_gates_forward(*gate_kernels.forward_args(out, states, c_n, gates, None, None, None, 1.0, True,
                                                           False, False), threads)
-    _C.qrnn_gates_backward(*kernel_args.qrnn_gates_backward(grad_gates, None, grad, None, gates, states, None, None,
+    _C.qrnn_gates_backward(*gate_kernels.backward_args(grad_gates, None, grad, None, gates, states, None, None,
                                                             None, 1.0, True, False, False), threads)
 
 

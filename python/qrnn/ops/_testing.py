@@ -6,21 +6,27 @@ from __future__ import annotations
 import contextlib
 from typing import Callable, Iterator, Optional, Tuple
 
-# From-imports: the package's attributes forget_mult and qrnn_gates are the functions.
-from .forget_mult import _set_native_kernels as _set_forget_mult_kernels
-from .qrnn_gates import _set_native_kernels as _set_qrnn_gates_kernels
+from .forget_mult.op import KERNELS as _FORGET_MULT
+from .linear_scan.op import KERNELS as _LINEAR_SCAN
+from .qrnn_gates.op import KERNELS as _QRNN_GATES
+
+_UNCHANGED = object()
 
 KernelPair = Optional[Tuple[Callable, Callable]]
 
 
 @contextlib.contextmanager
-def native_kernels(device: str, forget_mult: KernelPair, qrnn_gates: KernelPair) -> Iterator[None]:
+def native_kernels(device: str, forget_mult: KernelPair, qrnn_gates: KernelPair,
+                   linear_scan=_UNCHANGED) -> Iterator[None]:
     """Inside the block, ``device`` tensors run these ``(forward, backward)`` kernels of each
-    family; None: none (ForgetMult's pure-PyTorch fallback, qrnn_gates unfused)."""
-    swaps = ((_set_forget_mult_kernels, forget_mult), (_set_qrnn_gates_kernels, qrnn_gates))
-    previous = [(set_kernels, set_kernels(device, *(pair or (None, None)))) for set_kernels, pair in swaps]
+    family; None: none (the pure-PyTorch fallback; qrnn_gates unfused); linear_scan's are
+    left as they are unless given."""
+    swaps = [(_FORGET_MULT, forget_mult), (_QRNN_GATES, qrnn_gates)]
+    if linear_scan is not _UNCHANGED:
+        swaps.append((_LINEAR_SCAN, linear_scan))
+    previous = [(registry, registry.set(device, *(pair or (None, None)))) for registry, pair in swaps]
     try:
         yield
     finally:
-        for set_kernels, pair in previous:
-            set_kernels(device, *pair)
+        for registry, pair in previous:
+            registry.set(device, *pair)

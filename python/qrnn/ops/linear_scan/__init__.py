@@ -4,6 +4,7 @@
   from the C++ manifest), their fake, autograd, vmap and forward-mode rules, and the native
   kernels registered per device type;
 - :mod:`.kernels`: the CPU, CUDA and fallback backends and their argument tuples;
+- :mod:`.checks`: its argument checks;
 - :mod:`.reference`: the plain PyTorch loop the tests and the fallback use.
 """
 
@@ -11,9 +12,10 @@ from typing import Optional
 
 from torch import Tensor
 
-from .._dispatch import direct_call_allowed, refuse_legacy_onnx, use_autograd_function
-from ..sharding import check_sharded_args
-from .op import KERNELS, LinearScanFunction, check_args, linear_scan_backward_op, linear_scan_op
+from ..core.dispatch import direct_call_allowed, refuse_legacy_onnx, use_autograd_function
+from ..core.sharding import check_sharded_args
+from .checks import check_args
+from .op import KERNELS, LinearScanFunction, linear_scan_backward_op, linear_scan_op
 
 __all__ = ["linear_scan", "linear_scan_op", "linear_scan_backward_op", "KERNELS"]
 

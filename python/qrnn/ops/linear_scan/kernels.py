@@ -2,7 +2,7 @@
 builds with them) and the pure-PyTorch fallback, each writing fresh outputs.
 
 ``reverse`` never copies: the kernels are given views walked from the last time step (a
-negative time stride, :func:`..kernel_args.time_view3`)."""
+negative time stride, :func:`qrnn.ops.core.kernel_args.time_view3`)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from typing import Callable
 import torch
 
 from ... import _C  # type: ignore[attr-defined, unused-ignore]  # compiled, no stub
-from .. import cuda as _cuda
-from .._outputs import empty_contiguous, or_empty
-from ..kernel_args import generate, probe, state_dtype
+from ..core import cuda as _cuda
+from ..core.kernel_args import generate, probe, state_dtype
+from ..core.outputs import empty_contiguous, or_empty
 from .reference import linear_scan_backward_reference, linear_scan_reference
 
 __all__ = ["cpu_forward", "cpu_backward", "CUDA_AVAILABLE", "cuda_forward", "cuda_backward", "fallback_forward",

@@ -13,28 +13,12 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from .._dispatch import first_derivative_only, fold_batch, refuse_double_backward, register_vmap, unfold_batch
-from .._registry import NativeKernels, manifest_schema
-from ..checks import check_like, check_scan_args
+from ..core.dispatch import first_derivative_only, fold_batch, refuse_double_backward, register_vmap, unfold_batch
+from ..core.registry import NativeKernels, manifest_schema
 from . import kernels
+from .checks import check_args, check_backward_args
 
-__all__ = ["linear_scan_op", "linear_scan_backward_op", "LinearScanFunction", "KERNELS", "check_args",
-           "check_backward_args"]
-
-_NAMES = ("a", "b")
-
-
-def check_args(a, b, h0, reverse, batch_first) -> None:
-    """TypeError/ValueError naming the bad argument."""
-    check_scan_args("linear_scan", _NAMES, a, b, h0, batch_first)
-    if reverse is not True and reverse is not False:
-        raise TypeError(f"linear_scan: reverse must be a bool, got {type(reverse).__name__}")
-
-
-def check_backward_args(grad_h, a, h, h0, reverse, batch_first) -> None:
-    check_args(a, a, h0, reverse, batch_first)
-    check_like("linear_scan_backward", "a", a, grad_h=grad_h, h=h)
-
+__all__ = ["linear_scan_op", "linear_scan_backward_op", "LinearScanFunction", "KERNELS", "previous_states"]
 
 @torch.library.custom_op("qrnn::linear_scan", mutates_args=(), schema=manifest_schema("linear_scan"))
 def linear_scan_op(a: Tensor, b: Tensor, h0: Optional[Tensor], reverse: bool, batch_first: bool) -> Tensor:
@@ -116,7 +100,7 @@ register_vmap(linear_scan_backward_op, _backward_vmap)
 _LinearScanBackward = first_derivative_only("linear_scan", linear_scan_backward_op)
 
 
-def _previous_states(h: Tensor, h0: Optional[Tensor], reverse: bool, batch_first: bool) -> Tensor:
+def previous_states(h: Tensor, h0: Optional[Tensor], reverse: bool, batch_first: bool) -> Tensor:
     """h[t-1] for every t in the scan's order (h0, or zeros, before the first step)."""
     time = 1 if batch_first else 0
     T = h.shape[time]
@@ -157,5 +141,5 @@ class LinearScanFunction(torch.autograd.Function):
             return torch.zeros_like(h)
         inputs = db if db is not None else torch.zeros_like(a)
         if da is not None:
-            inputs = inputs + da * _previous_states(h, h0, ctx.reverse, ctx.batch_first)
+            inputs = inputs + da * previous_states(h, h0, ctx.reverse, ctx.batch_first)
         return linear_scan_op(a, inputs, dh0, ctx.reverse, ctx.batch_first)

@@ -1,4 +1,4 @@
-"""The fused QRNN gate op family: ``qrnn::qrnn_gates`` and ``qrnn::qrnn_gates_backward``
+"""The fused QRNN gates' ops: ``qrnn::qrnn_gates`` and ``qrnn::qrnn_gates_backward``
 (activations + ForgetMult + output gate in one kernel), and :func:`qrnn_gates_unfused`.
 
 ``qrnn::qrnn_gates`` reads the gate pre-activations G = (Z | F | O) that a QRNN layer's
@@ -12,49 +12,26 @@ reference the fused kernel is tested against.
 
 # No `from __future__ import annotations` here: torch 2.4's custom_op reads the annotations
 # of the op functions as objects and rejects strings ("unsupported type Tensor").
-from typing import Callable, Optional
+from typing import Optional
 
 import torch
 from torch import Tensor
 
-from ._dispatch import (
+from ..core.dispatch import (
     FORWARD_MODE_MESSAGE,
-    direct_call_allowed,
     first_derivative_only,
     fold_batch,
-    forward_mode_active,
     refuse_double_backward,
-    refuse_legacy_onnx,
-    register_kernel,
     register_vmap,
     unfold_batch,
-    use_autograd_function,
 )
+from ..core.kernel_args import state_dtype
+from ..core.registry import NativeKernels, manifest_schema
+from ..forget_mult import forget_mult
+from . import kernels
 from .checks import check_qrnn_gates_args, check_qrnn_gates_backward_args, gate_count
-from .cpu import qrnn_gates_backward as cpu_backward
-from .cpu import qrnn_gates_forward as cpu_forward
-from .cuda import AVAILABLE as CUDA_AVAILABLE
-from .cuda import qrnn_gates_backward as cuda_backward
-from .cuda import qrnn_gates_forward as cuda_forward
-from .forget_mult import forget_mult
-from .kernel_args import state_dtype
-from .sharding import check_sharded_args
 
-__all__ = ["qrnn_gates", "qrnn_gates_unfused", "qrnn_gates_op", "qrnn_gates_backward_op", "has_fused_qrnn_gates",
-           "QRNN_GATES_FORWARD_KERNELS", "QRNN_GATES_BACKWARD_KERNELS"]
-
-# Fused kernels per device type, for the eager direct path and has_fused_qrnn_gates (the
-# ops' per-device registrations are made from the same functions by _set_native_kernels).
-# A device listed here runs qrnn_gates fused; any other falls back to qrnn_gates_unfused.
-QRNN_GATES_FORWARD_KERNELS: dict = {}
-QRNN_GATES_BACKWARD_KERNELS: dict = {}
-
-
-def has_fused_qrnn_gates(device) -> bool:
-    """Whether ``device`` (a torch.device or its type name) has the fused gate kernels."""
-    kind = getattr(device, "type", device)
-    return kind in QRNN_GATES_FORWARD_KERNELS and kind in QRNN_GATES_BACKWARD_KERNELS
-
+__all__ = ["qrnn_gates_op", "qrnn_gates_backward_op", "QrnnGatesFunction", "qrnn_gates_unfused", "KERNELS"]
 
 # The ops' argument checks in the ops' argument order (the op can be called directly, and
 # the kernels take shapes on trust: a smaller c0 or mask would be read out of bounds).
@@ -73,7 +50,7 @@ def _no_fused_kernel(gates: Tensor) -> RuntimeError:
                         "which runs the unfused form on such devices")
 
 
-@torch.library.custom_op("qrnn::qrnn_gates", mutates_args=())
+@torch.library.custom_op("qrnn::qrnn_gates", mutates_args=(), schema=manifest_schema("qrnn_gates"))
 def qrnn_gates_op(gates: Tensor, c0: Optional[Tensor], forget_mask: Optional[Tensor], lengths: Optional[Tensor],
                   forget_scale: float, output_gate: bool, batch_first: bool, reverse: bool
                   ) -> tuple[Tensor, Tensor, Tensor]:
@@ -94,7 +71,8 @@ def _(gates, c0, forget_mask, lengths, forget_scale, output_gate, batch_first, r
     return output, gates.new_empty((batch, hidden), dtype=state_dtype(gates.dtype)), states
 
 
-@torch.library.custom_op("qrnn::qrnn_gates_backward", mutates_args=())
+@torch.library.custom_op("qrnn::qrnn_gates_backward", mutates_args=(),
+                         schema=manifest_schema("qrnn_gates_backward"))
 def qrnn_gates_backward_op(grad_output: Optional[Tensor], grad_c_n: Optional[Tensor], gates: Tensor,
                            states: Tensor, c0: Optional[Tensor], forget_mask: Optional[Tensor],
                            lengths: Optional[Tensor], forget_scale: float, output_gate: bool, batch_first: bool,
@@ -143,7 +121,7 @@ qrnn_gates_backward_op.register_autograd(refuse_double_backward("qrnn_gates"))
 _QrnnGatesBackward = first_derivative_only("qrnn_gates", qrnn_gates_backward_op)
 
 
-class _QrnnGates(torch.autograd.Function):
+class QrnnGatesFunction(torch.autograd.Function):
     generate_vmap_rule = True
 
     @staticmethod
@@ -206,21 +184,13 @@ def _no_fused_backward(grad_output, grad_c_n, gates, *_):
     raise _no_fused_kernel(gates)
 
 
-def _set_native_kernels(device: str, forward: Optional[Callable], backward: Optional[Callable]) -> tuple:
-    """Make ``forward``/``backward`` the fused kernels of ``device`` tensors, for the eager
-    path and the ops' registrations alike; None for both: no fused kernel (the ops raise,
-    qrnn_gates runs unfused). Returns the previous pair (None, None where there was none)."""
-    previous = (QRNN_GATES_FORWARD_KERNELS.pop(device, None), QRNN_GATES_BACKWARD_KERNELS.pop(device, None))
-    if forward is not None and backward is not None:
-        QRNN_GATES_FORWARD_KERNELS[device], QRNN_GATES_BACKWARD_KERNELS[device] = forward, backward
-    register_kernel(qrnn_gates_op, device, _check_forward_op, forward or _no_fused_forward)
-    register_kernel(qrnn_gates_backward_op, device, _check_backward_op, backward or _no_fused_backward)
-    return previous
-
-
-_set_native_kernels("cpu", cpu_forward, cpu_backward)
-if CUDA_AVAILABLE:
-    _set_native_kernels("cuda", cuda_forward, cuda_backward)
+# A device listed here runs qrnn_gates fused; any other falls back to qrnn_gates_unfused (the
+# ops raise there: qrnn.qrnn_gates never calls them without a fused kernel).
+KERNELS = NativeKernels(qrnn_gates_op, qrnn_gates_backward_op, _check_forward_op, _check_backward_op,
+                        _no_fused_forward, _no_fused_backward)
+KERNELS.set("cpu", kernels.cpu_forward, kernels.cpu_backward)
+if kernels.CUDA_AVAILABLE:
+    KERNELS.set("cuda", kernels.cuda_forward, kernels.cuda_backward)
 
 
 def qrnn_gates_unfused(gates: Tensor, c0: Optional[Tensor] = None, *, output_gate: bool = True,
@@ -273,63 +243,4 @@ def qrnn_gates_unfused(gates: Tensor, c0: Optional[Tensor] = None, *, output_gat
         keep = valid.t() if batch_first else valid
         c = torch.where(keep.unsqueeze(-1), c, c.new_zeros(()))
     output = torch.sigmoid(gates[..., 2 * hidden:]) * c if output_gate else c
-    return output, c_n
-
-
-def qrnn_gates(gates: Tensor, c0: Optional[Tensor] = None, *, output_gate: bool = True,
-               forget_mask: Optional[Tensor] = None, forget_scale: float = 1.0,
-               lengths: Optional[Tensor] = None, batch_first: bool = False,
-               reverse: bool = False) -> tuple[Tensor, Tensor]:
-    """The QRNN pointwise step, fused: from gate pre-activations to the layer output.
-
-    ``z = tanh(G_z)``, ``f = sigmoid(G_f) * forget_mask * forget_scale``,
-    ``c[t] = f * z + (1 - f) * c[t-1]`` (``c[-1] = c0``), ``output = sigmoid(G_o) * c``
-    (or ``c`` without an output gate).
-
-    Args:
-        gates: pre-activations ``(seq_len, batch, 3 * hidden)`` (``(batch, seq_len, ...)``
-            with ``batch_first``), blocks Z, F, O in that order (Z, F without an output
-            gate); float32, float64, bfloat16 or float16; any strides, read in place.
-        c0: initial state ``(batch, hidden)``, gates' dtype or float32 (16-bit gates).
-        output_gate: whether gates has the O block.
-        forget_mask: zoneout keep mask in the output's shape and gates' dtype (0/1,
-            unscaled), or None.
-        forget_scale: multiplies f; ``1 - p`` for zoneout at evaluation.
-        lengths: int64 ``(batch,)`` valid steps per sequence on gates' device; outputs
-            past each end are zero and ``c_n`` is each sequence's state after its last
-            valid step.
-        batch_first: layout of gates and the output.
-        reverse: run each sequence from its own last valid step back to step 0.
-
-    Returns:
-        ``(output, c_n)``: output in gates' dtype with ``hidden`` features; ``c_n``
-        ``(batch, hidden)`` in float32 for 16-bit gates, gates' dtype otherwise.
-        Differentiable in gates and c0; fused on devices that have the kernel (the CPU,
-        and CUDA in builds with it), :func:`qrnn_gates_unfused` elsewhere.
-    """
-    check_qrnn_gates_args(gates, c0, forget_mask, forget_scale, lengths, output_gate, batch_first)
-    if reverse is not True and reverse is not False:
-        raise TypeError(f"qrnn_gates: reverse must be a bool, got {type(reverse).__name__}")
-    if not has_fused_qrnn_gates(gates.device):
-        return qrnn_gates_unfused(gates, c0, output_gate=output_gate, forget_mask=forget_mask,
-                                  forget_scale=forget_scale, lengths=lengths, batch_first=batch_first,
-                                  reverse=reverse)
-    if direct_call_allowed(gates, c0, forget_mask, lengths):
-        # Nothing to differentiate or trace: call the kernel directly (and skip saving c[t]).
-        output, c_n, _ = QRNN_GATES_FORWARD_KERNELS[gates.device.type](
-            gates, c0, forget_mask, lengths, forget_scale, output_gate, batch_first, reverse, need_states=False)
-        return output, c_n
-    if type(gates) is not Tensor:  # a subclass, perhaps a DTensor
-        check_sharded_args("qrnn_gates", batch_first, gates=gates, forget_mask=forget_mask)
-    if use_autograd_function():
-        if forward_mode_active():
-            return qrnn_gates_unfused(gates, c0, output_gate=output_gate, forget_mask=forget_mask,
-                                      forget_scale=forget_scale, lengths=lengths, batch_first=batch_first,
-                                      reverse=reverse)
-        output, c_n, _ = _QrnnGates.apply(gates, c0, forget_mask, lengths, float(forget_scale), output_gate,
-                                          batch_first, reverse)
-        return output, c_n
-    refuse_legacy_onnx()
-    output, c_n, _ = qrnn_gates_op(gates, c0, forget_mask, lengths, float(forget_scale), output_gate, batch_first,
-                                   reverse)
     return output, c_n

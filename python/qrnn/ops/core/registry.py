@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-from ._dispatch import register_kernel
+from ... import _C  # type: ignore[attr-defined, unused-ignore]  # compiled, no stub
+from .dispatch import register_kernel
 
 
 class NativeKernels:
@@ -41,8 +42,6 @@ class NativeKernels:
 def manifest_schema(op: str) -> str:
     """The schema of ``qrnn::<op>`` from its family's C++ manifest, without the name, as
     ``torch.library.custom_op(schema=...)`` takes it: one definition for Python and C++."""
-    from .. import _C  # type: ignore[attr-defined, unused-ignore]  # compiled, no stub
-
     full = _C.op_schemas()[op]
     if not full.startswith(op + "("):
         raise ImportError(f"qrnn._C's schema of {op} names another op: {full!r}")

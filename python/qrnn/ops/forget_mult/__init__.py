@@ -1,0 +1,62 @@
+"""ForgetMult, ``h[t] = f[t] * x[t] + (1 - f[t]) * h[t-1]``: the first op family.
+
+- :mod:`.op`: the ``qrnn::forget_mult`` / ``qrnn::forget_mult_backward`` custom ops (schemas
+  from the C++ manifest), their fake, autograd, vmap and forward-mode rules, and the native
+  kernels registered per device type;
+- :mod:`.kernels`: the CPU, CUDA and fallback backends and their argument tuples;
+- :mod:`.checks`: its argument checks;
+- :mod:`.reference`: the plain PyTorch loop the tests, the fallback and the benchmarks use.
+"""
+
+# No `from __future__ import annotations`: the op modules' annotations are read as objects.
+from typing import Optional
+
+from torch import Tensor
+
+from ..core.dispatch import direct_call_allowed, refuse_legacy_onnx, use_autograd_function
+from ..core.sharding import check_sharded_args
+from .checks import check_forget_mult_args, check_forget_mult_backward_args
+from .op import KERNELS, ForgetMultFunction, forget_mult_backward_op, forget_mult_op
+
+__all__ = ["forget_mult", "forget_mult_op", "forget_mult_backward_op", "has_native_kernels", "KERNELS",
+           "check_forget_mult_args", "check_forget_mult_backward_args"]
+
+
+def has_native_kernels(device) -> bool:
+    """Whether ``device`` (a torch.device or its type name) runs qrnn's native ForgetMult
+    kernels; any other device runs the slower pure-PyTorch fallback."""
+    return KERNELS.has(device)
+
+
+def forget_mult(f: Tensor, x: Tensor, h0: Optional[Tensor] = None, *, batch_first: bool = False) -> Tensor:
+    """ForgetMult: ``h[t] = f[t] * x[t] + (1 - f[t]) * h[t-1]`` with ``h[-1] = h0``.
+
+    The convention of the original pytorch-qrnn: ``f`` (the forget gate, usually a
+    sigmoid output) weights the new candidate ``x``; ``1 - f`` keeps the old state.
+
+    Args:
+        f: forget gate, ``(seq_len, batch, hidden)`` (or ``(batch, seq_len, hidden)``
+            with ``batch_first=True``); float32, float64, bfloat16 or float16, CPU or CUDA.
+        x: candidate values, same shape, dtype and device as ``f``.
+        h0: initial state ``(batch, hidden)``, or None for zeros. Its dtype is ``f``'s, or
+            float32 for 16-bit ``f`` (a float32 carried state).
+        batch_first: whether dimension 0 is batch instead of time.
+
+    Returns:
+        ``h``, every step's state, in ``f``'s shape, layout convention and dtype. Math
+        and the carried state are float32 for 16-bit inputs (float64 for float64).
+        Any strides are accepted without a copy. Differentiable in ``f``, ``x`` and
+        ``h0``; works under ``torch.compile(fullgraph=True)``.
+    """
+    check_forget_mult_args(f, x, h0, batch_first)
+    if direct_call_allowed(f, x, h0, None):
+        # Direct call: the dispatcher and autograd machinery would cost more than the kernel.
+        kernel = KERNELS.cpu_forward if f.is_cpu else KERNELS.forward.get(f.device.type)
+        if kernel is not None:  # none for meta tensors (the op's fake impl serves them) or the fallback's devices
+            return kernel(f, x, h0, batch_first)
+    if type(f) is not Tensor or type(x) is not Tensor:  # a subclass, perhaps a DTensor
+        check_sharded_args("forget_mult", batch_first, f=f, x=x)
+    if use_autograd_function():
+        return ForgetMultFunction.apply(f, x, h0, batch_first)
+    refuse_legacy_onnx()
+    return forget_mult_op(f, x, h0, batch_first)

@@ -1,0 +1,156 @@
+"""ForgetMult's ops: ``qrnn::forget_mult`` and ``qrnn::forget_mult_backward``.
+
+Both are ``torch.library.custom_op``s defined with the schemas of the family's C++ manifest
+(cpp/include/qrnn/forget_mult.hpp), with fake (meta), autograd and vmap registrations, so
+autograd, ``torch.compile`` and ``torch.library.opcheck`` understand them. Their bodies are
+the pure-PyTorch fallback; the native kernels (CPU, and CUDA in builds with it) are
+registered per device type (:data:`KERNELS`). Under torch.func transforms and forward-mode
+AD, :func:`qrnn.forget_mult` goes through :class:`ForgetMultFunction` instead.
+"""
+
+# No `from __future__ import annotations` here: torch 2.4's custom_op reads the annotations
+# of the op functions as objects and rejects strings ("unsupported type Tensor").
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from ..core.dispatch import (
+    first_derivative_only,
+    fold_batch,
+    refuse_double_backward,
+    register_vmap,
+    unfold_batch,
+)
+from ..core.registry import NativeKernels, manifest_schema
+from ..linear_scan.op import linear_scan_op, previous_states
+from . import kernels
+from .checks import check_forget_mult_args, check_forget_mult_backward_args
+
+__all__ = ["forget_mult_op", "forget_mult_backward_op", "ForgetMultFunction", "KERNELS"]
+
+@torch.library.custom_op("qrnn::forget_mult", mutates_args=(), schema=manifest_schema("forget_mult"))
+def forget_mult_op(f: Tensor, x: Tensor, h0: Optional[Tensor], batch_first: bool) -> Tensor:
+    """``h``. This body serves devices without a native kernel."""
+    # Checked again here: torch.ops.qrnn.forget_mult can be called directly.
+    check_forget_mult_args(f, x, h0, batch_first)
+    return kernels.fallback_forward(f, x, h0, batch_first)
+
+
+@forget_mult_op.register_fake
+def _(f, x, h0, batch_first):
+    torch._check(x.shape == f.shape, lambda: "forget_mult: x must have f's shape")
+    return torch.empty_like(f, memory_format=torch.contiguous_format)
+
+
+@torch.library.custom_op("qrnn::forget_mult_backward", mutates_args=(),
+                         schema=manifest_schema("forget_mult_backward"))
+def forget_mult_backward_op(
+    grad_h: Tensor, f: Tensor, x: Tensor, h: Tensor, h0: Optional[Tensor], batch_first: bool
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Returns (grad_f, grad_x, grad_h0); grad_h0 is an empty tensor when h0 is None.
+    This body serves devices without a native kernel."""
+    check_forget_mult_backward_args(grad_h, f, x, h, h0, batch_first)
+    return kernels.fallback_backward(grad_h, f, x, h, h0, batch_first)
+
+
+@forget_mult_backward_op.register_fake
+def _(grad_h, f, x, h, h0, batch_first):
+    grad_f = torch.empty_like(f, memory_format=torch.contiguous_format)
+    grad_x = torch.empty_like(f, memory_format=torch.contiguous_format)
+    grad_h0 = torch.empty_like(h0, memory_format=torch.contiguous_format) if h0 is not None else f.new_empty(0)
+    return grad_f, grad_x, grad_h0
+
+
+def _setup_context(ctx, inputs, output):
+    f, x, h0, batch_first = inputs
+    ctx.save_for_backward(f, x, output, h0)
+    ctx.batch_first = batch_first
+
+
+def _backward(ctx, grad_h):
+    f, x, h, h0 = ctx.saved_tensors
+    grad_f, grad_x, grad_h0 = forget_mult_backward_op(grad_h, f, x, h, h0, ctx.batch_first)
+    return grad_f, grad_x, (grad_h0 if h0 is not None else None), None
+
+
+forget_mult_op.register_autograd(_backward, setup_context=_setup_context)
+forget_mult_backward_op.register_autograd(refuse_double_backward("forget_mult"))
+
+
+# ---- torch.func and forward-mode AD ---------------------------------------------------------
+# custom_op's own autograd function has no setup_context (torch.func refuses it) and no
+# tangent rule; under those transforms qrnn.forget_mult calls the op through these instead.
+
+
+_ForgetMultBackward = first_derivative_only("forget_mult", forget_mult_backward_op)
+
+
+def _tangent(f, x, h, h0, df, dx, dh0, batch_first: bool) -> Tensor:
+    """The tangent of h: ``dh[t] = (1 - f[t]) dh[t-1] + (f[t] dx[t] + df[t] (x[t] - h[t-1]))``
+    from ``dh[-1] = dh0``: a linear scan with decay 1 - f."""
+    if f.numel() == 0 or (df is None and dx is None and dh0 is None):
+        return torch.zeros_like(f)
+    inputs = f * dx if dx is not None else torch.zeros_like(f)
+    if df is not None:
+        inputs = inputs + df * (x - previous_states(h, h0, False, batch_first))
+    return linear_scan_op(1 - f, inputs, dh0, False, batch_first)
+
+
+class ForgetMultFunction(torch.autograd.Function):
+    """qrnn::forget_mult with a setup_context (torch.func), a tangent rule (forward-mode AD)
+    and vmap through the ops' vmap rules."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(f, x, h0, batch_first):
+        return forget_mult_op(f, x, h0, batch_first)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        f, x, h0, batch_first = inputs
+        ctx.save_for_backward(f, x, output, h0)
+        ctx.save_for_forward(f, x, output, h0)
+        ctx.batch_first = batch_first
+
+    @staticmethod
+    def backward(ctx, grad_h):
+        f, x, h, h0 = ctx.saved_tensors
+        grad_f, grad_x, grad_h0 = _ForgetMultBackward.apply(grad_h, f, x, h, h0, ctx.batch_first)
+        return grad_f, grad_x, (grad_h0 if h0 is not None else None), None
+
+    @staticmethod
+    def jvp(ctx, df, dx, dh0, _):
+        f, x, h, h0 = ctx.saved_tensors
+        return _tangent(f, x, h, h0, df, dx, dh0, ctx.batch_first)
+
+
+def _forget_mult_vmap(info, in_dims, f, x, h0, batch_first):
+    # The kernels take any batch: the vmapped dimension becomes part of it.
+    f_dim, x_dim, h0_dim, _ = in_dims
+    size, batch = info.batch_size, (0 if batch_first else 1)
+    h = forget_mult_op(fold_batch(f, f_dim, size, batch), fold_batch(x, x_dim, size, batch),
+                       fold_batch(h0, h0_dim, size, 0), batch_first)
+    return unfold_batch(h, size, batch), batch
+
+
+def _forget_mult_backward_vmap(info, in_dims, grad_h, f, x, h, h0, batch_first):
+    size, batch = info.batch_size, (0 if batch_first else 1)
+    folded = [fold_batch(t, d, size, batch) for t, d in zip((grad_h, f, x, h), in_dims)]
+    grad_f, grad_x, grad_h0 = forget_mult_backward_op(*folded, fold_batch(h0, in_dims[4], size, 0), batch_first)
+    if h0 is None:
+        return (unfold_batch(grad_f, size, batch), unfold_batch(grad_x, size, batch), grad_h0), (batch, batch, None)
+    return ((unfold_batch(grad_f, size, batch), unfold_batch(grad_x, size, batch), unfold_batch(grad_h0, size, 0)),
+            (batch, batch, 0))
+
+
+register_vmap(forget_mult_op, _forget_mult_vmap)
+register_vmap(forget_mult_backward_op, _forget_mult_backward_vmap)
+
+
+KERNELS = NativeKernels(forget_mult_op, forget_mult_backward_op, check_forget_mult_args,
+                        check_forget_mult_backward_args, kernels.fallback_forward, kernels.fallback_backward)
+KERNELS.set("cpu", kernels.cpu_forward, kernels.cpu_backward)
+if kernels.CUDA_AVAILABLE:
+    KERNELS.set("cuda", kernels.cuda_forward, kernels.cuda_backward)
