@@ -251,10 +251,12 @@ def test_bad_input(call, error, message):
         call()
 
 
-def test_core_validates_again():
-    """The C++ core rejects bad sizes itself (Python's checks are not trusted)."""
-    fwd = qrnn._C.forget_mult_forward
-    views = (8, 1, 1, 1, 8, 1, 1, 1, 0, 0, 0, 0, 8, 1, 1, 1)  # f, x, no h0, h0 dtype, h
+@pytest.mark.parametrize("entry", ["forget_mult_forward", "linear_scan_forward"])
+def test_core_validates_again(entry):
+    """The scan families' C++ cores reject bad sizes themselves (Python's checks are not
+    trusted); both take the same fields: dtype, sizes, two sequences, h0, its dtype, h."""
+    fwd = getattr(qrnn._C, entry)
+    views = (8, 1, 1, 1, 8, 1, 1, 1, 0, 0, 0, 0, 8, 1, 1, 1)  # f (a), x (b), no h0, h0 dtype, h
     with pytest.raises(ValueError, match="seq_len"):
         fwd(0, -1, 1, 1, *views, 1)
     with pytest.raises(ValueError, match="null pointer"):

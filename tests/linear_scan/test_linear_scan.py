@@ -249,17 +249,3 @@ BAD_INPUTS = [
 def test_bad_input(call, error, message):
     with pytest.raises(error, match=message):
         call()
-
-
-def test_core_validates_again():
-    """The C++ core rejects bad sizes itself (Python's checks are not trusted)."""
-    fwd = qrnn._C.linear_scan_forward
-    views = (8, 1, 1, 1, 8, 1, 1, 1, 0, 0, 0, 0, 8, 1, 1, 1)  # a, b, no h0, h0 dtype, h
-    with pytest.raises(ValueError, match="seq_len"):
-        fwd(0, -1, 1, 1, *views, 1)
-    with pytest.raises(ValueError, match="null pointer"):
-        fwd(0, 2, 1, 1, 0, 1, 1, 1, *views[4:], 1)
-    with pytest.raises(ValueError, match="overflow"):
-        fwd(0, 2**40, 2**40, 2, *views, 1)
-    with pytest.raises(ValueError, match="dtype"):
-        fwd(7, 1, 1, 1, *views, 1)

@@ -5,7 +5,7 @@
 #include <cstdint>
 
 #include "common/check.hpp"
-#include "forget_mult/check.hpp"
+#include "common/scan_check.hpp"
 #include "qrnn/linear_scan.hpp"
 
 namespace qrnn::detail {
@@ -15,33 +15,21 @@ namespace qrnn::detail {
 
 // Returns seq_len * batch * hidden.
 inline int64_t validate_linear_scan(const LinearScanForwardParams& p) {
-    check_size("seq_len", p.seq_len);
-    check_size("batch", p.batch);
-    check_size("hidden", p.hidden);
-    const int64_t numel = checked_numel(p.seq_len, p.batch, p.hidden, "linear_scan");
-    check_forget_mult_dtypes(p.dtype, p.h0_dtype, p.h0.data != nullptr);  // the same state rule
+    const int64_t numel = check_scan_sizes_and_state(p, "linear_scan");
     QRNN_CHECK_LS_VIEW3(p, a);
     QRNN_CHECK_LS_VIEW3(p, b);
     QRNN_CHECK_LS_VIEW3(p, h);
-    if (p.h0.data) check_view2("h0", p.h0.data, p.batch, p.hidden, p.h0.stride_b, p.h0.stride_h);
     return numel;
 }
 
 // Returns seq_len * batch * hidden.
 inline int64_t validate_linear_scan(const LinearScanBackwardParams& p) {
-    check_size("seq_len", p.seq_len);
-    check_size("batch", p.batch);
-    check_size("hidden", p.hidden);
-    const int64_t numel = checked_numel(p.seq_len, p.batch, p.hidden, "linear_scan_backward");
-    check_forget_mult_dtypes(p.dtype, p.h0_dtype, p.h0.data != nullptr || p.grad_h0.data != nullptr);
+    const int64_t numel = check_scan_sizes_and_state(p, "linear_scan_backward");
     QRNN_CHECK_LS_VIEW3(p, a);
     QRNN_CHECK_LS_VIEW3(p, h);
     QRNN_CHECK_LS_VIEW3(p, grad_h);
     QRNN_CHECK_LS_VIEW3(p, grad_a);
     QRNN_CHECK_LS_VIEW3(p, grad_b);
-    if (p.h0.data) check_view2("h0", p.h0.data, p.batch, p.hidden, p.h0.stride_b, p.h0.stride_h);
-    if (p.grad_h0.data)
-        check_view2("grad_h0", p.grad_h0.data, p.batch, p.hidden, p.grad_h0.stride_b, p.grad_h0.stride_h);
     return numel;
 }
 

@@ -1,0 +1,51 @@
+// What the scan families (ForgetMult, linear_scan) check alike: sizes, the state's dtype and
+// the (batch, hidden) state views. Throws std::invalid_argument naming the argument.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "common/check.hpp"
+#include "qrnn/dtype.hpp"
+
+namespace qrnn::detail {
+
+// The state (h0, grad_h0) has the data's dtype, or float32 next to 16-bit data.
+inline void check_state_dtypes(DType dtype, DType h0_dtype, bool has_h0) {
+    if (int(dtype) < 0 || int(dtype) > 3) fail("dtype: unknown value " + std::to_string(int(dtype)));
+    if (!has_h0) return;
+    const bool sixteen_bit = dtype == DType::bfloat16 || dtype == DType::float16;
+    if (h0_dtype != dtype && !(sixteen_bit && h0_dtype == DType::float32))
+        fail(std::string("h0_dtype: expected ") + dtype_name(dtype) + (sixteen_bit ? " or float32" : "") +
+             ", got " + dtype_name(h0_dtype));
+}
+
+// Whether Params is a backward's (it has a grad_h0 output).
+template <typename Params, typename = void>
+struct HasGradH0 : std::false_type {};
+template <typename Params>
+struct HasGradH0<Params, std::void_t<decltype(std::declval<const Params&>().grad_h0)>> : std::true_type {};
+template <typename Params>
+constexpr bool has_grad_h0 = HasGradH0<Params>::value;
+
+// Sizes, the element count (returned), the state's dtype and its views (h0, and grad_h0 in a
+// backward's parameters); `what` names the call in the overflow message.
+template <typename Params>
+int64_t check_scan_sizes_and_state(const Params& p, const char* what) {
+    check_size("seq_len", p.seq_len);
+    check_size("batch", p.batch);
+    check_size("hidden", p.hidden);
+    const int64_t numel = checked_numel(p.seq_len, p.batch, p.hidden, what);
+    bool has_state = p.h0.data != nullptr;
+    if constexpr (has_grad_h0<Params>) has_state = has_state || p.grad_h0.data != nullptr;
+    check_state_dtypes(p.dtype, p.h0_dtype, has_state);
+    if (p.h0.data) check_view2("h0", p.h0.data, p.batch, p.hidden, p.h0.stride_b, p.h0.stride_h);
+    if constexpr (has_grad_h0<Params>)
+        if (p.grad_h0.data)
+            check_view2("grad_h0", p.grad_h0.data, p.batch, p.hidden, p.grad_h0.stride_b, p.grad_h0.stride_h);
+    return numel;
+}
+
+}  // namespace qrnn::detail
