@@ -138,6 +138,19 @@ def consumer_build(tmp_path_factory):
     return build
 
 
+@pytest.fixture(scope="session")
+def torch_library_cache(tmp_path_factory):
+    """A fresh libqrnn_torch cache ($QRNN_CACHE_DIR) shared by the session's tests: the library
+    is compiled once for all of them, never into the user's cache."""
+    previous = os.environ.get("QRNN_CACHE_DIR")
+    os.environ["QRNN_CACHE_DIR"] = str(tmp_path_factory.mktemp("qrnn-cache"))
+    yield Path(os.environ["QRNN_CACHE_DIR"])
+    if previous is None:
+        os.environ.pop("QRNN_CACHE_DIR", None)
+    else:
+        os.environ["QRNN_CACHE_DIR"] = previous
+
+
 # ---- The CUDA kernels emulated on the CPU (test_*_cuda_emulated.py) ----------------------
 
 REPO = Path(__file__).resolve().parents[1]

@@ -4,8 +4,14 @@
 // It uses only the stable C functions of torch (aoti_torch_*, torch_*; no libtorch C++ API),
 // built with TORCH_TARGET_VERSION = 2.9, the first release that has them, so the binary does
 // not depend on the torch release it was compiled against; it links the torch-free core
-// (libqrnn), and libtorch_cpu by name for those C functions (qrnn.torch_library() builds it). The schemas are character for character those of python/qrnn/ops/*.py; the kernels
-// are the core's, called as the Python backends (python/qrnn/ops/cpu.py) call them.
+// (libqrnn), and libtorch_cpu by name for those C functions (qrnn.torch_library() builds it).
+//
+// It serves the forward operators (qrnn::forget_mult, qrnn::qrnn_gates, qrnn::linear_scan):
+// what an inference graph holds; the *_backward operators stay in Python. Their schemas are
+// not written here: they come from the families' manifests (QRNN_FAMILY_SCHEMAS,
+// qrnn/families.hpp), the strings the Python package defines its operators from, so both
+// registrations agree character for character. The kernels are the core's, called as the
+// Python backends (python/qrnn/ops/cpu.py, linear_scan/kernels.py) call them.
 //
 // Registration is once per process: the core's claim_torch_ops says whether the Python
 // package (`import qrnn`) or an earlier load already owns the operators; then this library
@@ -16,6 +22,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -23,8 +30,7 @@
 #include <torch/csrc/stable/ops.h>
 #include <torch/csrc/stable/tensor.h>
 
-#include "qrnn/forget_mult.hpp"
-#include "qrnn/qrnn_gates.hpp"
+#include "qrnn/families.hpp"
 #include "qrnn/torch_ops_owner.hpp"
 #if defined(QRNN_WITH_CUDA)
 #include "qrnn/forget_mult_cuda.hpp"
@@ -64,6 +70,18 @@ View view3(const Tensor& t, bool batch_first) {
     v.stride_t = batch_first ? s[1] : s[0];
     v.stride_b = batch_first ? s[0] : s[1];
     v.stride_h = s[2];
+    return v;
+}
+
+// view3 walked from the last time step when `reverse`: the kernels read a negative time
+// stride as time running backwards, so a reversed scan needs no copy (kernel_args.time_view3).
+template <typename View>
+View time_view3(const Tensor& t, bool batch_first, bool reverse) {
+    View v = view3<View>(t, batch_first);
+    if (!reverse || v.data == nullptr) return v;
+    const int64_t last = t.size(batch_first ? 1 : 0) - 1;
+    v.data = static_cast<char*>(t.data_ptr()) + last * v.stride_t * static_cast<int64_t>(t.element_size());
+    v.stride_t = -v.stride_t;
     return v;
 }
 
@@ -136,17 +154,26 @@ void check_state(const std::optional<Tensor>& state, const Tensor& like, int64_t
             std::string(op) + ": " + name + " must have the input's dtype (or float32 next to 16-bit inputs)");
 }
 
+// The scan families' two same-shaped 3-D sequences (forget_mult's f and x, linear_scan's a
+// and b) on one device; returns their dtype.
+qrnn::DType check_sequences(const Tensor& first, const Tensor& second, const char* op, const char* one,
+                            const char* two) {
+    require(first.dim() == 3, std::string(op) + ": " + one + " must be 3-D");
+    check_device(first, first, op, one);
+    check_device(second, first, op, two);
+    const qrnn::DType dtype = dtype_of(first, op, one);
+    require(second.scalar_type() == first.scalar_type(), std::string(op) + ": " + two + " must have " + one + "'s dtype");
+    require(second.dim() == 3 && second.size(0) == first.size(0) && second.size(1) == first.size(1) &&
+                second.size(2) == first.size(2),
+            std::string(op) + ": " + two + " must have " + one + "'s shape");
+    return dtype;
+}
+
 // ---- qrnn::forget_mult ------------------------------------------------------------------------
 
 Tensor forget_mult(Tensor f, Tensor x, std::optional<Tensor> h0, bool batch_first) {
     constexpr const char* op = "forget_mult";
-    require(f.dim() == 3, "forget_mult: f must be 3-D");
-    check_device(f, f, op, "f");
-    check_device(x, f, op, "x");
-    const qrnn::DType dtype = dtype_of(f, op, "f");
-    require(x.scalar_type() == f.scalar_type(), "forget_mult: x must have f's dtype");
-    require(x.dim() == 3 && x.size(0) == f.size(0) && x.size(1) == f.size(1) && x.size(2) == f.size(2),
-            "forget_mult: x must have f's shape");
+    const qrnn::DType dtype = check_sequences(f, x, op, "f", "x");
     qrnn::ForgetMultForwardParams p;
     p.seq_len = f.size(batch_first ? 1 : 0);
     p.batch = f.size(batch_first ? 0 : 1);
@@ -167,6 +194,30 @@ Tensor forget_mult(Tensor f, Tensor x, std::optional<Tensor> h0, bool batch_firs
     }
 #endif
     qrnn::cpu::forget_mult_forward(p, torch_num_threads());
+    return h;
+}
+
+// ---- qrnn::linear_scan ------------------------------------------------------------------------
+
+Tensor linear_scan(Tensor a, Tensor b, std::optional<Tensor> h0, bool reverse, bool batch_first) {
+    constexpr const char* op = "linear_scan";
+    const qrnn::DType dtype = check_sequences(a, b, op, "a", "b");
+    // No CUDA launcher in the core yet (qrnn/linear_scan_cuda.hpp): refuse device pointers
+    // rather than hand them to the CPU kernel (CUDA builds register every op for CUDA).
+    require(a.is_cpu(), "linear_scan: this libqrnn_torch has no CUDA kernel for linear_scan; run it on CPU tensors");
+    qrnn::LinearScanForwardParams p;
+    p.seq_len = a.size(batch_first ? 1 : 0);
+    p.batch = a.size(batch_first ? 0 : 1);
+    p.hidden = a.size(2);
+    check_state(h0, a, p.batch, p.hidden, op, "h0");
+    Tensor h = torch::stable::new_empty(a, a.sizes());
+    p.dtype = dtype;
+    p.a = time_view3<qrnn::ConstView3>(a, batch_first, reverse);
+    p.b = time_view3<qrnn::ConstView3>(b, batch_first, reverse);
+    p.h0 = view2<qrnn::ConstView2>(h0);
+    p.h0_dtype = h0.has_value() ? dtype_of(*h0, op, "h0") : dtype;
+    p.h = time_view3<qrnn::View3>(h, batch_first, reverse);
+    qrnn::cpu::linear_scan_forward(p, torch_num_threads());
     return h;
 }
 
@@ -240,15 +291,46 @@ std::tuple<Tensor, Tensor, Tensor> qrnn_gates(Tensor gates, std::optional<Tensor
 
 // ---- Registration, once per process ------------------------------------------------------------
 
-// Python's torch.library.custom_op schemas (python/qrnn/ops/forget_mult.py, qrnn_gates.py).
-constexpr const char* kForgetMultSchema =
-    "forget_mult(Tensor f, Tensor x, Tensor? h0, bool batch_first) -> Tensor";
-constexpr const char* kQrnnGatesSchema =
-    "qrnn_gates(Tensor gates, Tensor? c0, Tensor? forget_mask, Tensor? lengths, float forget_scale, "
-    "bool output_gate, bool batch_first, bool reverse) -> (Tensor, Tensor, Tensor)";
+using BoxedKernel = void (*)(StableIValue*, uint64_t, uint64_t);
 
-void check(AOTITorchError error, const char* what) {
-    if (error != AOTI_TORCH_SUCCESS) throw std::runtime_error(std::string("libqrnn_torch: ") + what + " failed");
+struct Operator {
+    const char* name;
+    const char* schema;  // from the manifest
+    BoxedKernel kernel;  // nullptr: a backward operator, not served here
+};
+
+// Each forward operator's kernel, by name; the backward operators have none.
+constexpr BoxedKernel kernel_of(std::string_view name) {
+    if (name == "forget_mult") return TORCH_BOX(&forget_mult);
+    if (name == "qrnn_gates") return TORCH_BOX(&qrnn_gates);
+    if (name == "linear_scan") return TORCH_BOX(&linear_scan);
+    return nullptr;
+}
+
+constexpr bool is_backward(std::string_view name) {
+    constexpr std::string_view suffix = "_backward";
+    return name.size() >= suffix.size() && name.substr(name.size() - suffix.size()) == suffix;
+}
+
+// Every op of every family's manifest, schema text and all: written once, in the headers.
+#define QRNN_TORCH_OPERATOR(name, schema) Operator{#name, schema, kernel_of(#name)},
+constexpr Operator kOperators[] = {QRNN_FAMILY_SCHEMAS(QRNN_TORCH_OPERATOR)};
+#undef QRNN_TORCH_OPERATOR
+
+// A family added to the manifests must get its forward kernel here (and nothing else may).
+constexpr bool every_forward_has_a_kernel() {
+    for (const Operator& op : kOperators) {
+        if (is_backward(op.name) == (op.kernel != nullptr)) return false;
+    }
+    return true;
+}
+static_assert(every_forward_has_a_kernel(),
+              "libqrnn_torch: every forward op of QRNN_FAMILY_SCHEMAS needs its kernel in kernel_of, and only those");
+
+void check(AOTITorchError error, const char* what, const char* name) {
+    if (error != AOTI_TORCH_SUCCESS) {
+        throw std::runtime_error(std::string("libqrnn_torch: ") + what + " " + name + " failed");
+    }
 }
 
 // The registrations live as long as the library; the handles unregister when deleted.
@@ -258,17 +340,19 @@ public:
         if (qrnn::claim_torch_ops(qrnn::TorchOpsOwner::torch_library) != qrnn::TorchOpsOwner::none) {
             return;  // `import qrnn` or an earlier load of this library registered them
         }
-        check(aoti_torch_library_init_fragment("qrnn", __FILE__, __LINE__, &definitions_), "init_fragment");
-        check(aoti_torch_library_def(definitions_, kForgetMultSchema), "def forget_mult");
-        check(aoti_torch_library_def(definitions_, kQrnnGatesSchema), "def qrnn_gates");
-        check(aoti_torch_library_init_impl("qrnn", "CPU", __FILE__, __LINE__, &cpu_), "init_impl CPU");
-        check(aoti_torch_library_impl(cpu_, "forget_mult", TORCH_BOX(&forget_mult)), "impl forget_mult");
-        check(aoti_torch_library_impl(cpu_, "qrnn_gates", TORCH_BOX(&qrnn_gates)), "impl qrnn_gates");
+        check(aoti_torch_library_init_fragment("qrnn", __FILE__, __LINE__, &definitions_), "init_fragment", "qrnn");
+        check(aoti_torch_library_init_impl("qrnn", "CPU", __FILE__, __LINE__, &cpu_), "init_impl", "CPU");
 #if defined(QRNN_WITH_CUDA)
-        check(aoti_torch_library_init_impl("qrnn", "CUDA", __FILE__, __LINE__, &cuda_), "init_impl CUDA");
-        check(aoti_torch_library_impl(cuda_, "forget_mult", TORCH_BOX(&forget_mult)), "impl forget_mult");
-        check(aoti_torch_library_impl(cuda_, "qrnn_gates", TORCH_BOX(&qrnn_gates)), "impl qrnn_gates");
+        check(aoti_torch_library_init_impl("qrnn", "CUDA", __FILE__, __LINE__, &cuda_), "init_impl", "CUDA");
 #endif
+        for (const Operator& op : kOperators) {
+            if (op.kernel == nullptr) continue;
+            check(aoti_torch_library_def(definitions_, op.schema), "def", op.name);
+            check(aoti_torch_library_impl(cpu_, op.name, op.kernel), "CPU impl", op.name);
+#if defined(QRNN_WITH_CUDA)
+            check(aoti_torch_library_impl(cuda_, op.name, op.kernel), "CUDA impl", op.name);
+#endif
+        }
     }
     ~Registration() {
         if (cuda_ != nullptr) aoti_torch_delete_library_object(cuda_);

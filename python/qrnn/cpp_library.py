@@ -1,7 +1,8 @@
 """``qrnn.torch_library()``: libqrnn_torch, the qrnn:: operators for C++ programs.
 
 An AOTInductor package or exported program of a qrnn model calls ``qrnn::qrnn_gates`` (and
-``qrnn::forget_mult``; the forward operators: inference graphs hold no others) through
+``qrnn::forget_mult``, ``qrnn::linear_scan``; the forward operators: inference graphs hold
+no others, with the schemas of the C++ manifests, as Python defines them) through
 PyTorch's dispatcher; in a process without Python those operators come from this library.
 It uses only PyTorch's stable C ABI (torch >= 2.9: no libtorch C++ API), but it needs
 torch's headers to compile, which an isolated ``pip install`` does not see: so it is

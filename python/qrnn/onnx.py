@@ -1,7 +1,7 @@
 """ONNX export of models holding qrnn layers (``torch.onnx.export(..., dynamo=True)``).
 
-The exporter meets qrnn's custom ops (``qrnn::qrnn_gates``, ``qrnn::forget_mult``) in the
-graph that ``torch.export`` captures and needs a translation for each; this module gives
+The exporter meets qrnn's custom ops (``qrnn::qrnn_gates``, ``qrnn::forget_mult``,
+``qrnn::linear_scan``) in the graph that ``torch.export`` captures and needs a translation for each; this module gives
 them, as ONNX Script functions over an ONNX ``Scan`` (the recurrence) and plain ONNX ops
 (activations, masks, layouts)::
 
@@ -12,7 +12,7 @@ or ``qrnn.onnx.export(model, (x,))``, which passes the table for you. Importing 
 also adds the translations to the exporter's own table where this torch version allows it
 (:data:`registered`), so a plain ``torch.onnx.export(model, (x,))`` works too. Every option of the
 forward ops is translated (initial state, lengths, reverse, batch_first, output gate,
-zoneout mask and scale; 16-bit gates compute in float32 as the kernels do). The backward
+zoneout mask and scale; 16-bit inputs compute in float32 as the kernels do). The backward
 ops are not (ONNX graphs are for inference): exporting a graph that holds them raises an
 error saying so. The legacy TorchScript exporter (``dynamo=False``) is not supported.
 
@@ -52,6 +52,19 @@ def _forget_mult_scan(f: _TState, x: _TState, h0: _TState) -> tuple[_TState, _TS
         return h, h_out
 
     h_last, h_all = op.Scan(h0, f, x, body=step, num_scan_inputs=2)
+    return h_last, h_all
+
+
+@onnxscript.script()
+def _linear_scan_scan(a: _TState, b: _TState, h0: _TState) -> tuple[_TState, _TState]:
+    """Time-major ``h[t] = a[t] * h[t-1] + b[t]``: (last state, every state)."""
+    @onnxscript.graph()
+    def step(h_prev, a_t, b_t):
+        h = a_t * h_prev + b_t
+        h_out = op.Identity(h)
+        return h, h_out
+
+    h_last, h_all = op.Scan(h0, a, b, body=step, num_scan_inputs=2)
     return h_last, h_all
 
 
@@ -146,6 +159,21 @@ def forget_mult(f, x, h0=None, batch_first: bool = False):
     return _time_major(op.Cast(h_all, to=data_code), batch_first)
 
 
+def linear_scan(a, b, h0=None, reverse: bool = False, batch_first: bool = False):
+    """ONNX translation of ``qrnn::linear_scan``: every state h (``a`` as given, never ``1 - a``,
+    so decays close to 1 keep their precision here too)."""
+    data_code = _dtype_code(a)
+    code = _state_code(data_code)
+    a32 = op.Cast(_time_major(a, batch_first), to=code)
+    b32 = op.Cast(_time_major(b, batch_first), to=code)
+    if reverse:  # the Scan runs forwards: feed it the steps last to first, then put them back
+        a32, b32 = _flip_time(a32), _flip_time(b32)
+    _, h_all = _linear_scan_scan(a32, b32, _initial_state(h0, a32, code))
+    if reverse:
+        h_all = _flip_time(h_all)
+    return _time_major(op.Cast(h_all, to=data_code), batch_first)
+
+
 def _untranslated(name: str):
     def translation(*args, **kwargs):
         raise NotImplementedError(
@@ -166,8 +194,10 @@ def _table() -> dict:
     return {
         qrnn_ops.qrnn_gates.default: qrnn_gates,
         qrnn_ops.forget_mult.default: forget_mult,
+        qrnn_ops.linear_scan.default: linear_scan,
         qrnn_ops.qrnn_gates_backward.default: _untranslated("qrnn::qrnn_gates_backward"),
         qrnn_ops.forget_mult_backward.default: _untranslated("qrnn::forget_mult_backward"),
+        qrnn_ops.linear_scan_backward.default: _untranslated("qrnn::linear_scan_backward"),
     }
 
 
@@ -194,7 +224,8 @@ def _register_with_exporter() -> bool:
             return False
         _torchlib_registry.get_torchlib_ops()  # load torch's own entries first (it checks for them)
         ours: dict[Any, Callable[..., Any]] = {torch.ops.qrnn.qrnn_gates.default: qrnn_gates,
-                                               torch.ops.qrnn.forget_mult.default: forget_mult}
+                                               torch.ops.qrnn.forget_mult.default: forget_mult,
+                                               torch.ops.qrnn.linear_scan.default: linear_scan}
         present = {id(meta.onnx_function) for meta in registry}
         metas = [_registration.OnnxDecompMeta(onnx_function=fn, fx_target=target, signature=None)
                  for target, fn in ours.items() if id(fn) not in present]

@@ -19,7 +19,8 @@ T, B, INPUT, HIDDEN = 13, 3, 5, 7
 def recipes():
     """The page's Python blocks executed in order, as a reader pasting them would."""
     namespace: dict = {}
-    blocks = re.findall(r"```python\n(.*?)```", RECIPES.read_text(), flags=re.S)
+    page = RECIPES.read_text().split("\n## On linear_scan", 1)[0]  # this file's section: the ForgetMult recipes
+    blocks = re.findall(r"```python\n(.*?)```", page, flags=re.S)
     assert len(blocks) == 3, "RECIPES.md should hold the minGRU, minLSTM and SRU blocks"
     for block in blocks:
         exec(compile(block, str(RECIPES), "exec"), namespace)

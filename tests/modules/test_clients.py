@@ -768,14 +768,71 @@ def test_onnx_forget_mult(batch_first):
     _onnx_check(ForgetMultModel(batch_first), (torch.randn(shape), torch.randn(shape), torch.randn(3, 4)))
 
 
+class LinearScanModel(nn.Module):
+    """Decays in (0, 1) and inputs from two projections, as the docs' recipes compute them."""
+
+    def __init__(self, reverse, batch_first):
+        super().__init__()
+        self.decay, self.input = nn.Linear(5, 4), nn.Linear(5, 4)
+        self.reverse, self.batch_first = reverse, batch_first
+
+    def forward(self, x, h0=None):
+        a = torch.sigmoid(self.decay(x))
+        return qrnn.linear_scan(a, self.input(x), h0, reverse=self.reverse, batch_first=self.batch_first)
+
+
+@pytest.mark.parametrize("reverse, batch_first, h0", [(False, False, False), (True, False, True),
+                                                      (False, True, True), (True, True, False)],
+                         ids=lambda v: str(v))
+def test_onnx_linear_scan(reverse, batch_first, h0):
+    torch.manual_seed(9)
+    x = torch.randn((3, 6, 5) if batch_first else (6, 3, 5))
+    _onnx_check(LinearScanModel(reverse, batch_first), (x, torch.randn(3, 4)) if h0 else (x,))
+
+
+class LinearScan(nn.Module):
+    def forward(self, a, b, h0):
+        return qrnn.linear_scan(a, b, h0, reverse=True)
+
+
+@pytest.mark.parametrize("dtype, tolerance", [(torch.float64, 1e-12), (torch.float16, 2e-3)])
+def test_onnx_linear_scan_dtypes_and_a_new_length(dtype, tolerance):
+    """float64 scans in float64; float16 with a float32 h0 scans in float32 (as the kernels do)
+    and rounds h once; the exported dynamic sequence length runs at another length. Decays
+    just below 1 (long memory) keep their precision: a is used as given, never as 1 - a."""
+    ort = _onnx_modules()
+    import qrnn.onnx
+    state = torch.float32 if dtype == torch.float16 else dtype
+    near_one = 1e-7 if dtype == torch.float64 else 1e-3
+
+    def inputs(length):
+        a = (1 - near_one * torch.rand(length, 3, 4, dtype=F64)).to(dtype)
+        return a, torch.randn(length, 3, 4, dtype=dtype), torch.randn(3, 4, dtype=state)
+
+    seq = torch.export.Dim("seq", min=2)
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        program = qrnn.onnx.export(LinearScan(), inputs(7), dynamic_shapes=({0: seq}, {0: seq}, None))
+    session = ort.InferenceSession(program.model_proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    names = [i.name for i in session.get_inputs()]
+    for length in (7, 12):
+        args = inputs(length)
+        (got,) = session.run(None, {n: t.numpy() for n, t in zip(names, args)})
+        with torch.no_grad():
+            want = LinearScan()(*args)
+        assert got.dtype == want.numpy().dtype and got.shape == tuple(want.shape)
+        torch.testing.assert_close(torch.from_numpy(got), want, atol=tolerance, rtol=tolerance)
+
+
 def test_onnx_module_is_lazy_and_errors_are_clear():
     code = "import sys, qrnn; assert 'onnxscript' not in sys.modules and 'qrnn.onnx' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
     _onnx_modules()
     import qrnn.onnx
     table = qrnn.onnx.custom_translation_table()
-    with pytest.raises(NotImplementedError, match="inference"):
-        table[torch.ops.qrnn.qrnn_gates_backward.default]()
+    for backward in ("qrnn_gates_backward", "forget_mult_backward", "linear_scan_backward"):
+        with pytest.raises(NotImplementedError, match="inference"):
+            table[getattr(torch.ops.qrnn, backward).default]()
     with pytest.raises(ValueError, match="dynamo"):
         qrnn.onnx.export(qrnn.QRNN(2, 2), (torch.randn(3, 1, 2),), dynamo=False)
 

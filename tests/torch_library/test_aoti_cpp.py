@@ -1,8 +1,7 @@
-"""libqrnn_torch (qrnn.torch_library()): a C++ program without Python runs an AOTInductor
-package of a qrnn model and matches Python; loading the library is harmless where Python
-registered the operators; its build fails clearly."""
+"""libqrnn_torch (qrnn.torch_library()): a C++ program without Python runs AOTInductor
+packages of a QRNN and of a linear_scan model and matches Python; loading the library is
+harmless where Python registered the operators; its build fails clearly."""
 
-import os
 import re
 import shutil
 import subprocess
@@ -28,15 +27,9 @@ LENGTHS = (35, 11)  # the exported example's sequence length, and a new one
 
 
 @pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory):
-    """A fresh library cache for this module (the CMake package's Python call inherits it)."""
-    previous = os.environ.get("QRNN_CACHE_DIR")
-    os.environ["QRNN_CACHE_DIR"] = str(tmp_path_factory.mktemp("qrnn-cache"))
-    yield Path(os.environ["QRNN_CACHE_DIR"])
-    if previous is None:
-        del os.environ["QRNN_CACHE_DIR"]
-    else:
-        os.environ["QRNN_CACHE_DIR"] = previous
+def cache_dir(torch_library_cache):
+    """The session's fresh library cache (the CMake package's Python call inherits it)."""
+    return torch_library_cache
 
 
 def qrnn_ops(exported) -> set:
@@ -48,12 +41,11 @@ def export(model, example, dynamic_shapes):
         return torch.export.export(model.eval(), (example,), dynamic_shapes=dynamic_shapes)
 
 
-@pytest.fixture(scope="module")
-def package(tmp_path_factory):
-    """qrnn.pt2 of a 2-layer bidirectional QRNN with a dynamic sequence length, the inputs of
-    both lengths and Python's outputs on them."""
-    folder = tmp_path_factory.mktemp("aoti")
-    model = qrnn.QRNN(INPUT, HIDDEN, num_layers=2, bidirectional=True).eval()
+def make_package(folder, model):
+    """folder/qrnn.pt2 of `model` with a dynamic sequence length, the inputs of both lengths
+    and Python's outputs on them, in the layout the consumer reads (any package taking one
+    (seq_len, BATCH, INPUT) input and returning two tensors runs there)."""
+    model.eval()
     exported = export(model, torch.randn(LENGTHS[0], BATCH, INPUT), ({0: torch.export.Dim("seq", min=2, max=4096)},))
     torch._inductor.aoti_compile_and_package(exported, package_path=str(folder / "qrnn.pt2"))
     expected = {}
@@ -63,6 +55,32 @@ def package(tmp_path_factory):
             expected[length] = model(x)
         x.numpy().tofile(folder / f"input_{length}.bin")
     return folder, qrnn_ops(exported), expected
+
+
+class ReverseScan(torch.nn.Module):
+    """linear_scan as a layer uses it: decays and inputs from projections of x, run backwards
+    in time from a learned h0, on batch-first views of the time-major input."""
+
+    def __init__(self):
+        super().__init__()
+        self.decay, self.input = torch.nn.Linear(INPUT, HIDDEN), torch.nn.Linear(INPUT, HIDDEN)
+        self.h0 = torch.nn.Parameter(torch.randn(BATCH, HIDDEN))
+
+    def forward(self, x):
+        x = x.transpose(0, 1)
+        h = qrnn.linear_scan(torch.sigmoid(self.decay(x)), self.input(x), self.h0, reverse=True, batch_first=True)
+        return h.transpose(0, 1), h[:, 0]  # every state, time-major; the last one computed
+
+
+@pytest.fixture(scope="module")
+def scan_package(tmp_path_factory):
+    return make_package(tmp_path_factory.mktemp("aoti-scan"), ReverseScan())
+
+
+@pytest.fixture(scope="module")
+def package(tmp_path_factory):
+    """The README's model: a 2-layer bidirectional QRNN."""
+    return make_package(tmp_path_factory.mktemp("aoti"), qrnn.QRNN(INPUT, HIDDEN, num_layers=2, bidirectional=True))
 
 
 def readme_snippet() -> str:
@@ -117,7 +135,8 @@ def test_a_language_model_graph_calls_the_same_operator():
     assert qrnn_ops(exported) == {"qrnn.qrnn_gates.default"}
 
 
-def test_cpp_runs_the_package_as_python_does(package, aoti_consumer):
+def run_consumer(aoti_consumer, package):
+    """Runs the consumer on each length's input; the largest difference from Python's outputs."""
     folder, _, expected = package
     proc = subprocess.run([str(aoti_consumer), str(folder), str(BATCH), str(INPUT), *map(str, LENGTHS)],
                           capture_output=True, text=True, timeout=300)
@@ -129,6 +148,15 @@ def test_cpp_runs_the_package_as_python_does(package, aoti_consumer):
         difference = max(np.abs(got_output - output.numpy()).max(), np.abs(got_h_n - h_n.numpy()).max())
         print(f"seq_len {length}: max |C++ - Python| = {difference:.2e}")
         assert difference <= 1e-5, (length, difference)
+
+
+def test_cpp_runs_the_package_as_python_does(package, aoti_consumer):
+    run_consumer(aoti_consumer, package)
+
+
+def test_cpp_runs_a_linear_scan_package_as_python_does(scan_package, aoti_consumer):
+    assert scan_package[1] == {"qrnn.linear_scan.default"}  # served by libqrnn_torch: reverse, batch_first, h0
+    run_consumer(aoti_consumer, scan_package)
 
 
 def test_loading_after_import_or_twice_registers_nothing(cache_dir):
