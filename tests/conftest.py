@@ -171,7 +171,7 @@ def _cuda_include():
 
 class Emulator:
     """ctypes front of tests/cuda_emulation/emulate_kernels.cpp. Each method takes the
-    argument tuple qrnn.ops.kernel_args builds for qrnn._C's CUDA launchers (the very numbers
+    argument tuple a family's kernels module builds for qrnn._C's CUDA launchers (the very numbers
     a GPU call passes) and the launch plan (vector width, chunks) the launch would use."""
 
     def __init__(self, path: Path):
@@ -238,11 +238,11 @@ def emulator(tmp_path_factory):
     return Emulator(out)
 
 
-# ---- The CUDA backend (qrnn.ops.cuda) on CPU tensors, launching the emulated kernels ----------
+# ---- The CUDA backend (qrnn.ops.core.cuda) on CPU tensors, launching the emulated kernels ----------
 
 
 class EmulatedLaunchers:
-    """qrnn._C as qrnn.ops.cuda sees it, with each CUDA launcher running the emulated
+    """qrnn._C as qrnn.ops.core.cuda sees it, with each CUDA launcher running the emulated
     kernel on the numbers the launch received (and the plan the real build computes from
     them). Every launch is recorded: (kernel, stream, device, plan)."""
 
@@ -277,7 +277,7 @@ class EmulatedLaunchers:
 
 
 class EmulatedRuntime:
-    """Stands in for the CUDA lookups of qrnn.ops.cuda: CPU tensors are taken to live on
+    """Stands in for the CUDA lookups of qrnn.ops.core.cuda: CPU tensors are taken to live on
     device `device_index`, whose current stream is STREAM."""
 
     STREAM = 0x5EED  # a recognisable stream handle: launches must pass what the lookup gave
@@ -296,7 +296,7 @@ class EmulatedRuntime:
 @pytest.fixture
 def emulated_cuda(emulator, monkeypatch):
     """A context manager factory: inside ``with emulated_cuda() as launches:``, CPU tensors
-    take the CUDA path of qrnn (the ops -> qrnn.ops.cuda -> qrnn._C's launchers) with the
+    take the CUDA path of qrnn (the ops -> each family's kernels -> qrnn.ops.core.cuda -> qrnn._C's launchers) with the
     launchers running the emulated kernels; ``launches`` is the EmulatedLaunchers recording them."""
 
     @contextlib.contextmanager

@@ -1,6 +1,6 @@
 """The CUDA path of qrnn.forget_mult, and the CUDA backend's own entry points (launches into
 given outputs, plans, stream and device lookups), on a machine without a GPU: CPU tensors
-go down the path a CUDA tensor takes, through qrnn.ops.cuda's allocation, argument
+go down the path a CUDA tensor takes, through the family's CUDA backend's allocation, argument
 building, stream lookup and device switch to qrnn._C's CUDA launchers, with only the launch
 swapped for the emulated kernels (the emulated_cuda fixture in conftest.py); results are
 compared with the CPU kernels'.

@@ -1,6 +1,6 @@
 """qrnn.qrnn_gates on the CUDA path without a GPU (see
 test_forget_mult_cuda_glue_emulated.py): forward, backward and the eager path through
-qrnn.ops.cuda, launching the emulated fused gate kernels, against the CPU kernels."""
+qrnn.ops.core.cuda, launching the emulated fused gate kernels, against the CPU kernels."""
 
 from __future__ import annotations
 
