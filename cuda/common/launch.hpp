@@ -145,7 +145,8 @@ void check_cuda(int error, const char* what);
 // The families of CUDA kernels, one line each: F(name), the name of its KernelFamily.
 #define QRNN_CUDA_KERNEL_FAMILIES(F) \
     F(forget_mult)                   \
-    F(gates)
+    F(gates)                         \
+    F(linear_scan)
 
 // Which kernels a launch needs loaded: one family's of one dtype, or none.
 #define QRNN_CUDA_FAMILY_ENUMERATOR(name) name,
