@@ -180,7 +180,9 @@ class Emulator:
         for kernel, entry in (("forget_mult_forward", lib.qrnn_emulate_forward),
                               ("forget_mult_backward", lib.qrnn_emulate_backward),
                               ("qrnn_gates_forward", lib.qrnn_emulate_gates_forward),
-                              ("qrnn_gates_backward", lib.qrnn_emulate_gates_backward)):
+                              ("qrnn_gates_backward", lib.qrnn_emulate_gates_backward),
+                              ("linear_scan_forward", lib.qrnn_emulate_linear_scan_forward),
+                              ("linear_scan_backward", lib.qrnn_emulate_linear_scan_backward)):
             entry.argtypes = [ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_double), ctypes.c_int,
                               ctypes.c_int]
             self.kernels[kernel] = entry
@@ -266,6 +268,16 @@ class EmulatedLaunchers:
         *fields, stream, schedule, device = args
         plan = self._real.cuda_forget_mult_backward_plan(*fields, schedule)
         self._run("forget_mult_backward", fields, stream, device, plan)
+
+    def cuda_linear_scan_forward(self, *args):
+        *fields, stream, schedule, device = args
+        plan = self._real.cuda_linear_scan_forward_plan(*fields, schedule)
+        self._run("linear_scan_forward", fields, stream, device, plan)
+
+    def cuda_linear_scan_backward(self, *args):
+        *fields, stream, schedule, device = args
+        plan = self._real.cuda_linear_scan_backward_plan(*fields, schedule)
+        self._run("linear_scan_backward", fields, stream, device, plan)
 
     def cuda_qrnn_gates_forward(self, *args):
         *fields, stream, device = args

@@ -33,7 +33,7 @@ void check_driver(const char* what) {
 // Which kernel sets (family x dtype) are loaded on which device (kMaxDevices covers any
 // machine; beyond it, a set is loaded at every launch).
 constexpr int kMaxDevices = 256;
-constexpr int kKernelSets = 8;
+constexpr int kKernelSets = kKernelFamilies * 4;  // x dtypes
 std::atomic<bool> kernels_loaded[kMaxDevices][kKernelSets];
 std::mutex loading;
 
@@ -42,8 +42,14 @@ using Loader = void (*)();
 Loader loader_of(KernelFamily family, DType dtype) {
     return by_dtype(dtype, [&](auto d) -> Loader {
         constexpr DType D = decltype(d)::value;
-        return family == KernelFamily::forget_mult ? load_kernels<D, KernelFamily::forget_mult>
-                                                   : load_kernels<D, KernelFamily::gates>;
+        switch (family) {
+#define QRNN_CUDA_FAMILY_LOADER(name) \
+    case KernelFamily::name: return load_kernels<D, KernelFamily::name>;
+            QRNN_CUDA_KERNEL_FAMILIES(QRNN_CUDA_FAMILY_LOADER)
+#undef QRNN_CUDA_FAMILY_LOADER
+            case KernelFamily::none: break;
+        }
+        return nullptr;
     });
 }
 

@@ -1,5 +1,5 @@
-// Internal: what the CUDA entry points (forget_mult/entry.cu, qrnn_gates/entry.cu) and the
-// per-dtype translation units (forget_mult/<dtype>.cu, qrnn_gates/<dtype>.cu) share.
+// Internal: what the CUDA entry points (<family>/entry.cu) and the per-dtype translation
+// units (<family>/<dtype>.cu) of every family share.
 // Plain C++, no CUDA types, so the plan logic is ordinary host code.
 #pragma once
 
@@ -9,10 +9,9 @@
 #include <string>
 #include <type_traits>
 
+#include "qrnn/cuda_schedule.hpp"
 #include "qrnn/dtype.hpp"
-#include "qrnn/forget_mult.hpp"
-#include "qrnn/forget_mult_cuda.hpp"
-#include "qrnn/qrnn_gates.hpp"
+#include "qrnn/view.hpp"
 
 namespace qrnn::cuda::detail {
 
@@ -124,13 +123,11 @@ decltype(auto) by_dtype(DType dtype, Fn&& fn) {
     return fn(std::integral_constant<DType, DType::float32>{});
 }
 
-// One launcher per op, direction and storage dtype, the dtypes each in their own
-// translation unit (<family>/<dtype>.cu); they launch the plan's kernel on `stream` and throw
-// std::runtime_error if the launch fails. The gate kernels have no chunked schedule.
-template <DType D> void launch(const ForgetMultForwardParams& p, const LaunchPlan& plan, void* stream);
-template <DType D> void launch(const ForgetMultBackwardParams& p, const LaunchPlan& plan, void* stream);
-template <DType D> void launch(const QrnnGatesForwardParams& p, const LaunchPlan& plan, void* stream);
-template <DType D> void launch(const QrnnGatesBackwardParams& p, const LaunchPlan& plan, void* stream);
+// One launcher per op (its parameter struct), direction and storage dtype, the dtypes each
+// in their own translation unit (<family>/<dtype>.cu, QRNN_DEFINE_CUDA_LAUNCHERS defines
+// them); they launch the plan's kernel on `stream` and throw std::runtime_error if the
+// launch fails. The gate kernels have no chunked schedule.
+template <DType D, typename Params> void launch(const Params& p, const LaunchPlan& plan, void* stream);
 
 // Launches `p` with `plan` on the launcher of its dtype.
 template <typename Params>
@@ -145,8 +142,19 @@ void check_launch(const char* what);
 // driver-version errors name the driver found and the one needed.
 void check_cuda(int error, const char* what);
 
-// Which kernels a launch needs loaded: ForgetMult's or the gates' of one dtype, or none.
-enum class KernelFamily : int { none = -1, forget_mult = 0, gates = 1 };
+// The families of CUDA kernels, one line each: F(name), the name of its KernelFamily.
+#define QRNN_CUDA_KERNEL_FAMILIES(F) \
+    F(forget_mult)                   \
+    F(gates)                         \
+    F(linear_scan)
+
+// Which kernels a launch needs loaded: one family's of one dtype, or none.
+#define QRNN_CUDA_FAMILY_ENUMERATOR(name) name,
+enum class KernelFamily : int { none = -1, QRNN_CUDA_KERNEL_FAMILIES(QRNN_CUDA_FAMILY_ENUMERATOR) };
+#undef QRNN_CUDA_FAMILY_ENUMERATOR
+#define QRNN_CUDA_FAMILY_COUNT(name) +1
+constexpr int kKernelFamilies = 0 QRNN_CUDA_KERNEL_FAMILIES(QRNN_CUDA_FAMILY_COUNT);
+#undef QRNN_CUDA_FAMILY_COUNT
 
 // Loads every kernel of one family and dtype (cudaFuncGetAttributes on each: with lazy
 // loading, the CUDA >= 12.2 default, a kernel is otherwise loaded at its first launch,

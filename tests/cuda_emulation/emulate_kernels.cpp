@@ -1,5 +1,5 @@
-// Runs the CUDA kernels of cuda/forget_mult/kernels.cuh and cuda/qrnn_gates/kernels.cuh on
-// the CPU, compiled by the host C++ compiler against the CUDA headers (whose half/bfloat16
+// Runs the CUDA kernels of cuda/forget_mult/kernels.cuh, cuda/linear_scan/kernels.cuh (both
+// on the shared schedules of cuda/common/scan.cuh) and cuda/qrnn_gates/kernels.cuh on the CPU, compiled by the host C++ compiler against the CUDA headers (whose half/bfloat16
 // conversions have host versions), so the kernels' indexing, vector and tail paths (every
 // vector access checked for alignment), the chunked schedule's carry logic and the gate
 // kernels' lengths/reverse walks are checked on machines without a GPU (the emulator fixture in tests/conftest.py builds this file;
@@ -144,6 +144,7 @@ inline void store_vector(R* p, const R& r) {
 #endif
 
 #include "forget_mult/kernels.cuh"
+#include "linear_scan/kernels.cuh"
 #include "qrnn_gates/kernels.cuh"
 #include "common/kernel_args.hpp"
 
@@ -222,6 +223,18 @@ int qrnn_emulate_forward(const int64_t* ints, const double* reals, int vector_wi
 int qrnn_emulate_backward(const int64_t* ints, const double* reals, int vector_width, int chunks) {
     return report("qrnn_emulate_backward", [&] {
         run_plan<kernels::ForgetMultKernels>(args::forget_mult_backward::read(ints, reals), {vector_width, chunks});
+    });
+}
+
+int qrnn_emulate_linear_scan_forward(const int64_t* ints, const double* reals, int vector_width, int chunks) {
+    return report("qrnn_emulate_linear_scan_forward", [&] {
+        run_plan<kernels::LinearScanKernels>(args::linear_scan_forward::read(ints, reals), {vector_width, chunks});
+    });
+}
+
+int qrnn_emulate_linear_scan_backward(const int64_t* ints, const double* reals, int vector_width, int chunks) {
+    return report("qrnn_emulate_linear_scan_backward", [&] {
+        run_plan<kernels::LinearScanKernels>(args::linear_scan_backward::read(ints, reals), {vector_width, chunks});
     });
 }
 

@@ -30,27 +30,14 @@
 
 #include <cstdint>
 
+#include "qrnn/cuda_schedule.hpp"
 #include "qrnn/forget_mult.hpp"
 
 #if defined(QRNN_WITH_CUDA)
 
 namespace qrnn::cuda {
 
-// How the kernels split the work. `serial`: one thread per group of hidden units
-// walks the whole sequence, keeping several time steps of loads in flight.
-// `chunked`: time is split into chunks handled by different threads of a block
-// (a pass over each chunk, carry propagation through shared memory, a replay from
-// registers): for long sequences with too few columns to keep the memory busy.
-// `automatic` picks by size (cuda/NOTES.md gives the rule); the results agree to
-// rounding either way.
-enum class Schedule : int { automatic = 0, serial = 1, chunked = 2 };
-
-// What a call will launch: hidden units per thread (vector width of the loads) and
-// time chunks per column (1 for the serial schedule).
-struct LaunchPlan {
-    int vector_width = 1;
-    int chunks = 1;
-};
+// Schedule and LaunchPlan: qrnn/cuda_schedule.hpp.
 
 // Invalid sizes, strides, dtypes or null pointers throw std::invalid_argument (as the
 // CPU path does); a failed launch throws std::runtime_error with CUDA's message.

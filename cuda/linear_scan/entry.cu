@@ -1,0 +1,61 @@
+// CUDA linear_scan entry points: validate like the CPU path (linear_scan/check.hpp), choose
+// the launch plan (common/scan_plan.hpp), then hand over to the launcher of the dtype's
+// translation unit.
+#include "common/launch.hpp"
+#include "common/scan_plan.hpp"
+#include "linear_scan/check.hpp"
+#include "qrnn/linear_scan_cuda.hpp"
+
+namespace qrnn::cuda {
+namespace {
+
+using detail::check_schedule;
+using detail::strided;
+
+// Loads per step: a, b forward; a, h[t-1], grad_h backward.
+LaunchPlan plan_of(const LinearScanForwardParams& p, Schedule schedule) {
+    return detail::scan_plan(p.dtype, p.seq_len, p.batch, p.hidden, false, 2, schedule,
+                             {strided(p.a), strided(p.b), strided(p.h)});
+}
+
+LaunchPlan plan_of(const LinearScanBackwardParams& p, Schedule schedule) {
+    return detail::scan_plan(p.dtype, p.seq_len, p.batch, p.hidden, true, 3, schedule,
+                             {strided(p.a), strided(p.h), strided(p.grad_h), strided(p.grad_a), strided(p.grad_b)});
+}
+
+}  // namespace
+
+void linear_scan_forward(const LinearScanForwardParams& p, void* stream, Schedule schedule, int device) {
+    check_schedule(schedule);
+    if (qrnn::detail::validate_linear_scan(p) == 0) return;
+    const LaunchPlan plan = plan_of(p, schedule);
+    const detail::LaunchGuard guard("qrnn::cuda::linear_scan_forward", stream, device, p.a.data,
+                                    detail::KernelFamily::linear_scan, p.dtype);
+    detail::launch_of_dtype(p, plan, stream);
+}
+
+void linear_scan_backward(const LinearScanBackwardParams& p, void* stream, Schedule schedule, int device) {
+    check_schedule(schedule);
+    qrnn::detail::validate_linear_scan(p);
+    // An empty sequence still owes grad_h0 (zeros): the serial kernel writes it.
+    if (p.batch * p.hidden == 0 || (p.seq_len == 0 && p.grad_h0.data == nullptr)) return;
+    const LaunchPlan plan = plan_of(p, schedule);
+    const detail::LaunchGuard guard("qrnn::cuda::linear_scan_backward", stream, device,
+                                    p.seq_len > 0 ? p.a.data : p.grad_h0.data, detail::KernelFamily::linear_scan,
+                                    p.dtype);
+    detail::launch_of_dtype(p, plan, stream);
+}
+
+LaunchPlan linear_scan_forward_plan(const LinearScanForwardParams& p, Schedule schedule) {
+    check_schedule(schedule);
+    qrnn::detail::validate_linear_scan(p);
+    return plan_of(p, schedule);
+}
+
+LaunchPlan linear_scan_backward_plan(const LinearScanBackwardParams& p, Schedule schedule) {
+    check_schedule(schedule);
+    qrnn::detail::validate_linear_scan(p);
+    return plan_of(p, schedule);
+}
+
+}  // namespace qrnn::cuda

@@ -1,0 +1,6 @@
+// linear_scan CUDA launchers for float16 storage: one translation unit per dtype, so the
+// kernels of different dtypes compile in parallel.
+#include "common/launch.cuh"
+#include "linear_scan/kernels.cuh"
+
+QRNN_DEFINE_CUDA_LAUNCHERS(qrnn::DType::float16, LinearScanKernels)
