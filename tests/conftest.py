@@ -20,6 +20,7 @@ from qrnn.ops._testing import native_kernels
 from qrnn.ops.core import cuda as cuda_backend
 from qrnn.ops.forget_mult import kernels as forget_mult_kernels
 from qrnn.ops.forget_mult.reference import forget_mult_backward_reference
+from qrnn.ops.linear_scan import kernels as linear_scan_kernels
 from qrnn.ops.qrnn_gates import kernels as gate_kernels
 
 # Fresh random inputs for every test; a failure prints its seed, --seed N replays it.
@@ -308,15 +309,17 @@ class EmulatedRuntime:
 @pytest.fixture
 def emulated_cuda(emulator, monkeypatch):
     """A context manager factory: inside ``with emulated_cuda() as launches:``, CPU tensors
-    take the CUDA path of qrnn (the ops -> each family's kernels -> qrnn.ops.core.cuda -> qrnn._C's launchers) with the
-    launchers running the emulated kernels; ``launches`` is the EmulatedLaunchers recording them."""
+    take the CUDA path of qrnn (the ops -> each family's kernels -> qrnn.ops.core.cuda ->
+    qrnn._C's launchers) with the launchers running the emulated kernels; ``launches`` is the
+    EmulatedLaunchers recording them."""
 
     @contextlib.contextmanager
     def enable():
         launchers, runtime = EmulatedLaunchers(_C, emulator), EmulatedRuntime()
         cuda_kernels = ((forget_mult_kernels.cuda_forward, forget_mult_kernels.cuda_backward),
                         (gate_kernels.cuda_forward, gate_kernels.cuda_backward))
-        with monkeypatch.context() as m, native_kernels("cpu", *cuda_kernels):
+        scan = (linear_scan_kernels.cuda_forward, linear_scan_kernels.cuda_backward)
+        with monkeypatch.context() as m, native_kernels("cpu", *cuda_kernels, linear_scan=scan):
             m.setattr(cuda_backend, "_C", launchers)
             m.setattr(cuda_backend, "runtime", runtime)
             launchers.runtime = runtime
