@@ -11,7 +11,7 @@
 // not written here: they come from the families' manifests (QRNN_FAMILY_SCHEMAS,
 // qrnn/families.hpp), the strings the Python package defines its operators from, so both
 // registrations agree character for character. The kernels are the core's, called as the
-// Python backends (python/qrnn/ops/cpu.py, linear_scan/kernels.py) call them.
+// Python backends (python/qrnn/ops/<family>/kernels.py) call them.
 //
 // Registration is once per process: the core's claim_torch_ops says whether the Python
 // package (`import qrnn`) or an earlier load already owns the operators; then this library
@@ -34,6 +34,7 @@
 #include "qrnn/torch_ops_owner.hpp"
 #if defined(QRNN_WITH_CUDA)
 #include "qrnn/forget_mult_cuda.hpp"
+#include "qrnn/linear_scan_cuda.hpp"
 #include "qrnn/qrnn_gates_cuda.hpp"
 #endif
 
@@ -202,9 +203,6 @@ Tensor forget_mult(Tensor f, Tensor x, std::optional<Tensor> h0, bool batch_firs
 Tensor linear_scan(Tensor a, Tensor b, std::optional<Tensor> h0, bool reverse, bool batch_first) {
     constexpr const char* op = "linear_scan";
     const qrnn::DType dtype = check_sequences(a, b, op, "a", "b");
-    // No CUDA launcher in the core yet (qrnn/linear_scan_cuda.hpp): refuse device pointers
-    // rather than hand them to the CPU kernel (CUDA builds register every op for CUDA).
-    require(a.is_cpu(), "linear_scan: this libqrnn_torch has no CUDA kernel for linear_scan; run it on CPU tensors");
     qrnn::LinearScanForwardParams p;
     p.seq_len = a.size(batch_first ? 1 : 0);
     p.batch = a.size(batch_first ? 0 : 1);
@@ -217,6 +215,13 @@ Tensor linear_scan(Tensor a, Tensor b, std::optional<Tensor> h0, bool reverse, b
     p.h0 = view2<qrnn::ConstView2>(h0);
     p.h0_dtype = h0.has_value() ? dtype_of(*h0, op, "h0") : dtype;
     p.h = time_view3<qrnn::View3>(h, batch_first, reverse);
+#if defined(QRNN_WITH_CUDA)
+    if (a.is_cuda()) {
+        const int32_t device = a.get_device_index();
+        qrnn::cuda::linear_scan_forward(p, current_cuda_stream(device), qrnn::cuda::Schedule::automatic, device);
+        return h;
+    }
+#endif
     qrnn::cpu::linear_scan_forward(p, torch_num_threads());
     return h;
 }
