@@ -13,6 +13,7 @@ import torch
 import qrnn
 from qrnn.cpp_library import TorchLibraryError
 from qrnn.ops.forget_mult.reference import forget_mult_reference
+from qrnn.ops.linear_scan.reference import linear_scan_reference
 
 
 def self_check() -> int:
@@ -22,23 +23,27 @@ def self_check() -> int:
           f"{'yes (' + info['cuda_architectures'] + ')' if info['cuda'] else 'not built'}")
     devices = ["cpu"] + (["cuda"] if info["cuda"] and torch.cuda.is_available() else [])
     failures = 0
+    # Each scan family's op against its float64 loop; the decays of linear_scan are 1 - f.
+    ops = (("forget_mult", qrnn.forget_mult, forget_mult_reference, lambda f: f),
+           ("linear_scan", qrnn.linear_scan, linear_scan_reference, lambda f: 1 - f))
     for device in devices:
-        for dtype, tol in ((torch.float32, 1e-5), (torch.bfloat16, 2e-2), (torch.float16, 2e-3)):
-            T, B, H = 70, 20, 1550  # the AWD-QRNN shape
-            f = torch.rand(T, B, H, device=device).to(dtype)
-            x = torch.randn(T, B, H, device=device).to(dtype)
-            h0 = torch.randn(B, H, device=device)
-            start = time.perf_counter()
-            h = qrnn.forget_mult(f, x, h0.to(dtype) if dtype == torch.float32 else h0)
-            if device == "cuda":
-                torch.cuda.synchronize()
-            ms = (time.perf_counter() - start) * 1e3
-            ref = forget_mult_reference(f.double().cpu(), x.double().cpu(), h0.double().cpu())  # float64 loop
-            err = (h.double().cpu() - ref).abs().max().item()
-            ok = err <= tol
-            failures += not ok
-            print(f"  forget_mult {device:4} {str(dtype):15} {T}x{B}x{H}: "
-                  f"{ms:7.2f} ms, max error vs float64 {err:.1e} {'ok' if ok else 'FAILED'}")
+        for name, op, reference, first in ops:
+            for dtype, tol in ((torch.float32, 1e-5), (torch.bfloat16, 2e-2), (torch.float16, 2e-3)):
+                T, B, H = 70, 20, 1550  # the AWD-QRNN shape
+                f = first(torch.rand(T, B, H, device=device)).to(dtype)
+                x = torch.randn(T, B, H, device=device).to(dtype)
+                h0 = torch.randn(B, H, device=device)
+                start = time.perf_counter()
+                h = op(f, x, h0.to(dtype) if dtype == torch.float32 else h0)
+                if device == "cuda":
+                    torch.cuda.synchronize()
+                ms = (time.perf_counter() - start) * 1e3
+                ref = reference(f.double().cpu(), x.double().cpu(), h0.double().cpu())  # float64 loop
+                err = (h.double().cpu() - ref).abs().max().item() / max(1.0, ref.abs().max().item())
+                ok = err <= tol
+                failures += not ok
+                print(f"  {name:11} {device:4} {str(dtype):15} {T}x{B}x{H}: "
+                      f"{ms:7.2f} ms, max error vs float64 {err:.1e} {'ok' if ok else 'FAILED'}")
     print("self-check passed" if not failures else f"self-check FAILED ({failures})")
     return 1 if failures else 0
 
