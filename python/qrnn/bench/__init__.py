@@ -4,6 +4,7 @@
 # Sub-command name -> module (under qrnn.bench) holding its run(quick).
 AREAS = {
     "forget-mult": "forget_mult",
+    "linear-scan": "linear_scan",
     "layer": "layer",
     "checkpoint": "checkpoint",
     "train": "train",

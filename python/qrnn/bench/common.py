@@ -42,10 +42,11 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def measure_interleaved(fns: dict, *, device: str = "cpu", rounds: int = 7, repeat: int = 5,
-                        warmup: int = 2) -> dict:
-    """Median seconds per call for each named fn, timed in interleaved rounds so that a noisy
-    neighbour slows every contender alike rather than whichever ran at the wrong moment."""
+def measure_interleaved_samples(fns: dict, *, device: str = "cpu", rounds: int = 7, repeat: int = 5,
+                                warmup: int = 2) -> dict:
+    """Seconds per call of each named fn in every round (a list per name, one entry per
+    round), timed in interleaved rounds so that a noisy neighbour slows every contender alike
+    rather than whichever ran at the wrong moment; round i of each fn ran back to back."""
     for fn in fns.values():
         for _ in range(warmup):
             fn()
@@ -58,7 +59,21 @@ def measure_interleaved(fns: dict, *, device: str = "cpu", rounds: int = 7, repe
                 fn()
             sync(device)
             samples[name].append((time.perf_counter() - start) / repeat)
+    return samples
+
+
+def measure_interleaved(fns: dict, *, device: str = "cpu", rounds: int = 7, repeat: int = 5,
+                        warmup: int = 2) -> dict:
+    """Median seconds per call for each named fn (see measure_interleaved_samples)."""
+    samples = measure_interleaved_samples(fns, device=device, rounds=rounds, repeat=repeat, warmup=warmup)
     return {name: statistics.median(s) for name, s in samples.items()}
+
+
+def round_ratios(samples: dict, num: str, den: str) -> tuple:
+    """(median, lowest, highest) over the rounds of samples[num][i] / samples[den][i]: a ratio
+    of two interleaved contenders with its run-to-run spread."""
+    ratios = [n / d for n, d in zip(samples[num], samples[den])]
+    return statistics.median(ratios), min(ratios), max(ratios)
 
 
 def machine_info() -> dict:

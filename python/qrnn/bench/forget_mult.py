@@ -38,6 +38,14 @@ def _kernels_into(outputs, f, x, grad):
                             threads)
 
 
+def copy_of(nbytes: int):
+    """A copy of ``nbytes`` (half read, half written) into a warm buffer: the roofline that the
+    "bandwidth vs copy" figures divide by (also the linear-scan area's)."""
+    src = torch.empty(nbytes // 2, dtype=torch.uint8).random_()
+    dst = torch.empty_like(src)
+    return lambda: dst.copy_(src)
+
+
 def _inputs(T, B, H, dtype):
     f = torch.rand(T, B, H).to(dtype).requires_grad_()
     x = torch.randn(T, B, H).to(dtype).requires_grad_()
@@ -54,14 +62,13 @@ def forward_backward(T=70, B=20, H=1550, quick=False) -> list:
         # Forward reads f, x and writes h; backward reads f, x, h, dh and writes df, dx.
         arrays_moved = 9
         nbytes = arrays_moved * f.numel() * f.element_size()
-        src = torch.empty(nbytes // 2, dtype=torch.uint8).random_()
-        dst = torch.empty_like(src)
+        copy = copy_of(nbytes)
         warm = [torch.empty_like(f) for _ in range(3)]  # h, grad_f, grad_x
         # Default arguments bind this iteration's tensors (the lambdas run within it anyway).
         fns = {
             "qrnn": lambda f=f, x=x, grad=grad: _fwd_bwd(qrnn.forget_mult, f, x, grad),
             "kernels": lambda warm=warm, f=f, x=x, grad=grad: _kernels_into(warm, f.detach(), x.detach(), grad),
-            "copy": lambda dst=dst, src=src: dst.copy_(src),
+            "copy": copy,
         }
         if dtype == torch.float32:
             fns["loop"] = lambda f=f, x=x, grad=grad: _fwd_bwd(torch_loop, f, x, grad)

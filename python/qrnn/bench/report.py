@@ -25,6 +25,7 @@ _KEEP = re.compile(r"<!-- qrnn-bench:keep -->.*?<!-- qrnn-bench:end-keep -->", r
 # Titles of each area's plot (what the brief of each benchmark promises to show).
 PLOT_TITLES = {
     "forget-mult": "ForgetMult: speed-ups, and achieved bandwidth against a copy of the same bytes (roofline)",
+    "linear-scan": "linear_scan: bandwidth against a copy (and ForgetMult's), associative_scan, bfloat16",
     "layer": "QRNN layer: speed against nn.LSTM / nn.GRU and against its own GEMMs",
     "checkpoint": "Checkpoints: blocking and total time against torch.save and torch.distributed.checkpoint",
     "train": "Training step time per precision",
