@@ -198,7 +198,7 @@ def dtensor_ops(rank: int, seed: int, folder: str) -> dict:
     from torch.distributed.tensor import Replicate, Shard
 
     mesh = init_device_mesh("cpu", (WORLD,))
-    results = {"forget_mult": {}, "qrnn_gates": {}, "refused": {}}
+    results = {"forget_mult": {}, "qrnn_gates": {}, "linear_scan": {}, "refused": {}}
     for batch_first in (False, True):
         batch, time = (0, 1) if batch_first else (1, 0)
         layout = "batch_first" if batch_first else "time_major"
@@ -215,6 +215,15 @@ def dtensor_ops(rank: int, seed: int, folder: str) -> dict:
                                                    _distribute(mesh, h0, state, True)], cotangent)
             want = _outputs_and_grads(forget_mult, [t.clone().requires_grad_() for t in (f, x, h0)], cotangent)
             results["forget_mult"][f"{layout}-{mode}"] = (got, want)
+
+            def linear_scan(a, b, h0, batch_first=batch_first):
+                return qrnn.linear_scan(a, b, h0, reverse=True, batch_first=batch_first)
+
+            got = _outputs_and_grads(linear_scan, [_distribute(mesh, f, sequence, True),
+                                                   _distribute(mesh, x, sequence, True),
+                                                   _distribute(mesh, h0, state, True)], cotangent)
+            want = _outputs_and_grads(linear_scan, [t.clone().requires_grad_() for t in (f, x, h0)], cotangent)
+            results["linear_scan"][f"{layout}-{mode}"] = (got, want)
 
         lengths = torch.randint(0, T + 1, (B,))
         for output_gate in (True, False):
@@ -237,6 +246,7 @@ def dtensor_ops(rank: int, seed: int, folder: str) -> dict:
         gates = torch.randn(T, B, 3 * H, dtype=F64)
         refusals = {
             "forget_mult": (qrnn.forget_mult, _distribute(mesh, f, Shard(time)), _distribute(mesh, x, Shard(time))),
+            "linear_scan": (qrnn.linear_scan, _distribute(mesh, f, Shard(time)), _distribute(mesh, x, Shard(time))),
             "qrnn_gates": (qrnn.qrnn_gates, _distribute(mesh, gates, Shard(time))),
             "qrnn_gates_blocks": (qrnn.qrnn_gates, _distribute(mesh, gates, Shard(2))),
         }
@@ -328,8 +338,9 @@ def test_fsdp2_full_state_dict_checkpoint_resumes_bit_identically(runs):
     assert moved(result["uninterrupted"]["model"], result["initial"]) > 1e-3
 
 
-def test_dtensor_forget_mult_matches_the_plain_op(runs):
-    cases = scenario(runs, "dtensor_ops")["forget_mult"]
+@pytest.mark.parametrize("op", ["forget_mult", "linear_scan"])
+def test_dtensor_scan_matches_the_plain_op(runs, op):
+    cases = scenario(runs, "dtensor_ops")[op]
     assert len(cases) == 6
     for name, (got, want) in cases.items():
         torch.testing.assert_close(got, want, msg=lambda m, name=name: f"{name}: {m}")
@@ -345,12 +356,12 @@ def test_dtensor_qrnn_gates_matches_the_plain_op(runs):
 def test_time_sharded_inputs_are_refused(runs):
     refused = scenario(runs, "dtensor_ops")["refused"]
     for layout, time in (("time_major", 0), ("batch_first", 1)):
-        for op in ("forget_mult", "qrnn_gates"):
+        for op in ("forget_mult", "linear_scan", "qrnn_gates"):
             kind, message = refused[f"{layout}-{op}"]
             assert kind == "ValueError"
             assert message.startswith(f"qrnn.{op}: ") and f"sharded on its time dimension (dim {time})" in message
             assert "Replicate()" in message and f"batch dimension (dim {1 - time})" in message
-            assert ("hidden one (dim 2)" in message) == (op == "forget_mult")
+            assert ("hidden one (dim 2)" in message) == (op != "qrnn_gates")
         kind, message = refused[f"{layout}-qrnn_gates_blocks"]
         assert kind == "ValueError" and "Z, F, O blocks" in message and "Replicate()" in message
     kind, message = refused["direct-op-after-batch-first"]
