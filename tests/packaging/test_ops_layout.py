@@ -1,4 +1,4 @@
-"""The layout of qrnn.ops: one package per op family (``op``, ``kernels``, ``checks``,
+"""The layout of qrnn.ops: one package per op family (``op``, ``kernels``, ``checks``, ``onnx``,
 ``reference``), and ``core`` with what they share; imports run one way (a family imports the
 core, the core never imports a family)."""
 
@@ -15,7 +15,7 @@ import qrnn
 from qrnn import ops
 
 OPS = Path(ops.__file__).parent
-FAMILY_MODULES = ("__init__", "op", "kernels", "checks", "reference")
+FAMILY_MODULES = ("__init__", "op", "kernels", "checks", "reference", "onnx")
 
 
 def _imports(path: Path, package: str) -> set[str]:
