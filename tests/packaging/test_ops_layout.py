@@ -15,7 +15,7 @@ import qrnn
 from qrnn import ops
 
 OPS = Path(ops.__file__).parent
-FAMILY_MODULES = ("__init__", "op", "kernels", "checks", "reference", "onnx")
+FAMILY_MODULES = ("__init__", "op", "kernels", "checks", "reference", "onnx", "sharding")
 
 
 def _imports(path: Path, package: str) -> set[str]:

@@ -1,11 +1,13 @@
-"""DTensor sharding rules for the qrnn ops (``torch.distributed.tensor``).
+"""DTensor sharding rules for the qrnn ops (``torch.distributed.tensor``): the machinery every
+family's rules (``qrnn.ops.<family>.sharding``) are written with and registered by.
 
 The recurrences are elementwise across batch and hidden units and sequential in time, so
 each op runs on the local shards as they are when its sequence tensors are replicated or
-sharded on the batch dimension; ForgetMult also when they are sharded on the hidden
-dimension (the last), and so is linear_scan. Sharding on the time dimension is refused with a ValueError saying
-what to do. The fused gate op is not hidden-sharded: the last dimension of its gates holds
-the Z, F, O blocks one after another, so an even split of it is not a split by hidden unit.
+sharded on the batch dimension; ForgetMult and linear_scan also when they are sharded on
+the hidden dimension (the last). Sharding on the time dimension is refused with a ValueError
+saying what to do. The fused gate op is not hidden-sharded: the last dimension of its gates
+holds the Z, F, O blocks one after another, so an even split of it is not a split by hidden
+unit.
 
 ``torch.distributed.tensor`` takes seconds to import, and a program that makes DTensors has
 imported it, so nothing here imports it first: the rules are registered when qrnn's ops are
@@ -24,17 +26,19 @@ from typing import Optional
 
 import torch
 
-__all__ = ["register_sharding_rules", "register_if_dtensor_loaded", "check_sharded_args"]
+__all__ = ["register_sharding_rules", "register_if_dtensor_loaded", "check_sharded_args", "add_rules",
+           "refuse_unsupported", "shardings", "present", "SEQUENCE", "STATE", "LENGTHS", "EMPTY", "REPLICATE",
+           "BATCH", "HIDDEN"]
 
 _DTENSOR_MODULE = "torch.distributed.tensor"
 
 # The tensor arguments by role, which fixes where each mode shards them.
-_SEQUENCE = "sequence"  # (seq_len, batch, features), or (batch, seq_len, features) batch-first
-_STATE = "state"  # (batch, hidden)
-_LENGTHS = "lengths"  # (batch,)
-_EMPTY = "empty"  # the placeholder an op returns for an absent result (every rank: the same 0 elements)
+SEQUENCE = "sequence"  # (seq_len, batch, features), or (batch, seq_len, features) batch-first
+STATE = "state"  # (batch, hidden)
+LENGTHS = "lengths"  # (batch,)
+EMPTY = "empty"  # the placeholder an op returns for an absent result (every rank: the same 0 elements)
 
-_REPLICATE, _BATCH, _HIDDEN = "replicate", "batch", "hidden"
+REPLICATE, BATCH, HIDDEN = "replicate", "batch", "hidden"
 
 TIME_SHARDED_MESSAGE = (
     "qrnn.{op}: {name} is a DTensor sharded on its time dimension (dim {time}), which is not supported: the "
@@ -55,7 +59,7 @@ def _batch_dim(batch_first: bool) -> int:
     return 0 if batch_first else 1
 
 
-def _refuse_unsupported(op: str, name: str, t, batch_first: bool, modes: tuple) -> None:
+def refuse_unsupported(op: str, name: str, t, batch_first: bool, modes: tuple) -> None:
     """ValueError when ``t`` (a DTensor or DTensorSpec of a sequence tensor) is sharded on a
     dimension ``modes`` does not cover: time always, the last one unless hidden is a mode."""
     if t is None:
@@ -68,10 +72,10 @@ def _refuse_unsupported(op: str, name: str, t, batch_first: bool, modes: tuple) 
         dim %= t.ndim
         if dim == 1 - batch:
             alternatives = f"the batch dimension (dim {batch})"
-            if _HIDDEN in modes:
+            if HIDDEN in modes:
                 alternatives += " or the hidden one (dim 2)"
             raise ValueError(TIME_SHARDED_MESSAGE.format(op=op, name=name, time=dim, alternatives=alternatives))
-        if dim == 2 and _HIDDEN not in modes:
+        if dim == 2 and HIDDEN not in modes:
             raise ValueError(GATE_BLOCKS_SHARDED_MESSAGE.format(name=name, batch=batch))
 
 
@@ -80,73 +84,35 @@ def _placement(role: Optional[str], mode: str, batch_first: bool):
 
     if role is None:  # a non-tensor argument, or an optional tensor that is absent
         return None
-    if mode == _REPLICATE or role == _EMPTY or (mode == _HIDDEN and role == _LENGTHS):
+    if mode == REPLICATE or role == EMPTY or (mode == HIDDEN and role == LENGTHS):
         return Replicate()
-    if mode == _BATCH:
-        return Shard(_batch_dim(batch_first) if role == _SEQUENCE else 0)
-    return Shard(2 if role == _SEQUENCE else 1)
+    if mode == BATCH:
+        return Shard(_batch_dim(batch_first) if role == SEQUENCE else 0)
+    return Shard(2 if role == SEQUENCE else 1)
 
 
-def _shardings(modes: tuple, batch_first: bool, outputs: list, inputs: list) -> list:
+def shardings(modes: tuple, batch_first: bool, outputs: list, inputs: list) -> list:
     """register_sharding's answer: per mode, (output placements, input placements)."""
     return [([_placement(r, m, batch_first) for r in outputs], [_placement(r, m, batch_first) for r in inputs])
             for m in modes]
 
 
-def _present(t, role: str) -> Optional[str]:
+def present(t, role: str) -> Optional[str]:
     return None if t is None else role
 
 
-_FORGET_MULT_MODES = (_REPLICATE, _BATCH, _HIDDEN)
-_QRNN_GATES_MODES = (_REPLICATE, _BATCH)
-_MODES = {"forget_mult": _FORGET_MULT_MODES, "qrnn_gates": _QRNN_GATES_MODES, "linear_scan": _FORGET_MULT_MODES}
+# Each family's rules, added by the family when its ops are defined (``qrnn.ops.<family>.sharding``):
+# {op name: rule} for register_sharding, and {public op: the sharding modes it supports}.
+_RULES: dict = {}
+_MODES: dict = {}
 
 
-def _forget_mult_rule(f, x, h0, batch_first):
-    for name, t in (("f", f), ("x", x)):
-        _refuse_unsupported("forget_mult", name, t, batch_first, _FORGET_MULT_MODES)
-    return _shardings(_FORGET_MULT_MODES, batch_first, [_SEQUENCE],
-                      [_SEQUENCE, _SEQUENCE, _present(h0, _STATE), None])
-
-
-def _forget_mult_backward_rule(grad_h, f, x, h, h0, batch_first):
-    for name, t in (("grad_h", grad_h), ("f", f), ("x", x), ("h", h)):
-        _refuse_unsupported("forget_mult_backward", name, t, batch_first, _FORGET_MULT_MODES)
-    return _shardings(_FORGET_MULT_MODES, batch_first, [_SEQUENCE, _SEQUENCE, _STATE if h0 is not None else _EMPTY],
-                      [_SEQUENCE] * 4 + [_present(h0, _STATE), None])
-
-
-def _linear_scan_rule(a, b, h0, reverse, batch_first):
-    for name, t in (("a", a), ("b", b)):
-        _refuse_unsupported("linear_scan", name, t, batch_first, _FORGET_MULT_MODES)
-    return _shardings(_FORGET_MULT_MODES, batch_first, [_SEQUENCE],
-                      [_SEQUENCE, _SEQUENCE, _present(h0, _STATE), None, None])
-
-
-def _linear_scan_backward_rule(grad_h, a, h, h0, reverse, batch_first):
-    for name, t in (("grad_h", grad_h), ("a", a), ("h", h)):
-        _refuse_unsupported("linear_scan_backward", name, t, batch_first, _FORGET_MULT_MODES)
-    return _shardings(_FORGET_MULT_MODES, batch_first, [_SEQUENCE, _SEQUENCE, _STATE if h0 is not None else _EMPTY],
-                      [_SEQUENCE] * 3 + [_present(h0, _STATE), None, None])
-
-
-def _qrnn_gates_rule(gates, c0, forget_mask, lengths, forget_scale, output_gate, batch_first, reverse):
-    for name, t in (("gates", gates), ("forget_mask", forget_mask)):
-        _refuse_unsupported("qrnn_gates", name, t, batch_first, _QRNN_GATES_MODES)
-    return _shardings(_QRNN_GATES_MODES, batch_first, [_SEQUENCE, _STATE, _SEQUENCE if output_gate else _EMPTY],
-                      [_SEQUENCE, _present(c0, _STATE), _present(forget_mask, _SEQUENCE),
-                       _present(lengths, _LENGTHS), None, None, None, None])
-
-
-def _qrnn_gates_backward_rule(grad_output, grad_c_n, gates, states, c0, forget_mask, lengths, forget_scale,
-                              output_gate, batch_first, reverse):
-    for name, t in (("grad_output", grad_output), ("gates", gates), ("states", states),
-                    ("forget_mask", forget_mask)):
-        _refuse_unsupported("qrnn_gates_backward", name, t, batch_first, _QRNN_GATES_MODES)
-    return _shardings(_QRNN_GATES_MODES, batch_first, [_SEQUENCE, _STATE if c0 is not None else _EMPTY],
-                      [_present(grad_output, _SEQUENCE), _present(grad_c_n, _STATE), _SEQUENCE, _SEQUENCE,
-                       _present(c0, _STATE), _present(forget_mask, _SEQUENCE), _present(lengths, _LENGTHS),
-                       None, None, None, None])
+def add_rules(op: str, modes: tuple, rules: dict) -> None:
+    """A family's sharding rules: ``rules`` maps each of its op names (``"linear_scan"``,
+    ``"linear_scan_backward"``) to a ``register_sharding`` rule; ``modes`` are the sharding
+    modes of its public function ``op`` (:data:`REPLICATE`, :data:`BATCH`, :data:`HIDDEN`)."""
+    _RULES.update(rules)
+    _MODES[op] = modes
 
 
 def _first_flag_index(op) -> int:
@@ -178,13 +144,7 @@ def register_sharding_rules() -> bool:
     schema_infos = getattr(propagator, "op_to_schema_info", None)
     if not isinstance(schema_infos, dict):
         return False
-    qrnn = torch.ops.qrnn
-    rules = ((qrnn.forget_mult.default, _forget_mult_rule),
-             (qrnn.forget_mult_backward.default, _forget_mult_backward_rule),
-             (qrnn.qrnn_gates.default, _qrnn_gates_rule),
-             (qrnn.qrnn_gates_backward.default, _qrnn_gates_backward_rule),
-             (qrnn.linear_scan.default, _linear_scan_rule),
-             (qrnn.linear_scan_backward.default, _linear_scan_backward_rule))
+    rules = [(getattr(torch.ops.qrnn, name).default, rule) for name, rule in _RULES.items()]
     try:
         for op, rule in rules:
             register_sharding(op)(rule)
@@ -222,7 +182,7 @@ def _loaded_dtensor_type() -> Optional[type]:
 
 
 def check_sharded_args(op: str, batch_first: bool, **sequences) -> None:
-    """For a ``qrnn.forget_mult`` or ``qrnn.qrnn_gates`` call given a tensor subclass: the rules
+    """For a call of a family's public function (``op``) given a tensor subclass: the rules
     registered once DTensor is loaded, and a DTensor among ``sequences`` sharded where ``op``
     cannot run refused here, with a ValueError (DTensor reports a rule's error as a
     RuntimeError)."""
@@ -233,4 +193,4 @@ def check_sharded_args(op: str, batch_first: bool, **sequences) -> None:
         return
     for name, t in sequences.items():
         if isinstance(t, dtensor):
-            _refuse_unsupported(op, name, t, batch_first, _MODES[op])
+            refuse_unsupported(op, name, t, batch_first, _MODES[op])

@@ -4,7 +4,8 @@
   from the C++ manifest), their fake, autograd, vmap and forward-mode rules, and the native
   kernels registered per device type;
 - :mod:`.kernels`: the CPU, CUDA and fallback backends and their argument tuples;
-- :mod:`.checks`: its argument checks;
+- :mod:`.checks`: its argument checks; :mod:`.sharding`: its DTensor rules; :mod:`.onnx`: its
+  ONNX translation (loaded by :mod:`qrnn.onnx`);
 - :mod:`.reference`: the plain PyTorch loop the tests, the fallback and the benchmarks use.
 """
 
@@ -15,6 +16,7 @@ from torch import Tensor
 
 from ..core.dispatch import direct_call_allowed, refuse_legacy_onnx, use_autograd_function
 from ..core.sharding import check_sharded_args
+from . import sharding  # noqa: F401  (adds the family's DTensor rules)
 from .checks import check_forget_mult_args, check_forget_mult_backward_args
 from .op import KERNELS, ForgetMultFunction, forget_mult_backward_op, forget_mult_op
 

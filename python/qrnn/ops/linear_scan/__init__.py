@@ -4,7 +4,8 @@
   from the C++ manifest), their fake, autograd, vmap and forward-mode rules, and the native
   kernels registered per device type;
 - :mod:`.kernels`: the CPU, CUDA and fallback backends and their argument tuples;
-- :mod:`.checks`: its argument checks;
+- :mod:`.checks`: its argument checks; :mod:`.sharding`: its DTensor rules; :mod:`.onnx`: its
+  ONNX translation (loaded by :mod:`qrnn.onnx`);
 - :mod:`.reference`: the plain PyTorch loop the tests and the fallback use.
 """
 
@@ -14,6 +15,7 @@ from torch import Tensor
 
 from ..core.dispatch import direct_call_allowed, refuse_legacy_onnx, use_autograd_function
 from ..core.sharding import check_sharded_args
+from . import sharding  # noqa: F401  (adds the family's DTensor rules)
 from .checks import check_args
 from .op import KERNELS, LinearScanFunction, linear_scan_backward_op, linear_scan_op
 

@@ -4,7 +4,8 @@
   the C++ manifest), their fake, autograd and vmap rules, the fused kernels registered per
   device type, and :func:`qrnn_gates_unfused` (the path of devices without them);
 - :mod:`.kernels`: the CPU and CUDA backends and their argument tuples;
-- :mod:`.checks`: its argument checks;
+- :mod:`.checks`: its argument checks; :mod:`.sharding`: its DTensor rules; :mod:`.onnx`: its
+  ONNX translation (loaded by :mod:`qrnn.onnx`);
 - :mod:`.reference`: the plain PyTorch loop the tests use.
 """
 
@@ -15,6 +16,7 @@ from torch import Tensor
 
 from ..core.dispatch import direct_call_allowed, forward_mode_active, refuse_legacy_onnx, use_autograd_function
 from ..core.sharding import check_sharded_args
+from . import sharding  # noqa: F401  (adds the family's DTensor rules)
 from .checks import check_qrnn_gates_args, check_qrnn_gates_backward_args
 from .op import KERNELS, QrnnGatesFunction, qrnn_gates_backward_op, qrnn_gates_op, qrnn_gates_unfused
 
