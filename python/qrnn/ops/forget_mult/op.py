@@ -23,7 +23,7 @@ from ..core.dispatch import (
     unfold_batch,
 )
 from ..core.registry import NativeKernels, manifest_schema
-from ..linear_scan.op import linear_scan_op, previous_states
+from ..linear_scan.op import LinearScanFunction, previous_states
 from . import kernels
 from .checks import check_forget_mult_args, check_forget_mult_backward_args
 
@@ -94,7 +94,9 @@ def _tangent(f, x, h, h0, df, dx, dh0, batch_first: bool) -> Tensor:
     inputs = f * dx if dx is not None else torch.zeros_like(f)
     if df is not None:
         inputs = inputs + df * (x - previous_states(h, h0, False, batch_first))
-    return linear_scan_op(1 - f, inputs, dh0, False, batch_first)
+    # Through the autograd.Function, not the bare op: inside a torch.func transform torch 2.4
+    # refuses a custom op's own autograd (it has no setup_context).
+    return LinearScanFunction.apply(1 - f, inputs, dh0, False, batch_first)
 
 
 class ForgetMultFunction(torch.autograd.Function):

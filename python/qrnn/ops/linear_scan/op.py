@@ -142,4 +142,6 @@ class LinearScanFunction(torch.autograd.Function):
         inputs = db if db is not None else torch.zeros_like(a)
         if da is not None:
             inputs = inputs + da * previous_states(h, h0, ctx.reverse, ctx.batch_first)
-        return linear_scan_op(a, inputs, dh0, ctx.reverse, ctx.batch_first)
+        # The tangent through this Function, not the bare op: inside a torch.func transform torch
+        # 2.4 refuses a custom op's own autograd (it has no setup_context).
+        return LinearScanFunction.apply(a, inputs, dh0, ctx.reverse, ctx.batch_first)
