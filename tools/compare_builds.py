@@ -4,7 +4,7 @@ in two Python environments and compares every output and gradient with torch.equ
 
     python tools/compare_builds.py PYTHON_A PYTHON_B [--keep DIR]
 
-e.g. ``python tools/compare_builds.py /tmp/venv-old/bin/python .venv/bin/python`` after a
+e.g. ``python tools/compare_builds.py old-env/bin/python .venv/bin/python`` after a
 kernel refactor. The inputs are drawn once, here, and handed to both sides in a file, so
 the two environments may even differ in torch version. Covered: ``qrnn.forget_mult`` and
 ``qrnn.qrnn_gates`` (and ``qrnn.linear_scan`` where both builds have it) in float32,

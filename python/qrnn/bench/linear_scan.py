@@ -151,9 +151,8 @@ def against_associative_scan(T, B, H, rounds, quick) -> list:
 
 def run(quick: bool = False) -> list:
     if quick:
-        # The compile of associative_scan (about a minute here) dominates a quick run; a
-        # short sequence keeps its tree of steps small.
-        return (bandwidth_and_bf16(16, 4, 256, rounds=3, quick=True)
-                + against_associative_scan(8, 4, 256, rounds=3, quick=True))
+        # The compile of associative_scan (minutes on a cold cache) would dominate a quick run,
+        # CI's smoke test; tests/bench checks the scan it compiles against linear_scan eagerly.
+        return bandwidth_and_bf16(16, 4, 256, rounds=3, quick=True)
     return (bandwidth_and_bf16(70, 20, 1550, rounds=9, quick=False)
             + against_associative_scan(70, 20, 1550, rounds=9, quick=False))
