@@ -27,7 +27,8 @@ def test_combine_is_the_recurrence_and_associative():
     for left, right in zip(combine(combine(x, y), z), combine(x, combine(y, z))):
         torch.testing.assert_close(left, right)
     # torch's associative_scan runs eagerly too (the benchmark times it under torch.compile).
-    torch.testing.assert_close(bench_linear_scan.associative_scan_h(a, b), qrnn.linear_scan(a, b))
+    if bench_linear_scan.has_generic_associative_scan():  # not torch 2.4's
+        torch.testing.assert_close(bench_linear_scan.associative_scan_h(a, b), qrnn.linear_scan(a, b))
 
 
 def test_bandwidth_figures_run_without_targets_when_quick():
