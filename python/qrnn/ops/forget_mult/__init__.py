@@ -14,10 +14,11 @@ from typing import Optional
 
 from torch import Tensor
 
+from ..core.checks import check_scan_args
 from ..core.dispatch import direct_call_allowed, refuse_legacy_onnx, use_autograd_function
 from ..core.sharding import check_sharded_args
 from . import sharding  # noqa: F401  (adds the family's DTensor rules)
-from .checks import check_forget_mult_args, check_forget_mult_backward_args
+from .checks import FORGET_MULT_NAMES, check_forget_mult_args, check_forget_mult_backward_args
 from .op import KERNELS, ForgetMultFunction, forget_mult_backward_op, forget_mult_op
 
 __all__ = ["forget_mult", "forget_mult_op", "forget_mult_backward_op", "has_native_kernels", "KERNELS",
@@ -50,7 +51,7 @@ def forget_mult(f: Tensor, x: Tensor, h0: Optional[Tensor] = None, *, batch_firs
         Any strides are accepted without a copy. Differentiable in ``f``, ``x`` and
         ``h0``; works under ``torch.compile(fullgraph=True)``.
     """
-    check_forget_mult_args(f, x, h0, batch_first)
+    check_scan_args("forget_mult", FORGET_MULT_NAMES, f, x, h0, batch_first)  # not its wrapper: a call less
     if direct_call_allowed(f, x, h0, None):
         # Direct call: the dispatcher and autograd machinery would cost more than the kernel.
         kernel = KERNELS.cpu_forward if f.is_cpu else KERNELS.forward.get(f.device.type)
