@@ -65,4 +65,28 @@ inline LaunchPlan scan_plan(DType dtype, int64_t T, int64_t B, int64_t H, bool b
 inline Strided strided(const ConstView3& v) { return {v.data, v.stride_t, v.stride_b, v.stride_h}; }
 inline Strided strided(const View3& v) { return {v.data, v.stride_t, v.stride_b, v.stride_h}; }
 
+// The scan families' launchers, once the family validated `p` (`numel`: its element count)
+// and knows its plan (`plan_of`) and the first array a launch reads (`first`: where the
+// device is asked, when the caller gave none). `what` names the launcher in errors.
+template <typename Params>
+void launch_scan_forward(const char* what, KernelFamily family, const Params& p, int64_t numel, const void* first,
+                         LaunchPlan (*plan_of)(const Params&, Schedule), void* stream, Schedule schedule,
+                         int device) {
+    if (numel == 0) return;
+    const LaunchPlan plan = plan_of(p, schedule);
+    const LaunchGuard guard(what, stream, device, first, family, p.dtype);
+    launch_of_dtype(p, plan, stream);
+}
+
+template <typename Params>
+void launch_scan_backward(const char* what, KernelFamily family, const Params& p, const void* first,
+                          LaunchPlan (*plan_of)(const Params&, Schedule), void* stream, Schedule schedule,
+                          int device) {
+    // An empty sequence still owes grad_h0 (zeros): the serial kernel writes it.
+    if (p.batch * p.hidden == 0 || (p.seq_len == 0 && p.grad_h0.data == nullptr)) return;
+    const LaunchPlan plan = plan_of(p, schedule);
+    const LaunchGuard guard(what, stream, device, p.seq_len > 0 ? first : p.grad_h0.data, family, p.dtype);
+    launch_of_dtype(p, plan, stream);
+}
+
 }  // namespace qrnn::cuda::detail

@@ -28,23 +28,15 @@ LaunchPlan plan_of(const ForgetMultBackwardParams& p, Schedule schedule) {
 
 void forget_mult_forward(const ForgetMultForwardParams& p, void* stream, Schedule schedule, int device) {
     check_schedule(schedule);
-    if (qrnn::detail::validate_forget_mult(p) == 0) return;
-    const LaunchPlan plan = plan_of(p, schedule);
-    const detail::LaunchGuard guard("qrnn::cuda::forget_mult_forward", stream, device, p.f.data,
-                                    detail::KernelFamily::forget_mult, p.dtype);
-    detail::launch_of_dtype(p, plan, stream);
+    detail::launch_scan_forward("qrnn::cuda::forget_mult_forward", detail::KernelFamily::forget_mult, p,
+                                qrnn::detail::validate_forget_mult(p), p.f.data, &plan_of, stream, schedule, device);
 }
 
 void forget_mult_backward(const ForgetMultBackwardParams& p, void* stream, Schedule schedule, int device) {
     check_schedule(schedule);
     qrnn::detail::validate_forget_mult(p);
-    // An empty sequence still owes grad_h0 (zeros): the serial kernel writes it.
-    if (p.batch * p.hidden == 0 || (p.seq_len == 0 && p.grad_h0.data == nullptr)) return;
-    const LaunchPlan plan = plan_of(p, schedule);
-    const detail::LaunchGuard guard("qrnn::cuda::forget_mult_backward", stream, device,
-                                    p.seq_len > 0 ? p.f.data : p.grad_h0.data, detail::KernelFamily::forget_mult,
-                                    p.dtype);
-    detail::launch_of_dtype(p, plan, stream);
+    detail::launch_scan_backward("qrnn::cuda::forget_mult_backward", detail::KernelFamily::forget_mult, p, p.f.data,
+                                 &plan_of, stream, schedule, device);
 }
 
 LaunchPlan forget_mult_forward_plan(const ForgetMultForwardParams& p, Schedule schedule) {

@@ -27,23 +27,15 @@ LaunchPlan plan_of(const LinearScanBackwardParams& p, Schedule schedule) {
 
 void linear_scan_forward(const LinearScanForwardParams& p, void* stream, Schedule schedule, int device) {
     check_schedule(schedule);
-    if (qrnn::detail::validate_linear_scan(p) == 0) return;
-    const LaunchPlan plan = plan_of(p, schedule);
-    const detail::LaunchGuard guard("qrnn::cuda::linear_scan_forward", stream, device, p.a.data,
-                                    detail::KernelFamily::linear_scan, p.dtype);
-    detail::launch_of_dtype(p, plan, stream);
+    detail::launch_scan_forward("qrnn::cuda::linear_scan_forward", detail::KernelFamily::linear_scan, p,
+                                qrnn::detail::validate_linear_scan(p), p.a.data, &plan_of, stream, schedule, device);
 }
 
 void linear_scan_backward(const LinearScanBackwardParams& p, void* stream, Schedule schedule, int device) {
     check_schedule(schedule);
     qrnn::detail::validate_linear_scan(p);
-    // An empty sequence still owes grad_h0 (zeros): the serial kernel writes it.
-    if (p.batch * p.hidden == 0 || (p.seq_len == 0 && p.grad_h0.data == nullptr)) return;
-    const LaunchPlan plan = plan_of(p, schedule);
-    const detail::LaunchGuard guard("qrnn::cuda::linear_scan_backward", stream, device,
-                                    p.seq_len > 0 ? p.a.data : p.grad_h0.data, detail::KernelFamily::linear_scan,
-                                    p.dtype);
-    detail::launch_of_dtype(p, plan, stream);
+    detail::launch_scan_backward("qrnn::cuda::linear_scan_backward", detail::KernelFamily::linear_scan, p, p.a.data,
+                                 &plan_of, stream, schedule, device);
 }
 
 LaunchPlan linear_scan_forward_plan(const LinearScanForwardParams& p, Schedule schedule) {
