@@ -1,4 +1,5 @@
-// ForgetMult forward/backward through the public C++ API against a double-precision loop.
+// The scan families (ForgetMult, linear_scan) forward/backward through the public C++ API
+// against a double-precision loop.
 //
 // Every array lives in its own exactly-sized heap buffer, laid out with odd strides
 // (batch-first, hidden-major, gaps, reversed time via a negative time stride, broadcast
@@ -11,6 +12,7 @@
 // once per path. Exit code 77 (skipped) only when the CPU really lacks a forced path.
 #include <qrnn/build_info.hpp>
 #include <qrnn/forget_mult.hpp>
+#include <qrnn/linear_scan.hpp>
 
 #include <algorithm>
 #include <array>
@@ -37,17 +39,50 @@ using namespace qrnn_test;
 
 namespace {
 
+// ---- the families --------------------------------------------------------------------------
+// Each family: its parameter structs and entry points, its two sequence inputs u and v (f and
+// x; a and b), one step of the recurrence and its adjoint in double precision.
+struct ForgetMultScan {
+    using Forward = qrnn::ForgetMultForwardParams;
+    using Backward = qrnn::ForgetMultBackwardParams;
+    static constexpr const char* name = "forget_mult";
+    static constexpr double u_low = 0.05, u_high = 0.95;  // forget gates
+    static double step(double f, double x, double state) { return f * x + (1 - f) * state; }
+    // From g (the gradient reaching h[t]): {grad of u, grad of v, the gradient reaching h[t-1]}.
+    static std::array<double, 3> adjoint(double g, double f, double x, double prev) {
+        return {(x - prev) * g, f * g, g - f * g};
+    }
+    static void inputs(Forward& p, qrnn::ConstView3 f, qrnn::ConstView3 x) { p.f = f, p.x = x; }
+    static void inputs(Backward& p, qrnn::ConstView3 f, qrnn::ConstView3 x) { p.f = f, p.x = x; }
+    static void grads(Backward& p, qrnn::View3 grad_f, qrnn::View3 grad_x) { p.grad_f = grad_f, p.grad_x = grad_x; }
+    static void forward(const Forward& p, int threads) { qrnn::cpu::forget_mult_forward(p, threads); }
+    static void backward(const Backward& p, int threads) { qrnn::cpu::forget_mult_backward(p, threads); }
+};
+
+struct LinearScan {
+    using Forward = qrnn::LinearScanForwardParams;
+    using Backward = qrnn::LinearScanBackwardParams;
+    static constexpr const char* name = "linear_scan";
+    static constexpr double u_low = 0.05, u_high = 0.999;  // decays, some close to 1
+    static double step(double a, double b, double state) { return a * state + b; }
+    static std::array<double, 3> adjoint(double g, double a, double, double prev) { return {prev * g, g, a * g}; }
+    static void inputs(Forward& p, qrnn::ConstView3 a, qrnn::ConstView3 b) { p.a = a, p.b = b; }
+    static void inputs(Backward& p, qrnn::ConstView3 a, qrnn::ConstView3) { p.a = a; }  // no b: not needed
+    static void grads(Backward& p, qrnn::View3 grad_a, qrnn::View3 grad_b) { p.grad_a = grad_a, p.grad_b = grad_b; }
+    static void forward(const Forward& p, int threads) { qrnn::cpu::linear_scan_forward(p, threads); }
+    static void backward(const Backward& p, int threads) { qrnn::cpu::linear_scan_backward(p, threads); }
+};
+
 // ---- the double-precision reference -------------------------------------------------------
-template <typename T, typename S>
-std::vector<double> reference_forward(const Strided<T>& f, const Strided<T>& x, const Strided<S>* h0) {
-    const int64_t T_ = f.size[0], B = f.size[1], H = f.size[2];
+template <typename F, typename T, typename S>
+std::vector<double> reference_forward(const Strided<T>& u, const Strided<T>& v, const Strided<S>* h0) {
+    const int64_t T_ = u.size[0], B = u.size[1], H = u.size[2];
     std::vector<double> h(size_t(T_ * B * H));
     for (int64_t b = 0; b < B; ++b)
         for (int64_t j = 0; j < H; ++j) {
             double state = h0 ? h0->at2(b, j) : 0.0;
             for (int64_t t = 0; t < T_; ++t) {
-                const double fv = f.at(t, b, j);
-                state = fv * x.at(t, b, j) + (1 - fv) * state;
+                state = F::step(u.at(t, b, j), v.at(t, b, j), state);
                 h[size_t((t * B + b) * H + j)] = state;
             }
         }
@@ -55,13 +90,13 @@ std::vector<double> reference_forward(const Strided<T>& f, const Strided<T>& x, 
 }
 
 struct BackwardRef {
-    std::vector<double> grad_f, grad_x, grad_h0;
+    std::vector<double> grad_u, grad_v, grad_h0;
 };
 
-template <typename T, typename S>
-BackwardRef reference_backward(const Strided<T>& f, const Strided<T>& x, const Strided<T>& h,
+template <typename F, typename T, typename S>
+BackwardRef reference_backward(const Strided<T>& u, const Strided<T>& v, const Strided<T>& h,
                                const Strided<S>* h0, const Strided<T>& grad_h) {
-    const int64_t T_ = f.size[0], B = f.size[1], H = f.size[2];
+    const int64_t T_ = u.size[0], B = u.size[1], H = u.size[2];
     BackwardRef r{std::vector<double>(size_t(T_ * B * H)), std::vector<double>(size_t(T_ * B * H)),
                   std::vector<double>(size_t(B * H))};
     for (int64_t b = 0; b < B; ++b)
@@ -69,11 +104,11 @@ BackwardRef reference_backward(const Strided<T>& f, const Strided<T>& x, const S
             double g = 0;
             for (int64_t t = T_ - 1; t >= 0; --t) {
                 g += grad_h.at(t, b, j);
-                const double fv = f.at(t, b, j);
                 const double prev = t > 0 ? h.at(t - 1, b, j) : (h0 ? h0->at2(b, j) : 0.0);
-                r.grad_x[size_t((t * B + b) * H + j)] = fv * g;
-                r.grad_f[size_t((t * B + b) * H + j)] = (x.at(t, b, j) - prev) * g;
-                g -= fv * g;
+                const auto [grad_u, grad_v, carried] = F::adjoint(g, u.at(t, b, j), v.at(t, b, j), prev);
+                r.grad_u[size_t((t * B + b) * H + j)] = grad_u;
+                r.grad_v[size_t((t * B + b) * H + j)] = grad_v;
+                g = carried;
             }
             r.grad_h0[size_t(b * H + j)] = g;
         }
@@ -83,67 +118,67 @@ BackwardRef reference_backward(const Strided<T>& f, const Strided<T>& x, const S
 // ---- one case ---------------------------------------------------------------------------
 struct Shape { int64_t T, B, H; };
 
-std::string describe(const char* dir, const char* dtype, const char* state_dtype, Shape s, const Layout& in,
+std::string describe(const char* family, const char* dir, const char* dtype, const char* state_dtype, Shape s, const Layout& in,
                      const Layout& out, bool has_h0, bool has_grad_h0, int threads) {
-    return std::string(dir) + " dtype=" + dtype + " T=" + std::to_string(s.T) + " B=" + std::to_string(s.B) +
+    return std::string(family) + " " + dir + " dtype=" + dtype + " T=" + std::to_string(s.T) + " B=" + std::to_string(s.B) +
            " H=" + std::to_string(s.H) + " inputs=" + in.name + " outputs=" + out.name +
            " h0=" + (has_h0 ? state_dtype : "absent") + " grad_h0=" + (has_grad_h0 ? state_dtype : "absent") +
            " threads=" + std::to_string(threads);
 }
 
-// The fields forward and backward share: sizes, dtypes, f, x and h0 (absent unless has_h0).
-template <typename Params, typename T, typename S>
-Params params_of(Shape s, Strided<T>& f, Strided<T>& x, Strided<S>& h0, bool has_h0) {
+// The fields forward and backward share: sizes, dtypes, the inputs and h0 (absent unless has_h0).
+template <typename F, typename Params, typename T, typename S>
+Params params_of(Shape s, Strided<T>& u, Strided<T>& v, Strided<S>& h0, bool has_h0) {
     Params p;
     p.seq_len = s.T;
     p.batch = s.B;
     p.hidden = s.H;
     p.dtype = qrnn::dtype_of<T>::value;
-    p.f = f.cview3();
-    p.x = x.cview3();
+    F::inputs(p, u.cview3(), v.cview3());
     if (has_h0) p.h0 = h0.cview2();
     p.h0_dtype = qrnn::dtype_of<S>::value;
     return p;
 }
 
-// T: sequence dtype; S: h0 / grad_h0 dtype (T, or float for a 16-bit T).
-template <typename T, typename S>
+// F: the family; T: sequence dtype; S: h0 / grad_h0 dtype (T, or float for a 16-bit T).
+template <typename F, typename T, typename S>
 void forward_case(Shape s, const Layout& in, const Layout& out, bool has_h0, int threads) {
-    qrnn_test::Context ctx(describe("forward", name_of<T>(), name_of<S>(), s, in, out, has_h0, false, threads));
-    Strided<T> f(s.T, s.B, s.H, in), x(s.T, s.B, s.H, in), h(s.T, s.B, s.H, out);
+    qrnn_test::Context ctx(describe(F::name, "forward", name_of<T>(), name_of<S>(), s, in, out, has_h0, false,
+                                    threads));
+    Strided<T> u(s.T, s.B, s.H, in), v(s.T, s.B, s.H, in), h(s.T, s.B, s.H, out);
     Strided<S> h0(1, s.B, s.H, in);
-    f.fill_random(0.05, 0.95);
-    x.fill_random(-2, 2);
+    u.fill_random(F::u_low, F::u_high);
+    v.fill_random(-2, 2);
     h0.fill_random(-1, 1);
-    auto p = params_of<qrnn::ForgetMultForwardParams>(s, f, x, h0, has_h0);
+    auto p = params_of<F, typename F::Forward>(s, u, v, h0, has_h0);
     p.h = h.view3();
-    CHECK_NOTHROW(qrnn::cpu::forget_mult_forward(p, threads));
-    const auto ref = reference_forward<T, S>(f, x, has_h0 ? &h0 : nullptr);
+    CHECK_NOTHROW(F::forward(p, threads));
+    const auto ref = reference_forward<F, T, S>(u, v, has_h0 ? &h0 : nullptr);
     h.check_output("h", [&](int64_t t, int64_t b, int64_t j) { return ref[size_t((t * s.B + b) * s.H + j)]; });
 }
 
-template <typename T, typename S>
+template <typename F, typename T, typename S>
 void backward_case(Shape s, const Layout& in, const Layout& out, bool has_h0, bool has_grad_h0, int threads) {
-    qrnn_test::Context ctx(describe("backward", name_of<T>(), name_of<S>(), s, in, out, has_h0, has_grad_h0, threads));
-    Strided<T> f(s.T, s.B, s.H, in), x(s.T, s.B, s.H, in), h(s.T, s.B, s.H, in), grad_h(s.T, s.B, s.H, in);
-    Strided<T> grad_f(s.T, s.B, s.H, out), grad_x(s.T, s.B, s.H, out);
+    qrnn_test::Context ctx(describe(F::name, "backward", name_of<T>(), name_of<S>(), s, in, out, has_h0,
+                                    has_grad_h0, threads));
+    Strided<T> u(s.T, s.B, s.H, in), v(s.T, s.B, s.H, in), h(s.T, s.B, s.H, in), grad_h(s.T, s.B, s.H, in);
+    Strided<T> grad_u(s.T, s.B, s.H, out), grad_v(s.T, s.B, s.H, out);
     Strided<S> h0(1, s.B, s.H, in), grad_h0(1, s.B, s.H, out);
-    f.fill_random(0.05, 0.95);
-    x.fill_random(-2, 2);
+    u.fill_random(F::u_low, F::u_high);
+    v.fill_random(-2, 2);
     h.fill_random(-1, 1);  // any h: the backward formulas hold for whatever forward output is given
     h0.fill_random(-1, 1);
     grad_h.fill_random(-1, 1);
-    auto p = params_of<qrnn::ForgetMultBackwardParams>(s, f, x, h0, has_h0);
+    auto p = params_of<F, typename F::Backward>(s, u, v, h0, has_h0);
     p.h = h.cview3();
     p.grad_h = grad_h.cview3();
-    p.grad_f = grad_f.view3();
-    p.grad_x = grad_x.view3();
+    F::grads(p, grad_u.view3(), grad_v.view3());
     if (has_grad_h0) p.grad_h0 = grad_h0.view2();
-    CHECK_NOTHROW(qrnn::cpu::forget_mult_backward(p, threads));
-    const auto ref = reference_backward<T, S>(f, x, h, has_h0 ? &h0 : nullptr, grad_h);
+    CHECK_NOTHROW(F::backward(p, threads));
+    const auto ref = reference_backward<F, T, S>(u, v, h, has_h0 ? &h0 : nullptr, grad_h);
     auto idx = [&](int64_t t, int64_t b, int64_t j) { return size_t((t * s.B + b) * s.H + j); };
-    grad_f.check_output("grad_f", [&](int64_t t, int64_t b, int64_t j) { return ref.grad_f[idx(t, b, j)]; });
-    grad_x.check_output("grad_x", [&](int64_t t, int64_t b, int64_t j) { return ref.grad_x[idx(t, b, j)]; });
+    grad_u.check_output("grad of the first input", [&](int64_t t, int64_t b, int64_t j) { return ref.grad_u[idx(t, b, j)]; });
+    grad_v.check_output("grad of the second input", [&](int64_t t, int64_t b, int64_t j) { return ref.grad_v[idx(t, b, j)]; });
     if (has_grad_h0)
         grad_h0.check_output("grad_h0", [&](int64_t, int64_t b, int64_t j) { return ref.grad_h0[size_t(b * s.H + j)]; });
     else
@@ -162,7 +197,7 @@ const Layout kInputLayouts[] = {kTimeMajor, kBatchFirst, kGappy, kReversed, kRev
 // Everything runs through the thread pool when `threaded_only` (the ThreadSanitizer run).
 bool threaded_only = false;
 
-template <typename T, typename S>
+template <typename F, typename T, typename S>
 void sweep(bool state_modes_with_absent) {
     int k = 0;
     for (const Shape& s : kShapes)
@@ -170,28 +205,29 @@ void sweep(bool state_modes_with_absent) {
         for (const Layout& in : kInputLayouts) {
             const Layout& out = kOutputLayouts[size_t(k++) % std::size(kOutputLayouts)];
             if (state_modes_with_absent) {
-                forward_case<T, S>(s, in, out, false, 1);
-                backward_case<T, S>(s, in, out, false, false, 1);
-                backward_case<T, S>(s, in, out, false, true, 1);  // gradient of an all-zero initial state
+                forward_case<F, T, S>(s, in, out, false, 1);
+                backward_case<F, T, S>(s, in, out, false, false, 1);
+                backward_case<F, T, S>(s, in, out, false, true, 1);  // gradient of an all-zero initial state
             }
-            forward_case<T, S>(s, in, out, true, 1);
-            backward_case<T, S>(s, in, out, true, true, 1);
-            backward_case<T, S>(s, in, out, true, false, 1);
+            forward_case<F, T, S>(s, in, out, true, 1);
+            backward_case<F, T, S>(s, in, out, true, true, 1);
+            backward_case<F, T, S>(s, in, out, true, false, 1);
         }
     // Enough work for several threads of the pool (items = batch x hidden blocks).
     for (const Layout& in : {kTimeMajor, kReversedBatchFirstGappy}) {
-        forward_case<T, S>({16, 8, 1100}, in, kBatchFirst, true, 4);
-        backward_case<T, S>({16, 8, 1100}, in, kReversed, true, true, 4);
+        forward_case<F, T, S>({16, 8, 1100}, in, kBatchFirst, true, 4);
+        backward_case<F, T, S>({16, 8, 1100}, in, kReversed, true, true, 4);
     }
 }
 
+template <typename F>
 void all_dtypes() {
-    sweep<float, float>(true);
-    sweep<double, double>(true);
-    sweep<bfloat16, bfloat16>(true);
-    sweep<bfloat16, float>(false);  // float32 carried state with 16-bit sequences
-    sweep<float16, float16>(true);
-    sweep<float16, float>(false);
+    sweep<F, float, float>(true);
+    sweep<F, double, double>(true);
+    sweep<F, bfloat16, bfloat16>(true);
+    sweep<F, bfloat16, float>(false);  // float32 carried state with 16-bit sequences
+    sweep<F, float16, float16>(true);
+    sweep<F, float16, float>(false);
 }
 
 // The fixed contiguous float32 entry points.
@@ -208,14 +244,14 @@ void fixed_entry_points() {
         grad_h.fill_random(-1, 1);
         const float* h0p = has_h0 ? h0.ptr() : nullptr;
         qrnn::cpu::forget_mult(f.ptr(), x.ptr(), h0p, h.ptr(), T, B, H);
-        const auto ref = reference_forward<float, float>(f, x, has_h0 ? &h0 : nullptr);
+        const auto ref = reference_forward<ForgetMultScan, float, float>(f, x, has_h0 ? &h0 : nullptr);
         h.check_output("h", [&](int64_t t, int64_t b, int64_t j) { return ref[size_t((t * B + b) * H + j)]; });
         qrnn::cpu::forget_mult_backward(f.ptr(), x.ptr(), h0p, h.ptr(), grad_h.ptr(), grad_f.ptr(), grad_x.ptr(),
                                         has_h0 ? grad_h0.ptr() : nullptr, T, B, H);
-        const auto r = reference_backward<float, float>(f, x, h, has_h0 ? &h0 : nullptr, grad_h);
+        const auto r = reference_backward<ForgetMultScan, float, float>(f, x, h, has_h0 ? &h0 : nullptr, grad_h);
         auto idx = [&](int64_t t, int64_t b, int64_t j) { return size_t((t * B + b) * H + j); };
-        grad_f.check_output("grad_f", [&](int64_t t, int64_t b, int64_t j) { return r.grad_f[idx(t, b, j)]; });
-        grad_x.check_output("grad_x", [&](int64_t t, int64_t b, int64_t j) { return r.grad_x[idx(t, b, j)]; });
+        grad_f.check_output("grad_f", [&](int64_t t, int64_t b, int64_t j) { return r.grad_u[idx(t, b, j)]; });
+        grad_x.check_output("grad_x", [&](int64_t t, int64_t b, int64_t j) { return r.grad_v[idx(t, b, j)]; });
         if (has_h0)
             grad_h0.check_output("grad_h0", [&](int64_t, int64_t b, int64_t j) { return r.grad_h0[size_t(b * H + j)]; });
     }
@@ -335,7 +371,7 @@ void concurrent_callers() {
         xs.emplace_back(T, B, H, c % 2 ? kReversedBatchFirstGappy : kTimeMajor);
         fs.back().fill_random(0.05, 0.95);
         xs.back().fill_random(-2, 2);
-        refs.push_back(reference_forward<float, float>(fs.back(), xs.back(), nullptr));
+        refs.push_back(reference_forward<ForgetMultScan, float, float>(fs.back(), xs.back(), nullptr));
     }
     std::atomic<int> wrong{0}, thrown{0};
     std::vector<std::thread> threads;
@@ -370,14 +406,15 @@ void concurrent_callers() {
 int main(int argc, char** argv) {
     threaded_only = argc > 1 && std::string(argv[1]) == "--threaded-only";
     CHECK(std::string(qrnn::build_info().simd) == qrnn::cpu::simd_level());
-    if (start_kernel_test("test_forget_mult") == 77) return 77;
+    if (start_kernel_test("test_scan") == 77) return 77;
 
-    all_dtypes();
+    all_dtypes<ForgetMultScan>();
+    all_dtypes<LinearScan>();
     if (!threaded_only) {
         fixed_entry_points();
         non_finite_inputs();
         invalid_arguments();
     }
     concurrent_callers();
-    return qrnn_test::result("test_forget_mult");
+    return qrnn_test::result("test_scan");
 }
