@@ -17,6 +17,7 @@ import types
 from pathlib import Path
 
 import pytest
+import torch
 
 from qrnn import _C, ops
 from qrnn.ops.core import cuda as cuda_backend
@@ -206,3 +207,19 @@ def test_launch_leaves_the_current_device_alone():
         h = forget_mult_kernels.forward_into(torch.empty_like(f), f, x)
         assert torch.cuda.current_device() == 0
     torch.testing.assert_close(h.cpu(), ops.forget_mult_op(f.cpu(), x.cpu(), None, False))
+
+
+def test_current_stream_lookup_asks_for_the_launch_device(monkeypatch):
+    """The stream handle comes from torch's raw getter for the launch's device or, on a torch
+    without that getter, from torch.cuda.current_stream of that device (GPU-only code: the
+    lookups are stood in for here)."""
+    asked = []
+    monkeypatch.setattr(cuda_backend, "_raw_stream", lambda index: asked.append(("raw", index)) or 0x1234)
+    assert cuda_backend.current_stream_handle(3) == 0x1234 and asked == [("raw", 3)]
+
+    class Stream:
+        cuda_stream = 0x5678
+
+    monkeypatch.setattr(cuda_backend, "_raw_stream", None)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda index: asked.append(("stream", index)) or Stream())
+    assert cuda_backend.current_stream_handle(2) == 0x5678 and asked[-1] == ("stream", 2)
