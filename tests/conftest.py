@@ -103,6 +103,23 @@ def assert_forget_mult_grads(h, grad_h, f, x, h0, batch_first, dtype, what=""):
 
 
 
+def docs_hooks():
+    """docs/hooks.py, the documentation site's generators, loaded as a module."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "docs" / "hooks.py"
+    spec = importlib.util.spec_from_file_location("qrnn_docs_hooks", path)
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    return hooks
+
+
+def site_page(relative: str) -> str:
+    """docs/`relative` as the site shows it: its markers rendered by docs/hooks.py."""
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    return docs_hooks().render((docs / relative).read_text(), str(Path(relative).parent).strip("."))
+
+
 def run_python(code, *args, timeout=120):
     """Run code (or `-m module` when args given) in a fresh interpreter; fail on a crash or hang."""
     cmd = [sys.executable] + (list(args) if args else ["-c", textwrap.dedent(code)])

@@ -62,7 +62,7 @@ source "$venv/bin/activate"
 python -m pip install --quiet --upgrade pip
 python -m pip install --quiet "$requirement"
 # The package itself: a regular install (build isolation fetches scikit-build-core, pybind11).
-QRNN_CUDA=OFF python -m pip install --quiet ".[test]"
+QRNN_CUDA=OFF python -m pip install --quiet ".[train]" -r tests/requirements.txt
 
 python - <<'EOF'
 import platform, sys

@@ -2,7 +2,7 @@
 
 A matrix: each transform runs over four subjects (``qrnn.forget_mult``, ``qrnn.qrnn_gates``,
 a ``QRNNLayer`` and a 2-layer bidirectional ``QRNN``) and is compared with eager on a fresh
-input, never the one a tracer or compiler saw. The table in docs/API.md ("Transforms")
+input, never the one a tracer or compiler saw. The table in docs/guide/kernels.md ("PyTorch transforms")
 lists the same rows."""
 
 import contextlib

@@ -211,3 +211,65 @@ def test_one_list_of_op_families_per_language():
         assert (PUBLIC_HEADERS / f"{family}.hpp").is_file(), family
         assert f'#include "qrnn/{family}.hpp"' in header
         assert f"QRNN_{family.upper()}_SCHEMAS(S)" in header
+
+
+FAMILY_NAMES = ("forget_mult", "qrnn_gates", "linear_scan")
+
+
+def _area(module: str) -> str:
+    """The area of docs/ARCHITECTURE.md's import rules a module belongs to."""
+    parts = module.split(".")
+    if module.startswith("qrnn.ops.core"):
+        return "qrnn.ops.core"
+    if len(parts) > 2 and parts[1] == "ops" and parts[2] in FAMILY_NAMES:
+        return "qrnn.ops.<family>"
+    if len(parts) > 1 and parts[1] in ("train", "bench", "checkpoint"):
+        return ".".join(parts[:2])
+    return module
+
+
+def area_imports() -> dict:
+    """{area: {areas it imports}}, from the source, the compiled qrnn._C included."""
+    graph = import_graph()
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, (ast.Import, ast.ImportFrom)) else []
+            module = getattr(node, "module", None) or ""
+            if "_C" in names or module.endswith("._C") or "qrnn._C" in names:
+                graph[_module_name(path)].add("qrnn._C")
+    areas: dict = {}
+    for source, targets in graph.items():
+        for target in targets:
+            if _area(source) != _area(target):
+                areas.setdefault(_area(source), set()).add(_area(target))
+    return areas
+
+
+def documented_import_rules() -> dict:
+    text = (REPO / "docs" / "ARCHITECTURE.md").read_text()
+    table = text.split("## Import rules", 1)[1].split("\n## ", 1)[0]
+    rules = {}
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 2 and cells[0].startswith("`"):
+            area = re.match(r"`([^`]+)`", cells[0]).group(1)
+            rules[area] = set(re.findall(r"`([^`]+)`", cells[1]))
+    return rules
+
+
+def test_import_rules_are_the_documented_ones():
+    """docs/ARCHITECTURE.md's import rules are exactly the package's: no area imports one its
+    row does not list, and no row lists an import that no longer exists."""
+    actual, documented = area_imports(), documented_import_rules()
+    assert documented, "docs/ARCHITECTURE.md has no import-rules table"
+    undocumented = {a: sorted(t - documented.get(a, set())) for a, t in actual.items() if t - documented.get(a, set())}
+    stale = {a: sorted(t - actual.get(a, set())) for a, t in documented.items() if t - actual.get(a, set())}
+    assert undocumented == {}, f"imports docs/ARCHITECTURE.md does not list: {undocumented}"
+    assert stale == {}, f"imports docs/ARCHITECTURE.md lists that the code does not make: {stale}"
+
+
+def test_import_rules_check_catches_a_new_edge():
+    """The check above is not empty: an import the table does not list is found."""
+    rules = documented_import_rules()
+    assert "qrnn.modules" not in rules["qrnn.ops.core"]
+    assert "qrnn._C" in area_imports()["qrnn.checkpoint"]

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.skipif(
     reason=f"libqrnn_torch needs torch >= {cpp_library.MINIMUM_TORCH_TEXT} (the stable C ABI), "
            f"this is {torch.__version__}")
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guide" / "deployment.md"
 INPUT, HIDDEN, BATCH = 16, 32, 3
 LENGTHS = (35, 11)  # the exported example's sequence length, and a new one
 
@@ -79,20 +79,20 @@ def scan_package(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def package(tmp_path_factory):
-    """The README's model: a 2-layer bidirectional QRNN."""
+    """The deployment guide's model: a 2-layer bidirectional QRNN."""
     return make_package(tmp_path_factory.mktemp("aoti"), qrnn.QRNN(INPUT, HIDDEN, num_layers=2, bidirectional=True))
 
 
 def readme_snippet() -> str:
-    """The C++ block of README's "From C++: run a trained model"."""
-    section = README.read_text().split("### From C++: run a trained model", 1)[1]
+    """The C++ block of the deployment guide's "C++: a trained model without Python"."""
+    section = GUIDE.read_text().split("## C++: a trained model without Python", 1)[1]
     return re.search(r"^```cpp\n(.*?)^```", section, flags=re.S | re.M).group(1)
 
 
 @pytest.fixture(scope="module")
 def aoti_consumer(tmp_path_factory, cache_dir):
     """tests/cpp_consumer/aoti/ built against torch's libtorch and the qrnn CMake package's
-    qrnn::torch, around the README's snippet."""
+    qrnn::torch, around the deployment guide's snippet."""
     cmake = _cmake()
     build = tmp_path_factory.mktemp("aoti-consumer")
     (build / "run_qrnn.inc").write_text(readme_snippet())
@@ -104,7 +104,7 @@ def aoti_consumer(tmp_path_factory, cache_dir):
     configure = subprocess.run(
         [cmake, "-S", str(CONSUMER / "aoti"), "-B", str(build / "build"), *generator, "-DCMAKE_BUILD_TYPE=Release",
          f"-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}", f"-Dqrnn_DIR={qrnn.cmake_dir()}",
-         f"-DPython_EXECUTABLE={sys.executable}", f"-DQRNN_README_SNIPPET_DIR={build}", *cpu_only],
+         f"-DPython_EXECUTABLE={sys.executable}", f"-DQRNN_GUIDE_SNIPPET_DIR={build}", *cpu_only],
         capture_output=True, text=True)
     assert configure.returncode == 0, configure.stdout + configure.stderr
     proc = subprocess.run([cmake, "--build", str(build / "build")], capture_output=True, text=True)

@@ -31,6 +31,24 @@ PLOT_TITLES = {
     "train": "Training step time per precision",
 }
 
+# The headline figures (area, the figure's name up to where it varies): BENCHMARKS.md opens
+# with them, read from the areas' own rows, so each figure is written once; the README's
+# table is checked against it (tests/packaging/test_site.py).
+HEADLINE = [
+    ("forget-mult", "fwd+bwd vs per-timestep loop"),
+    ("layer", "speed-up over nn.LSTM"),
+    ("layer", "speed-up over nn.GRU"),
+    ("layer", "bf16 autocast vs float32 layer"),
+    ("layer", "fused gates vs unfused PyTorch path, fwd+bwd float32"),
+    ("linear-scan", "linear_scan fwd+bwd vs torch.compile(associative_scan)"),
+    ("checkpoint", "save() blocking, overlap mode"),
+    ("train", "checkpoint stall per epoch, cpu fp32"),
+    ("awd", "PTB preset training step, qrnn-train fp32"),
+    ("scale", "adaptive softmax's share"),
+]
+# Plots shown under the headline table.
+HEADLINE_PLOTS = ["forget-mult", "layer", "checkpoint"]
+
 HEADER = """# Benchmarks
 
 Measured by `python -m qrnn.bench --write BENCHMARKS.md --plots docs/benchmarks` (one area:
@@ -96,6 +114,38 @@ def _summary(sections: dict, order: list) -> str:
     return "\n".join(lines)
 
 
+def _rows(section: str) -> list:
+    """The (figure, value, target, status, note) rows of a section's table."""
+    rows = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| ") and len(cells) == 5 and cells[0] != "figure":
+            rows.append(cells)
+    return rows
+
+
+def headline(sections: dict) -> str:
+    """The headline table: each HEADLINE figure as its area's section states it, with the
+    machine and date of that section; then the headline plots."""
+    lines = ["## Headline figures", "", "| figure | ratio | target | met | machine, date |", "|---|---|---|---|---|"]
+    for area, prefix in HEADLINE:
+        if area not in sections:
+            continue
+        body, meta = sections[area]
+        for figure, value, target, status, _note in _rows(body):
+            if figure.startswith(prefix):
+                met = {"met": "yes", "NOT met": "**no**"}.get(status, status or "-")
+                lines.append(f"| {figure} | {value} | {target} | {met} | {meta.get('machine', '?')}, "
+                             f"{meta.get('date', '?')} |")
+                break
+    plots = []
+    for area in HEADLINE_PLOTS:
+        match = re.search(r"!\[[^\]]*\]\(([^)]+)\)", sections.get(area, ("", {}))[0])
+        if match:
+            plots.append(f"![{area}]({match.group(1)})")
+    return "\n".join(lines + ([""] + plots if plots else []))
+
+
 def write_markdown(path: str, results_by_area: dict, info: dict, quick: bool, plots: Optional[dict] = None,
                    area_order: Optional[list] = None) -> None:
     """(Re)write BENCHMARKS.md: sections of the areas in `results_by_area` replaced, the
@@ -115,7 +165,7 @@ def write_markdown(path: str, results_by_area: dict, info: dict, quick: bool, pl
         sections[area] = (text, _read_sections(text)[area][1])
     order = list(area_order or [])
     order += sorted(a for a in sections if a not in order)
-    body = [HEADER, _summary(sections, order)] + ([kept.group(0)] if kept else [])
+    body = [HEADER, headline(sections), _summary(sections, order)] + ([kept.group(0)] if kept else [])
     body += [sections[a][0] for a in order if a in sections]
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as fh:
