@@ -76,7 +76,7 @@ def flags_table() -> str:
                 flag += " " + "\\|".join(str(c) for c in action.choices)
             elif action.nargs != 0:
                 flag += f" {action.metavar or action.dest.upper()}"
-            text = (action.help or "").replace("|", "\\|")
+            text = (action.help or "").replace("|", "\\|").replace("*", "\\*")
             lines.append(f"| `{flag}` | {text} | {meaning[resume.get(action.option_strings[-1])]} |")
         lines.append("")
     return "\n".join(lines)

@@ -83,7 +83,7 @@ def test_train_flags_are_generated_from_settings():
     for f in dataclasses.fields(Settings):
         flag = "--" + f.name.replace("_", "-")
         assert re.search(rf"^\| `{re.escape(flag)}[ `]", page, flags=re.M), f"{flag} is missing from the flags page"
-        assert f.metadata["help"].split("(")[0][:40].replace("|", "\\|") in page, flag
+        assert f.metadata["help"].split("(")[0][:40].replace("|", "\\|").replace("*", "\\*") in page, flag
     assert "<!--" not in page, "a marker was left unrendered"
 
 
