@@ -80,8 +80,9 @@ def qrnn_layer(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None, c0:
     Args:
         input: ``(seq_len, batch, input_size)``, or ``(batch, seq_len, input_size)`` with
             ``batch_first``.
-        weight, bias: ``(gates * hidden, window * input_size)`` and ``(gates * hidden,)``
-            (gates = 3 with the output gate, else 2), blocks Z, F, O.
+        weight: ``(gates * hidden, window * input_size)`` (gates = 3 with the output gate,
+            else 2), blocks Z, F, O.
+        bias: ``(gates * hidden,)``, or None.
         c0: initial cell state ``(batch, hidden)`` or None for zeros.
         x_tail: the ``window - 1`` inputs before ``input`` (oldest first, in input's
             layout), or None for zeros. Ignored in reverse, where the inputs "before"

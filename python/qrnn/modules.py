@@ -318,8 +318,14 @@ class QRNN(_TypedCall):
     as ``nn.GRU`` stacks them (each layer reads both directions of the layer below).
 
     Args:
-        input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional:
-            as for ``nn.GRU``.
+        input_size: features of each input step, as for ``nn.GRU``.
+        hidden_size: features of each layer's state and output (per direction).
+        num_layers: stacked layers.
+        bias: whether the gate GEMMs have biases.
+        batch_first: ``(batch, seq_len, features)`` input and output instead of
+            ``(seq_len, batch, features)``.
+        dropout: dropout between layers (not after the last), in training.
+        bidirectional: a reverse direction in every layer.
         window: inputs each step reads (x[t], x[t-1], ...): an int for every layer, or
             one per layer (AWD-QRNN uses ``[2, 1, 1, 1]``).
         zoneout: probability of keeping an element's previous state (training: unscaled

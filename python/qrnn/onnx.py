@@ -76,12 +76,14 @@ def export(model, args=(), f=None, *, custom_translation_table: Optional[dict] =
     to ``custom_translation_table`` (yours take precedence).
 
     Args:
-        model, args, f: as for ``torch.onnx.export``.
+        model (torch.nn.Module): the model to export, as for ``torch.onnx.export``.
+        args (tuple): its example inputs, as for ``torch.onnx.export``.
+        f (str | os.PathLike | None): where to write the ONNX file, or None.
         custom_translation_table: your own translations, merged over qrnn's; or None.
-        **kwargs: any other ``torch.onnx.export`` keyword; ``dynamo`` may only be True.
+        **kwargs (Any): any other ``torch.onnx.export`` keyword; ``dynamo`` may only be True.
 
     Returns:
-        The ``torch.onnx.ONNXProgram`` (also written to ``f`` when given).
+        torch.onnx.ONNXProgram: the exported program (also written to ``f`` when given).
 
     Raises:
         ValueError: ``dynamo=False`` (the TorchScript exporter cannot translate qrnn's ops).

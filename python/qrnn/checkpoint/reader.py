@@ -49,12 +49,13 @@ def load(path: Union[str, os.PathLike], map_location=None, *, weights_only: bool
 
     Args:
         path: the checkpoint file.
-        map_location: as for ``torch.load`` (where tensors go; None: where they were saved).
+        map_location (Any): as for ``torch.load`` (where tensors go; None: where they were
+            saved).
         weights_only: as for ``torch.load``; keep True for files you did not write.
         mmap: map the tensors' storages from the file instead of reading them.
 
     Returns:
-        The saved object, as ``torch.load`` returns it.
+        Any: The saved object, as ``torch.load`` returns it.
 
     Raises:
         CorruptCheckpointError: the archive's structure is damaged or not a zip-format

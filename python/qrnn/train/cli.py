@@ -148,8 +148,8 @@ def main(argv=None) -> int:
     """The ``qrnn-train`` command (also ``python -m qrnn.train``).
 
     Args:
-        argv: the command line's arguments (a list of str, as :class:`Settings` names the
-            flags); None: ``sys.argv[1:]``.
+        argv (list[str] | None): the command line's arguments (the flags :class:`Settings`
+            names); None: ``sys.argv[1:]``.
 
     Returns:
         The exit code: 0; 2 for usage, data, checkpoint and I/O errors and failed
@@ -452,8 +452,8 @@ def generate_main(argv=None) -> int:
     """The ``qrnn-generate`` command: sample text from a model ``qrnn-train`` saved.
 
     Args:
-        argv: the command line's arguments (``--checkpoint PATH`` and the sampling flags;
-            see ``qrnn-generate --help``); None: ``sys.argv[1:]``.
+        argv (list[str] | None): the command line's arguments (``--checkpoint PATH`` and the
+            sampling flags; see ``qrnn-generate --help``); None: ``sys.argv[1:]``.
 
     Returns:
         The exit code: 0, or 2 for any failure, reported in one line on stderr (a bad

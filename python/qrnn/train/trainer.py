@@ -40,7 +40,7 @@ class Trainer:
         loss_fn: ``loss_fn(outputs, targets)`` returns the loss, or a pair (objective to
             minimise, loss to report): e.g. a cross-entropy plus regularisation terms,
             reporting the cross-entropy.
-        scheduler: an LR scheduler stepped once per applied optimizer step (steps the fp16
+        scheduler (Any): an LR scheduler stepped once per applied optimizer step (steps the fp16
             GradScaler skips do not advance it), or None.
         precision: ``"auto"``, ``"fp32"``, ``"fp16"`` or ``"bf16"`` (see
             :func:`choose_precision`); parameters stay float32, forward and loss run under
@@ -605,9 +605,13 @@ def fit(model: nn.Module, train_data: Sequence, optimizer: torch.optim.Optimizer
     optimizer, loss_fn, valid_data=..., epochs=..., precision="auto", checkpoint_dir=...)``.
 
     Args:
-        model, optimizer, loss_fn: as for :class:`Trainer`.
-        train_data, valid_data, epochs: as for :meth:`Trainer.fit`.
-        **trainer_args: ``max_steps``, ``time_budget`` and ``on_epoch_end`` go to
+        model: as for :class:`Trainer`.
+        train_data: as for :meth:`Trainer.fit`.
+        optimizer: as for :class:`Trainer`.
+        loss_fn: as for :class:`Trainer`.
+        valid_data: as for :meth:`Trainer.fit`.
+        epochs: as for :meth:`Trainer.fit`.
+        **trainer_args (Any): ``max_steps``, ``time_budget`` and ``on_epoch_end`` go to
             :meth:`Trainer.fit`; every other keyword to :class:`Trainer`.
 
     Returns:

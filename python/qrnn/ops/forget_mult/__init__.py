@@ -29,8 +29,8 @@ def has_native_kernels(device) -> bool:
     """Whether ``device`` runs qrnn's native ForgetMult (and linear_scan) kernels.
 
     Args:
-        device: a ``torch.device`` or its type name (``"cpu"``, ``"cuda"``, ...); the index
-            does not matter.
+        device (torch.device | str): a device or its type name (``"cpu"``, ``"cuda"``, ...);
+            the index does not matter.
 
     Returns:
         True for the CPU, and for CUDA in builds with the CUDA kernels; False for any other

@@ -15,11 +15,12 @@ def check_forget_mult_args(f, x, h0, batch_first) -> None:
     function, the ops and the CUDA launches).
 
     Args:
-        f, x: 3-D tensors of one shape, dtype (float32, float64, bfloat16 or float16) and
-            device, strided (not sparse or nested).
-        h0: None, or ``(batch, hidden)`` on their device, in their dtype (or float32 for
-            16-bit ``f``).
-        batch_first: a bool, saying which of ``f``'s first two dimensions is batch.
+        f (torch.Tensor): a strided (not sparse or nested) 3-D tensor: float32, float64,
+            bfloat16 or float16.
+        x (torch.Tensor): ``f``'s shape, dtype and device.
+        h0 (torch.Tensor | None): None, or ``(batch, hidden)`` on their device, in their
+            dtype (or float32 for 16-bit ``f``).
+        batch_first (bool): which of ``f``'s first two dimensions is batch.
 
     Returns:
         None when every argument is acceptable.

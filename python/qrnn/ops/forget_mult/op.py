@@ -36,8 +36,9 @@ def forget_mult_op(f: Tensor, x: Tensor, h0: Optional[Tensor], batch_first: bool
     (autograd, ``torch.compile``, ``torch.export``).
 
     Args:
-        f, x: ``(seq_len, batch, hidden)`` (``(batch, seq_len, hidden)`` with
-            ``batch_first``), as for :func:`qrnn.forget_mult`.
+        f: the forget gate, ``(seq_len, batch, hidden)`` (``(batch, seq_len, hidden)``
+            with ``batch_first``), as for :func:`qrnn.forget_mult`.
+        x: the candidate values, ``f``'s shape, dtype and device.
         h0: the initial state ``(batch, hidden)``, or None for zeros.
         batch_first: the layout of ``f``, ``x`` and the result.
 
@@ -72,8 +73,11 @@ def forget_mult_backward_op(
 
     Args:
         grad_h: the gradient of the loss with respect to ``h``, ``f``'s shape and dtype.
-        f, x, h0, batch_first: the forward's arguments.
+        f: the forward's ``f``.
+        x: the forward's ``x``.
         h: the forward's result.
+        h0: the forward's ``h0`` (or None).
+        batch_first: the forward's layout.
 
     Returns:
         ``(grad_f, grad_x, grad_h0)``; ``grad_h0`` is an empty tensor when ``h0`` is None.

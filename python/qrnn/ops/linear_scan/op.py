@@ -27,8 +27,9 @@ def linear_scan_op(a: Tensor, b: Tensor, h0: Optional[Tensor], reverse: bool, ba
     the dispatcher (autograd, ``torch.compile``, ``torch.export``).
 
     Args:
-        a, b: ``(seq_len, batch, hidden)`` (``(batch, seq_len, hidden)`` with
+        a: the decays, ``(seq_len, batch, hidden)`` (``(batch, seq_len, hidden)`` with
             ``batch_first``), as for :func:`qrnn.linear_scan`.
+        b: the inputs, ``a``'s shape, dtype and device.
         h0: the initial state ``(batch, hidden)``, or None for zeros.
         reverse: run time backwards, from the last step.
         batch_first: the layout of ``a``, ``b`` and the result.
@@ -61,8 +62,11 @@ def linear_scan_backward_op(grad_h: Tensor, a: Tensor, h: Tensor, h0: Optional[T
 
     Args:
         grad_h: the gradient of the loss with respect to ``h``, ``a``'s shape and dtype.
-        a, h0, reverse, batch_first: the forward's arguments (``b`` is not needed).
+        a: the forward's decays (its ``b`` is not needed).
         h: the forward's result.
+        h0: the forward's ``h0`` (or None).
+        reverse: the forward's direction.
+        batch_first: the forward's layout.
 
     Returns:
         ``(grad_a, grad_b, grad_h0)``; ``grad_h0`` is an empty tensor when ``h0`` is None.

@@ -28,7 +28,7 @@ def has_fused_qrnn_gates(device) -> bool:
     """Whether ``device`` has the fused gate kernels of :func:`qrnn_gates`.
 
     Args:
-        device: a ``torch.device`` or its type name; the index does not matter.
+        device (torch.device | str): a device or its type name; the index does not matter.
 
     Returns:
         True for the CPU, and for CUDA in builds with the CUDA kernels; elsewhere

@@ -23,15 +23,17 @@ def check_qrnn_gates_args(gates, c0, forget_mask, forget_scale, lengths, output_
     the CUDA launches).
 
     Args:
-        gates: a strided 3-D tensor (float32, float64, bfloat16 or float16) whose last size
-            is a multiple of 3 (2 without ``output_gate``).
-        c0: None, or ``(batch, hidden)`` on gates' device, in gates' dtype (or float32 for
-            16-bit gates).
-        forget_mask: None, or a tensor of the output's shape, gates' dtype and device.
-        forget_scale: a number in [0, 1].
-        lengths: None, or an int64 ``(batch,)`` tensor on gates' device (its values are not
-            read here).
-        output_gate, batch_first: bools.
+        gates (torch.Tensor): a strided 3-D tensor (float32, float64, bfloat16 or float16)
+            whose last size is a multiple of 3 (2 without ``output_gate``).
+        c0 (torch.Tensor | None): None, or ``(batch, hidden)`` on gates' device, in gates'
+            dtype (or float32 for 16-bit gates).
+        forget_mask (torch.Tensor | None): None, or a tensor of the output's shape, gates'
+            dtype and device.
+        forget_scale (float): a number in [0, 1].
+        lengths (torch.Tensor | None): None, or an int64 ``(batch,)`` tensor on gates'
+            device (its values are not read here).
+        output_gate (bool): whether gates holds the O block.
+        batch_first (bool): which of gates' first two dimensions is batch.
 
     Returns:
         The hidden size (gates' last size divided by the number of gate blocks).

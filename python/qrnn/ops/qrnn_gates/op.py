@@ -59,8 +59,16 @@ def qrnn_gates_op(gates: Tensor, c0: Optional[Tensor], forget_mask: Optional[Ten
     (autograd, ``torch.compile``, ``torch.export``).
 
     Args:
-        gates, c0, forget_mask, lengths, forget_scale, output_gate, batch_first, reverse: as
-            for :func:`qrnn.qrnn_gates`, all positional.
+        gates: the pre-activations, blocks Z, F, O (Z, F without ``output_gate``).
+        c0: the initial state ``(batch, hidden)``, or None for zeros.
+        forget_mask: zoneout's keep mask in the output's shape, or None.
+        lengths: int64 ``(batch,)`` valid steps per sequence, or None.
+        forget_scale: multiplies f.
+        output_gate: whether gates holds the O block.
+        batch_first: the layout of gates and the outputs.
+        reverse: run each sequence from its own last valid step back.
+
+    All positional; each as for :func:`qrnn.qrnn_gates`.
 
     Returns:
         ``(output, c_n, states)``: ``states`` holds every ``c[t]`` for the backward (in
@@ -97,11 +105,18 @@ def qrnn_gates_backward_op(grad_output: Optional[Tensor], grad_c_n: Optional[Ten
     """The ``qrnn::qrnn_gates_backward`` operator: the gradients of :func:`qrnn_gates_op`.
 
     Args:
-        grad_output, grad_c_n: the gradients of the loss with respect to the output and
-            ``c_n``; either may be None (no gradient flows from it).
-        gates, c0, forget_mask, lengths, forget_scale, output_gate, batch_first, reverse:
-            the forward's arguments.
+        grad_output: the gradient of the loss with respect to the output, or None (no
+            gradient flows from it).
+        grad_c_n: the gradient with respect to ``c_n``, or None.
+        gates: the forward's ``gates``.
         states: the forward's ``states`` (with an output gate) or its output (without).
+        c0: the forward's ``c0`` (or None).
+        forget_mask: the forward's ``forget_mask`` (or None).
+        lengths: the forward's ``lengths`` (or None).
+        forget_scale: the forward's ``forget_scale``.
+        output_gate: the forward's ``output_gate``.
+        batch_first: the forward's layout.
+        reverse: the forward's direction.
 
     Returns:
         ``(grad_gates, grad_c0)``; ``grad_c0`` is an empty tensor when ``c0`` is None.
