@@ -83,7 +83,8 @@ def export(model, args=(), f=None, *, custom_translation_table: Optional[dict] =
         **kwargs (Any): any other ``torch.onnx.export`` keyword; ``dynamo`` may only be True.
 
     Returns:
-        torch.onnx.ONNXProgram: the exported program (also written to ``f`` when given).
+        program (torch.onnx.ONNXProgram): the exported program (also written to ``f`` when
+            given).
 
     Raises:
         ValueError: ``dynamo=False`` (the TorchScript exporter cannot translate qrnn's ops).

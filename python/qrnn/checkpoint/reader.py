@@ -55,7 +55,7 @@ def load(path: Union[str, os.PathLike], map_location=None, *, weights_only: bool
         mmap: map the tensors' storages from the file instead of reading them.
 
     Returns:
-        Any: The saved object, as ``torch.load`` returns it.
+        obj (Any): the saved object, as ``torch.load`` returns it.
 
     Raises:
         CorruptCheckpointError: the archive's structure is damaged or not a zip-format
