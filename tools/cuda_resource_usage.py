@@ -58,7 +58,7 @@ def main(argv=None) -> int:
     parser.add_argument("build_dirs", nargs="*", default=["build"], help="build folders to search (default: build)")
     args = parser.parse_args(argv)
     logs = sorted(log for d in args.build_dirs for log in Path(d).rglob("*.cu.o.log")
-                  if log.with_suffix("").exists())  # skip reports of objects no longer built
+                  if log.with_suffix("").exists())  # a report whose object is gone is stale: skipped
     if not logs:
         print(f"no CUDA compiler reports (*.cu.o.log) under {', '.join(args.build_dirs)}: "
               "was the package built with its CUDA kernels (QRNN_CUDA=ON or AUTO with nvcc)?")

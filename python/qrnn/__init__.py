@@ -6,6 +6,13 @@ linear recurrence h = a h + b, on CPU (and CUDA when built with it);
 ``qrnn.include_dir()`` point C++ projects at the installed headers and CMake package;
 ``qrnn.torch_library()`` builds (once) and returns libqrnn_torch, the qrnn:: operators for
 C++ programs that run an exported model.
+
+Importing ``qrnn`` adds these classes to ``torch.serialization``'s safe globals, so that
+``torch.load(..., weights_only=True)`` rebuilds whole pickled models holding qrnn layers:
+``qrnn.QRNN``, ``qrnn.QRNNLayer``, ``qrnn.QRNNState``, ``torch.nn.ModuleList``,
+``torch.nn.Linear`` and the builtin ``set`` (every ``nn.Module`` pickles one, and torch
+before 2.5 does not allow it by default). Importing ``torchqrnn`` adds its own three
+classes (see :mod:`torchqrnn`).
 """
 
 from pathlib import Path as _Path
@@ -20,6 +27,7 @@ from .ops.linear_scan import linear_scan
 from .ops.qrnn_gates import qrnn_gates
 
 __version__ = _C.build_info()["version"]
+"""The package version (``"0.1.0"``), as the compiled core reports it."""
 
 __all__ = ["forget_mult", "build_info", "cmake_dir", "include_dir", "torch_library", "__version__",
            "QRNN", "QRNNLayer", "QRNNState", "qrnn_layer", "qrnn_gates", "linear_scan"]
@@ -34,15 +42,33 @@ def __getattr__(name: str):
 
 
 def build_info() -> dict:
-    """Version, compiler, SIMD level, and whether (and for which GPUs) CUDA was built."""
+    """What this build of qrnn contains.
+
+    Returns:
+        A new dict (changing it changes nothing) with the keys ``version`` (str),
+        ``compiler`` (the C++ compiler and its version), ``build_type`` (CMake's, e.g.
+        ``"Release"``), ``simd`` (the CPU kernels' instruction-set level chosen for this
+        CPU: ``"generic"``, ``"avx2"``, ``"avx512"`` or ``"avx512_bf16"``), ``cuda``
+        (bool: whether the CUDA kernels were built) and ``cuda_architectures`` (CMake's
+        ``CUDA_ARCHITECTURES`` list of the build, ``""`` without CUDA).
+    """
     return dict(_C.build_info())
 
 
 def cmake_dir() -> str:
-    """Folder holding qrnnConfig.cmake: pass it as ``qrnn_DIR`` to ``find_package(qrnn)``."""
+    """The installed CMake package of the C++ core library.
+
+    Returns:
+        The folder holding ``qrnnConfig.cmake`` (a str): pass it as ``qrnn_DIR`` (or in
+        ``CMAKE_PREFIX_PATH``) to ``find_package(qrnn)``, which defines ``qrnn::qrnn``.
+    """
     return str(_Path(__file__).parent / "lib" / "cmake" / "qrnn")
 
 
 def include_dir() -> str:
-    """Folder holding the public C++ headers (``#include <qrnn/forget_mult.hpp>``)."""
+    """The installed public C++ headers of the core library.
+
+    Returns:
+        The include folder (a str) under which ``#include <qrnn/forget_mult.hpp>`` resolves.
+    """
     return str(_Path(__file__).parent / "include")

@@ -71,7 +71,17 @@ def torch_library() -> str:
     Link it into a C++ program that runs an exported qrnn model (CMake:
     ``find_package(qrnn COMPONENTS torch)``, target ``qrnn::torch``), or load it with
     ``torch.ops.load_library``. Needs torch >= 2.9 and a C++17 compiler (``$CXX``, else
-    ``c++``); the cache is ``$QRNN_CACHE_DIR``, else ``~/.cache/torch-qrnn``."""
+    ``c++``). The cache folder is ``$QRNN_CACHE_DIR``, else ``$XDG_CACHE_HOME/torch-qrnn``,
+    else ``~/.cache/torch-qrnn``; one library per qrnn version, torch version, compiler and
+    source, and concurrent first calls are safe.
+
+    Returns:
+        The absolute path of the library (a str).
+
+    Raises:
+        TorchLibraryError: (a RuntimeError) torch is older than 2.9, the installed source is
+            missing, the compiler is not on PATH, or compiling failed (its errors included).
+    """
     if TorchVersion(torch.__version__) < MINIMUM_TORCH_TEXT:
         raise TorchLibraryError(f"qrnn's C++ torch library needs torch >= {MINIMUM_TORCH_TEXT} "
                                 f"(the stable C ABI for operators); this is torch {torch.__version__}")

@@ -80,17 +80,24 @@ def qrnn_layer(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None, c0:
     Args:
         input: ``(seq_len, batch, input_size)``, or ``(batch, seq_len, input_size)`` with
             ``batch_first``.
-        weight, bias: ``(gates * hidden, window * input_size)`` and ``(gates * hidden,)``
-            (gates = 3 with the output gate, else 2), blocks Z, F, O.
+        weight: ``(gates * hidden, window * input_size)`` (gates = 3 with the output gate,
+            else 2), blocks Z, F, O.
+        bias: ``(gates * hidden,)``, or None.
         c0: initial cell state ``(batch, hidden)`` or None for zeros.
         x_tail: the ``window - 1`` inputs before ``input`` (oldest first, in input's
             layout), or None for zeros. Ignored in reverse, where the inputs "before"
             a step are the ones after it, zero past the sequence's end.
         window: how many inputs each step reads (>= 1).
+        output_gate: h = sigmoid(O) * c when True (the weight has 3 blocks), h = c when
+            False (2 blocks).
         zoneout: probability p of keeping an element's previous state: in training f is
             multiplied by an unscaled Bernoulli(1 - p) mask per element and step, at
             evaluation by 1 - p.
-        lengths: int64 ``(batch,)`` valid steps per sequence (values already checked).
+        training: whether zoneout draws masks (training) or scales f (evaluation).
+        lengths: int64 ``(batch,)`` valid steps per sequence, each in ``0..seq_len``, or
+            None for full sequences (see :func:`qrnn.qrnn_gates`); moved to the gates'
+            device if needed.
+        batch_first: the layout of ``input``, ``x_tail`` and the output.
         reverse: walk each sequence from its own last valid step back to step 0.
 
     Returns:
@@ -98,6 +105,12 @@ def qrnn_layer(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None, c0:
         under autocast), ``c_n`` each sequence's state after its last valid step (float32
         for 16-bit), and the input tail to pass to the next chunk (None for window 1 or
         in reverse).
+
+    Raises:
+        TypeError, ValueError: a ``window`` that is not a positive int, a ``zoneout``
+            outside [0, 1), or (from ``F.linear`` and :func:`qrnn.qrnn_gates`) inputs,
+            weights or states that do not fit together, naming the argument where qrnn
+            checks it.
     """
     return qrnn_layer_with(input, None, weight, bias, c0, x_tail, window, output_gate, zoneout, training, lengths,
                            batch_first, reverse)

@@ -148,7 +148,7 @@ class QRNNLayer(_TypedCall):
     Args:
         input_size: features of each input step.
         hidden_size: features of the state and output (default: input_size).
-        window: inputs each step reads, x[t], x[t-1], ... (>= 1; pytorch-qrnn had 1 or 2).
+        window: inputs each step reads, x[t], x[t-1], ... (>= 1; pytorch-qrnn allows 1 or 2).
         output_gate: h = sigmoid(O) * c when True (QRNN-fo), h = c when False (QRNN-f).
         zoneout: probability of keeping an element's previous state (see
             :func:`qrnn.functional.qrnn_layer`).
@@ -168,7 +168,14 @@ class QRNNLayer(_TypedCall):
     the last step, like a one-layer ``nn.GRU`` and pytorch-qrnn's ``(H, C[-1:])``. ``hx``
     may be ``(1, batch, hidden)``, ``(batch, hidden)``, or a :class:`QRNNState` (or a
     plain ``(c, x_tails)`` tuple of its fields): then a QRNNState is returned, with the
-    input tail for the next chunk.
+    input tail for the next chunk. ``lengths`` (``(batch,)`` valid steps per sequence, each
+    in ``0..seq_len``) zeroes the outputs past each end and makes ``h_n`` each sequence's
+    state after its last valid step.
+
+    Raises:
+        ValueError: a size or window that is not a positive int, or a ``zoneout`` or
+            ``weight_drop`` outside [0, 1) (constructor); from ``forward``, an input, ``hx``
+            or ``lengths`` of the wrong shape, dtype or device, naming it.
     """
 
     def __init__(self, input_size: int, hidden_size: Optional[int] = None, window: int = 1,
@@ -186,6 +193,7 @@ class QRNNLayer(_TypedCall):
                                 device=device, dtype=dtype)
 
     def extra_repr(self) -> str:
+        """The constructor arguments shown in ``repr(layer)``."""
         s = f"{self.input_size}, {self.hidden_size}, window={self.window}, output_gate={self.output_gate}, " \
             f"zoneout={self.zoneout}"
         if self.weight_drop:
@@ -218,6 +226,8 @@ class QRNNLayer(_TypedCall):
 
     def forward(self, input: Tensor, hx: Union[Tensor, QRNNState, tuple, None] = None,
                 lengths: Optional[Tensor] = None):
+        """Run the layer over ``input``: ``(output, h_n)``, or ``(output, QRNNState)`` when
+        ``hx`` is a state (see the class description for the shapes)."""
         if type(hx) is _StackedLayerState:  # called by QRNN, which checked everything once
             return self.run(input, hx.c0, hx.x_tail, lengths=lengths, batch_first=hx.batch_first,
                             reverse=hx.reverse)
@@ -308,8 +318,14 @@ class QRNN(_TypedCall):
     as ``nn.GRU`` stacks them (each layer reads both directions of the layer below).
 
     Args:
-        input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional:
-            as for ``nn.GRU``.
+        input_size: features of each input step, as for ``nn.GRU``.
+        hidden_size: features of each layer's state and output (per direction).
+        num_layers: stacked layers.
+        bias: whether the gate GEMMs have biases.
+        batch_first: ``(batch, seq_len, features)`` input and output instead of
+            ``(seq_len, batch, features)``.
+        dropout: dropout between layers (not after the last), in training.
+        bidirectional: a reverse direction in every layer.
         window: inputs each step reads (x[t], x[t-1], ...): an int for every layer, or
             one per layer (AWD-QRNN uses ``[2, 1, 1, 1]``).
         zoneout: probability of keeping an element's previous state (training: unscaled
@@ -346,6 +362,12 @@ class QRNN(_TypedCall):
     The state dict of a unidirectional model matches salesforce/pytorch-qrnn's ``QRNN``
     (``layers.{i}.linear.weight`` / ``.bias``). Bidirectional models keep layer ``l``
     direction ``d`` at ``layers.{l * 2 + d}``, the index of its state in ``h_n``.
+
+    Raises:
+        ValueError: a size or window that is not a positive int (or a window list of the
+            wrong length), or a probability outside [0, 1) (constructor); from ``forward``,
+            an input, ``hx`` or ``lengths`` of the wrong type, shape, dtype or device, or
+            ``lengths`` given with a PackedSequence, naming it.
     """
 
     # The layer type __init__ stacks (a subclass may stack a subclass of QRNNLayer).
@@ -383,9 +405,11 @@ class QRNN(_TypedCall):
 
     @property
     def num_directions(self) -> int:
+        """2 for a bidirectional model, else 1."""
         return 2 if self.bidirectional else 1
 
     def extra_repr(self) -> str:
+        """The constructor arguments shown in ``repr(model)``."""
         s = f"{self.input_size}, {self.hidden_size}, num_layers={self.num_layers}"
         if not self.bias:
             s += ", bias=False"
@@ -423,6 +447,8 @@ class QRNN(_TypedCall):
         return QRNNState(c, tuple(tails))
 
     def forward(self, input, hx: Union[Tensor, QRNNState, tuple, None] = None, lengths: Optional[Tensor] = None):
+        """Run the stack over ``input``: ``(output, h_n)``, or ``(output, QRNNState)`` when
+        ``hx`` is a state (see the class description for the arguments and shapes)."""
         refuse_fx_proxy("qrnn.QRNN", input, hx)
         packed = isinstance(input, PackedSequence)
         if packed:
@@ -536,5 +562,6 @@ class QRNN(_TypedCall):
 # torch.load(weights_only=True) rebuilds pickled models holding qrnn layers under the
 # allowlist that works for nn.LSTM: qrnn's classes and the torch.nn containers they hold;
 # set, because every nn.Module pickles one (_non_persistent_buffers_set) and torch < 2.5
-# does not allow it by default.
+# does not allow it by default. The qrnn package docstring lists what is added: keep both
+# in step.
 torch.serialization.add_safe_globals([QRNN, QRNNLayer, QRNNState, nn.ModuleList, nn.Linear, set])

@@ -51,8 +51,14 @@ def _untranslated(name: str):
 
 
 def custom_translation_table() -> dict:
-    """``{op: ONNX translation}`` for every qrnn op, to pass as ``torch.onnx.export(...,
-    dynamo=True, custom_translation_table=...)`` (merge it with your own table if you have one)."""
+    """The ONNX translations of qrnn's operators, for ``torch.onnx.export(..., dynamo=True,
+    custom_translation_table=...)`` (merge it with your own table if you have one).
+
+    Returns:
+        A new dict ``{op overload: translation}``: each forward op's ONNX Script function,
+        and for each backward op a function that raises NotImplementedError saying that
+        training graphs are not exported.
+    """
     return _table()
 
 
@@ -67,7 +73,24 @@ def _table() -> dict:
 
 def export(model, args=(), f=None, *, custom_translation_table: Optional[dict] = None, **kwargs):
     """``torch.onnx.export(model, args, f, dynamo=True, ...)`` with qrnn's translations added
-    to ``custom_translation_table`` (yours take precedence). Returns the ONNXProgram."""
+    to ``custom_translation_table`` (yours take precedence).
+
+    Args:
+        model (torch.nn.Module): the model to export, as for ``torch.onnx.export``.
+        args (tuple): its example inputs, as for ``torch.onnx.export``.
+        f (str | os.PathLike | None): where to write the ONNX file, or None.
+        custom_translation_table: your own translations, merged over qrnn's; or None.
+        **kwargs (Any): any other ``torch.onnx.export`` keyword; ``dynamo`` may only be True.
+
+    Returns:
+        program (torch.onnx.ONNXProgram): the exported program (also written to ``f`` when
+            given).
+
+    Raises:
+        ValueError: ``dynamo=False`` (the TorchScript exporter cannot translate qrnn's ops).
+        NotImplementedError: the graph holds a backward op (export in eval mode, without
+            gradients).
+    """
     if kwargs.pop("dynamo", True) is not True:
         raise ValueError("qrnn.onnx.export uses the dynamo exporter; the TorchScript exporter (dynamo=False) "
                          "cannot translate qrnn's custom ops")
@@ -98,5 +121,8 @@ def _register_with_exporter() -> bool:
     return True
 
 
-#: Whether importing this module added the translations to torch's exporter (see above).
 registered = _register_with_exporter()
+"""Whether importing this module added qrnn's forward translations to torch's own exporter
+table, so that a plain ``torch.onnx.export(model, args, dynamo=True)`` finds them (this
+relies on torch internals, checked with torch 2.13; when False, pass
+:func:`custom_translation_table` or use :func:`export`)."""

@@ -60,6 +60,12 @@ class QRNNLayer(modules.QRNNLayer):
         ``prevX``) and read them before the next call's first step, until :meth:`reset`.
         ``torch.export`` graphs neither read nor keep them (pass a QRNNState instead).
     use_cuda: accepted and ignored: the device follows the tensors.
+
+    Raises:
+        ValueError: as :class:`qrnn.QRNNLayer`, and when the inputs kept by ``save_prev_x``
+            do not fit a call's batch (call :meth:`reset` first).
+        RuntimeError: when activation checkpointing reruns a ``save_prev_x`` layer in
+            backward (the rerun would read other inputs); carry a QRNNState instead.
     """
 
     def __init__(self, input_size: int, hidden_size: Optional[int] = None, save_prev_x: bool = False,
@@ -72,6 +78,7 @@ class QRNNLayer(modules.QRNNLayer):
         self.prevX: Optional[Tensor] = None
 
     def extra_repr(self) -> str:
+        """:meth:`qrnn.QRNNLayer.extra_repr`, plus ``save_prev_x=True`` when set."""
         return super().extra_repr() + (", save_prev_x=True" if self.save_prev_x else "")
 
     def reset(self) -> None:
@@ -106,6 +113,8 @@ class QRNNLayer(modules.QRNNLayer):
 
     def forward(self, input: Tensor, hx: _State = None, lengths: Optional[Tensor] = None, *,
                 hidden: _State = None):
+        """:meth:`qrnn.QRNNLayer.forward`; ``hidden`` is pytorch-qrnn's name for ``hx``
+        (TypeError when both are given)."""
         return super().forward(input, _hidden_keyword(hx, hidden, "QRNNLayer.forward"), lengths)
 
 
@@ -119,6 +128,11 @@ class QRNN(modules.QRNN):
     layers: ready-made unidirectional :class:`qrnn.QRNNLayer`s to stack (each keeps its own
         window, zoneout, output gate, save_prev_x); their hidden sizes must agree (``h_n``
         stacks them) and each must read the one below.
+
+    Raises:
+        ValueError: as :class:`qrnn.QRNN`, and for ``layers`` that are empty, hold anything
+            but :class:`qrnn.QRNNLayer` instances, have mismatched sizes, or come with
+            ``bidirectional=True``.
     """
 
     layer_type = QRNNLayer
@@ -161,6 +175,8 @@ class QRNN(modules.QRNN):
                 module.reset()
 
     def forward(self, input, hx: _State = None, lengths: Optional[Tensor] = None, *, hidden: _State = None):
+        """:meth:`qrnn.QRNN.forward`; ``hidden`` is pytorch-qrnn's name for ``hx`` (TypeError
+        when both are given)."""
         return super().forward(input, _hidden_keyword(hx, hidden, "QRNN.forward"), lengths)
 
 
@@ -172,11 +188,13 @@ class ForgetMult(nn.Module):
     in all three; ``use_cuda`` is accepted and ignored (the device follows the tensors)."""
 
     def forward(self, f: Tensor, x: Tensor, hidden_init: Optional[Tensor] = None, use_cuda: bool = True) -> Tensor:
+        """``h`` for every step (see the class description); raises TypeError or ValueError
+        naming a bad argument, as :func:`qrnn.forget_mult` does."""
         if isinstance(hidden_init, Tensor) and hidden_init.dim() == 3 and hidden_init.shape[0] == 1:
             hidden_init = hidden_init[0]  # a layer's (1, batch, hidden) state, as QRNNLayer passed it
         return forget_mult(f, x, hidden_init)
 
 
-# torch.load(weights_only=True) rebuilds pickled models holding these classes, as
-# qrnn.modules allows its own.
+# torch.load(weights_only=True) rebuilds pickled models holding these classes, beside the
+# ones qrnn.modules allows (the torchqrnn package docstring lists both sets).
 torch.serialization.add_safe_globals([QRNN, QRNNLayer, ForgetMult])

@@ -470,8 +470,8 @@ def flip_outcomes(path, state, verify_fn, masks=lambda offset: (0xFF, 1 << offse
 
 def test_verify_catches_every_flip_that_matters(tmp_path):
     """Each damaged byte anywhere in a small checkpoint is caught by verify() or leaves a
-    file that loads exactly the saved state (before: a directory-attribute bit of a record
-    passed verify() and torch.load returned wrong bytes; many passed and did not load)."""
+    file that loads exactly the saved state: no flip, a central-directory attribute bit
+    included, passes verify() and then loads wrong bytes or fails to load."""
     state = {"w": torch.arange(6, dtype=torch.float32), "ids": torch.tensor([3, 1, 2]), "step": 7}
     with AsyncCheckpointer(tmp_path / "c", keep_last=None) as ckpt:
         path = ckpt.save(state, 1).result()

@@ -99,7 +99,7 @@ def test_exception_in_writer_thread(tmp_path):
 def test_vanished_folder_stays_vanished(tmp_path):
     """The folder is opened once: once it is deleted, saves fail with ENOENT naming it, and a
     folder made again under its name is a new folder this checkpointer never writes into
-    (before: it wrote wherever the name pointed at each save)."""
+    (it writes through the folder it opened, never by looking the name up again)."""
     folder = tmp_path / "ckpt"
     ckpt = AsyncCheckpointer(folder)
     ckpt.save({"x": torch.randn(100)}, 1).result()
@@ -337,9 +337,9 @@ def test_memory_flat_over_100_saves(tmp_path):
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="reads RSS from /proc")
 def test_first_save_does_not_zero_its_staging_first(tmp_path):
-    """The first save's staging image is not written before the copy (before: a zeroing pass
-    over all of it on the calling thread, which made the first save of a large state block
-    longer than torch.save); the copy itself faults in only what the file needs."""
+    """The first save's staging image is not written before the copy (no zeroing pass over it
+    on the calling thread, which would make the first save of a large state block longer than
+    torch.save); the copy itself faults in only what the file needs."""
     from qrnn.checkpoint.staging import StagingSlot
 
     def rss():

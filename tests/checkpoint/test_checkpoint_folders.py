@@ -36,8 +36,9 @@ def run_python(script, *args, timeout=180, preexec_fn=None):
 
 @pytest.mark.parametrize("name", ["metrics.jsonl", "loss.png", "best.pt", "best.pt.tmp", "ckpt-000000000002.pt"])
 def test_links_planted_in_the_folder_are_replaced_never_followed(tmp_path, name):
-    """A link planted under any name the run writes (before: metrics.jsonl, loss.png and
-    best.pt.tmp made the trainer overwrite the link's target)."""
+    """A link planted under any name the run writes (metrics.jsonl, loss.png, best.pt, a
+    checkpoint) is replaced, never followed, and best.pt.tmp, a name the writer never uses, is
+    left alone: the link's target is never written."""
     run, target = tmp_path / "run", tmp_path / "precious"
     run.mkdir()
     target.write_bytes(b"precious")
@@ -48,7 +49,7 @@ def test_links_planted_in_the_folder_are_replaced_never_followed(tmp_path, name)
             ckpt.save({"x": torch.ones(3)}, 2).result()
         elif name == "best.pt":
             ckpt.publish(1, name)
-        elif name == "best.pt.tmp":  # the old promotion's fixed temporary name
+        elif name == "best.pt.tmp":  # a plausible fixed temporary name: promotion uses hidden, unique ones
             ckpt.publish(1, "best.pt")
         else:
             ckpt.write_file(name, b"new")
@@ -75,7 +76,8 @@ def test_publish_links_the_committed_file_and_rejects_what_is_not_its(tmp_path):
 
 
 def test_folder_swapped_for_a_link_after_opening_redirects_nothing(tmp_path):
-    """Before: retention followed the new link and deleted 2 checkpoints of the other folder."""
+    """The folder renamed and a link to another folder put under its name after opening:
+    saves and retention stay in the opened folder and delete nothing of the other."""
     run, other = tmp_path / "run", tmp_path / "other"
     other.mkdir()
     for step in (100, 101):
@@ -92,7 +94,8 @@ def test_folder_swapped_for_a_link_after_opening_redirects_nothing(tmp_path):
 
 
 def test_chdir_after_opening_a_relative_folder(tmp_path, monkeypatch):
-    """Before: a relative folder was looked up again at each save, from the new working folder."""
+    """A relative folder is resolved once, when opened: after a chdir, saves, files and
+    latest() still use that folder, not one under the new working folder."""
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     monkeypatch.chdir(tmp_path / "a")
@@ -115,8 +118,8 @@ def test_new_folders_and_their_parents_are_made(tmp_path):
 
 @pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace to see the fsyncs")
 def test_parents_of_new_folders_are_fsynced(tmp_path):
-    """Each folder the checkpointer creates is made durable by an fsync of its parent (before:
-    os.makedirs, no fsync: a crash could lose the folder with the checkpoints in it)."""
+    """Each folder the checkpointer creates is made durable by an fsync of its parent, so a
+    crash cannot lose the folder with the checkpoints in it."""
     new = tmp_path / "a" / "b" / "c"
     script = f"from qrnn.checkpoint import AsyncCheckpointer; AsyncCheckpointer({str(new)!r}).close()"
     trace = subprocess.run(["strace", "-f", "-qq", "-e", "trace=mkdir,mkdirat,open,openat,fsync", sys.executable, "-c",
@@ -163,8 +166,9 @@ ckpt.close()
 
 
 def test_a_second_writer_gets_an_error_naming_the_holder(tmp_path):
-    """Before: two writers on one folder deleted each other's newest checkpoints (3 of 19
-    saves) and equal steps overwrote each other."""
+    """One writer per folder and prefix: a second one's save fails with EBUSY naming the
+    holder's pid, so two writers never delete each other's newest checkpoints or overwrite
+    equal steps; readers take no lock."""
     holder = subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path)], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True)
     try:
@@ -208,8 +212,7 @@ def checkpoint_warnings(caught) -> list:
 def test_refused_folder_fsync_keeps_last_and_warns_once(tmp_path, code):
     """Network and FUSE file systems refuse to fsync a folder. Each file is still fsynced
     before its rename, keep_last still bounds the disk, and one warning says a crash may lose
-    the latest rename. (Before: every old checkpoint was kept, with a warning per save, and
-    EOPNOTSUPP failed the save.)"""
+    the latest rename; EOPNOTSUPP is treated like the others and fails no save."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with FaultyCheckpointer(tmp_path, keep_last=2, folder_sync_errno=code) as ckpt:
@@ -238,8 +241,8 @@ def test_refused_folder_fsync_warns_async_save_once(tmp_path):
                                          (2**64, ValueError), (2**64 - 6, ValueError), (-1, ValueError),
                                          (1.0, TypeError)])
 def test_steps_out_of_range_are_named(tmp_path, step, error):
-    """Before: 2**64 gave a raw binding TypeError, True saved step 1, 2**64-6 and up were
-    saved but never listed nor deleted."""
+    """A step that is a bool or not an int (TypeError), or outside 0..2**63-1 (ValueError), is
+    refused with an error naming ``step`` by save() and publish(), and nothing is written."""
     with AsyncCheckpointer(tmp_path) as ckpt:
         with pytest.raises(error, match="step"):
             ckpt.save({"x": 1}, step)
@@ -302,8 +305,8 @@ def check_limited_save(result):
 
 
 def test_save_under_an_address_space_limit_falls_back(tmp_path):
-    """RLIMIT_AS with room for the state but not for its staging image. Before: save()
-    raised a bare MemoryError: std::bad_alloc and qrnn-train died with a traceback."""
+    """RLIMIT_AS with room for the state but not for its staging image: save() warns that the
+    image could not be allocated and writes from the live tensors instead."""
     out = check_limited_save(run_python(LIMITED_SAVER, tmp_path, 200, "as"))
     assert any("could not be allocated" in w for w in out["warnings"])
     assert files(tmp_path) == ["ckpt-000000000001.pt"]
@@ -343,9 +346,9 @@ def memory_cgroup(limit_bytes):
 
 
 def test_save_in_a_memory_cgroup_falls_back_instead_of_being_killed(tmp_path):
-    """A cgroup where the process holds a 300 MB state but not a second copy. Before: the
-    staging image fitted the address space, its pages did not fit the cgroup: OOM-killed
-    inside save()."""
+    """A cgroup where the process holds a 300 MB state but not a second copy: a staging image
+    would fit the address space but its pages not the cgroup, so save() checks the cgroup's
+    room first and writes from the live tensors rather than being OOM-killed."""
     procs, cleanup, version = memory_cgroup(4 * 2**30)  # the saver lowers it to the state, not twice
     try:
         def join():

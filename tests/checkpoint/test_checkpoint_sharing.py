@@ -58,8 +58,8 @@ def lock_like_a_writer(fd):
 def test_a_live_writers_temporary_survives_readers_and_writers(tmp_path):
     """A temporary named after a PID that does not exist here (a saver in another container or
     on another host) but locked by its writer is never deleted; once the lock is gone it is
-    stale and the next writer's first save removes it. (Before: any checkpointer opened in
-    the folder deleted it, since the PID looked dead.)"""
+    stale and the next writer's first save removes it. The lock, not the PID, decides: a PID
+    from another namespace looks dead here."""
     foreign = tmp_path / ".ckpt-000000000005.pt.tmp-999999-0123456789012345"
     assert _C.checkpoint_is_temporary(foreign.name)
     fd = os.open(foreign, os.O_RDWR | os.O_CREAT, 0o644)
@@ -103,8 +103,8 @@ print(json.dumps({"pid": __import__("os").getpid(), "lost": lost}))
 def test_saver_in_another_pid_namespace_loses_nothing(tmp_path):
     """A saver in its own PID namespace, under a PID that does not exist in this one (so a
     liveness check by PID calls it dead), while this process opens checkpointers in the same
-    folder every few milliseconds, reads latest() and saves there too. (Before: 30 of 30
-    saves lost to 'rename ... ENOENT'.)"""
+    folder every few milliseconds, reads latest() and saves there too. Every one of its saves
+    commits: none of its temporaries is taken for a dead process's and removed."""
     prefix = other_pid_namespace()
     saves = 30
     pid_max = int(open("/proc/sys/kernel/pid_max").read())
@@ -169,8 +169,8 @@ while True:
 
 def test_pid_1_restarts_neither_leak_nor_collide(tmp_path):
     """A container's PID 1 killed mid-save six times, then restarted: its first save of the
-    same step succeeds (before: the dead run's temporary had the same name: EEXIST, save
-    lost) and removes every temporary the dead runs left (before: 4 full-size leaks)."""
+    same step succeeds (its temporary's name differs from every dead run's, so no EEXIST) and
+    removes every temporary the dead runs left (none is leaked)."""
     prefix = other_pid_namespace()
     for run in range(6):
         child = subprocess.Popen([*prefix, sys.executable, "-c", PID1_SAVER, str(tmp_path), str(run)],
@@ -227,7 +227,9 @@ def _train_step(model, opt):
 
 
 def test_overlap_two_checkpointers_one_optimizer(tmp_path):
-    """(Before: RuntimeError 'OrderedDict mutated during iteration' from optimizer.step().)"""
+    """Two checkpointers overlap their snapshots with the same optimizer: its steps run (no
+    hook is removed while torch runs the hooks, so no 'OrderedDict mutated during iteration')
+    and both files hold the weights as they were at save()."""
     model, opt = _model_and_optimizer()
     a, b = AsyncCheckpointer(tmp_path / "a"), AsyncCheckpointer(tmp_path / "b")
     expected = model.weight.detach().clone()
@@ -329,8 +331,8 @@ print(json.dumps(out))
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
 def test_forked_child_saves_and_exits_without_hanging(tmp_path):
-    """(Before: the child's save() hung forever, and a child exiting with the parent's save
-    in flight hung in its exit-time close().)"""
+    """A forked child saves through its own checkpointer and exits, with the parent's save in
+    flight at fork() or not: neither the child's save() nor its exit-time close() hangs."""
     result = run_python(FORK, tmp_path, timeout=300)
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout.strip().splitlines()[-1])
@@ -344,8 +346,8 @@ def test_forked_child_saves_and_exits_without_hanging(tmp_path):
 
 def test_rollback_run_keeps_its_saves(tmp_path):
     """Steps 0-19 with keep_last=4 by one process, then a run rolled back to step 5 saves 5, 6,
-    7: its files are kept and latest() is its last save. (Before: each new file was deleted
-    at once and latest() returned step 19 of the abandoned run.)"""
+    7: its files are kept and latest() is its last save (retention and latest() follow commit
+    order, not the step, so the abandoned run's step 19 is the one retired)."""
     script = """
     import sys, torch
     from qrnn.checkpoint import AsyncCheckpointer
@@ -373,8 +375,8 @@ def test_rollback_run_keeps_its_saves(tmp_path):
 # ---- 7. one transient failure costs one checkpoint ------------------------------------
 
 def test_transient_failure_costs_one_checkpoint(tmp_path):
-    """The disk fails once. (Before: the next save() raised the error and was not made: two
-    checkpoints lost.)"""
+    """The disk fails once: only that checkpoint is lost. The next save() reports the failure
+    and is still made (its handle is the error's next_handle)."""
     ckpt = FaultyCheckpointer(tmp_path, keep_last=None, after_bytes=0, errno=errno.EIO, times=1)
     ckpt.save({"step": 1}, 1)
     with pytest.raises(CheckpointError) as caught:
@@ -403,7 +405,7 @@ def test_earlier_failure_survives_a_save_that_fails_itself(tmp_path):
 
 # ---- 8. readers beside a writer -------------------------------------------------------
 
-WRITER_SAVES = 400  # before the fixes: dozens of None from latest() and of failed mmap loads in as many saves
+WRITER_SAVES = 400  # enough commits for a reader racing them to meet every window a commit opens
 
 
 def numbered_state(number: int) -> dict:
@@ -446,9 +448,9 @@ def read_while(write, read) -> tuple:
 def test_an_evaluator_beside_a_keep_last_1_writer_always_finds_and_loads_a_checkpoint(tmp_path):
     """An evaluator polling latest() and loading what it names (plainly and with mmap) while
     the writer commits a new checkpoint and deletes the old one. A checkpoint deleted before
-    the evaluator opened it is FileNotFoundError; nothing else may fail. (Before: latest()
-    returned None when its listing raced a commit, and load(mmap=True) reopened the file by
-    name after checking it, failing with RuntimeError once it was gone.)"""
+    the evaluator opened it is FileNotFoundError; nothing else may fail: latest() never
+    returns None while a listing races a commit, and load(mmap=True) maps the file it opened
+    and checked, not the name again."""
     writer = AsyncCheckpointer(tmp_path, keep_last=1, _sync=False)
     writer.save(numbered_state(0), 0).result()
     evaluator = AsyncCheckpointer(tmp_path)  # reads only: no lock, deletes nothing
@@ -479,8 +481,8 @@ def test_an_evaluator_beside_a_keep_last_1_writer_always_finds_and_loads_a_check
 def test_a_checkpoint_replaced_under_its_name_loads_whole(tmp_path):
     """The same step saved over and over (each file renamed over the last, of another size)
     while a reader loads it by name, plainly and with mmap: every load returns one
-    whole save. (Before: load(mmap=True) checked the file it opened, then torch mapped
-    whatever the name held by then: 55 of 700 loads failed or mixed two files.)"""
+    whole save: load(mmap=True) maps the very file it checked, whatever the name holds by
+    then."""
     writer = AsyncCheckpointer(tmp_path, keep_last=1, _sync=False)
     path = writer.save(numbered_state(0), 1).result()
     mapped = itertools.cycle([False, True])

@@ -77,7 +77,8 @@ def test_a_plain_archive_of_the_same_shape_loads(tmp_path):
 
 
 def test_compressed_record_is_refused_before_inflating(tmp_path):
-    """Before: a 1 MB compressed record reached 1.07-1.26 GiB of resident memory in load."""
+    """A compressed record (under 1 MB on disk, 64 MB inflated) is refused by load() and
+    verify() before anything is inflated: checkpoints are stored, never compressed."""
     path = tensor_archive(tmp_path / "bomb.pt", bytes(64 << 20), compression=zipfile.ZIP_DEFLATED)
     assert path.stat().st_size < 1 << 20
     for check in (load, verify):
@@ -87,7 +88,8 @@ def test_compressed_record_is_refused_before_inflating(tmp_path):
 
 @pytest.mark.parametrize("claimed", [int(3.75 * GIB), 2**32 - 2])
 def test_sizes_beyond_the_file_are_refused(tmp_path, claimed):
-    """Before: a 786-byte file with false sizes asked for 3.75 GiB of address space."""
+    """A small file whose headers claim a record of gigabytes is refused before anything is
+    allocated for it: sizes must fit in the file."""
     path = tensor_archive(tmp_path / "liar.pt", bytes(64))
     lie_about_sizes(path, "archive/data/0", claimed)
     assert path.stat().st_size < 4096
@@ -98,7 +100,7 @@ def test_sizes_beyond_the_file_are_refused(tmp_path, claimed):
 
 @pytest.mark.parametrize("name", ["archive/../data/0", "archive/data/../../0", "/archive/data/0"])
 def test_names_leaving_the_archive_are_refused(tmp_path, name):
-    """Before: verify() accepted record names containing '..'."""
+    """Record names containing '..' or starting with '/' are refused by load() and verify()."""
     path = tensor_archive(tmp_path / "dots.pt", bytes(64), name=name)
     for check in (load, verify):
         with pytest.raises(CorruptCheckpointError):
@@ -128,7 +130,8 @@ SYSTEM = f"{os.system.__module__}.system"  # posix.system where os.system comes 
 
 @pytest.mark.parametrize("mmap", [False, True])
 def test_a_pickle_calling_code_is_refused_in_one_line(tmp_path, mmap):
-    """Before: torch's six-line UnpicklingError, which advised loading with weights_only=False."""
+    """A pickle that would call code is refused in one line naming the global, without torch's
+    advice to load with weights_only=False; the code never runs."""
     marker = tmp_path / "ran"
     path = code_archive(tmp_path / "code.pt", marker)
     with pytest.raises(UnsafeCheckpointError) as caught:
@@ -182,7 +185,8 @@ def one_line_error(capsys, message):
 @pytest.mark.parametrize("state", [{"format": "qrnn-lm/1"}, {"format": "qrnn-lm/1", "settings": {}, "vocab": {},
                                                                "data": {}, "model_config": {}}])
 def test_foreign_file_with_the_format_key_is_one_line(tmp_path, capsys, state):
-    """Before: --resume died with a KeyError traceback, exit code 1."""
+    """A file with qrnn-train's format key but not its contents: --resume says so in one line,
+    exit code 2, no traceback."""
     run = tmp_path / "run"
     run.mkdir()
     torch.save(state, run / "ckpt-000000000001.pt")
@@ -225,7 +229,7 @@ sys.stdin.readline()
 
 def test_checkpoint_error_while_training_is_one_line_exit_2(tmp_path, capsys):
     """A save that cannot happen (here: another writer holds the folder) ends qrnn-train
-    with one line and exit code 2, as docs/API.md says (before: exit code 1)."""
+    with one line and exit code 2, as for every error qrnn-train reports."""
     run = tmp_path / "run"
     data = tmp_path / "text.txt"
     data.write_text("hello world, a tiny corpus. " * 100)

@@ -1,7 +1,7 @@
 """The CUDA ForgetMult kernels, run on the CPU by emulation: no GPU needed.
 
 tests/cuda_emulation/emulate_kernels.cpp (built by the ``emulator`` fixture of conftest.py)
-compiles cuda/forget_mult_kernels.cuh with the host C++ compiler against the CUDA headers and
+compiles cuda/forget_mult/kernels.cuh with the host C++ compiler against the CUDA headers and
 runs a grid block by block (each thread of a chunked block a fiber, __syncthreads a
 barrier). These tests drive it with the launch plans the real build picks
 (qrnn.ops.forget_mult.kernels.forward_plan / backward_plan) and with every plan the kernels have, on

@@ -1,6 +1,7 @@
 """Vector widths of the CUDA ForgetMult kernels, run on the CPU by emulation (see
-test_forget_mult_cuda_emulated.py): a broadcast (stride 0) or strided array no longer drops
-the others to scalar accesses, and every vector access must be aligned to its size, as a
+test_forget_mult_cuda_emulated.py): each array gets its own access width, so a broadcast
+(stride 0) or strided array is read element by element while the others keep their vector
+accesses, and every vector access must be aligned to its size, as a
 GPU requires (the emulator checks). Needs a CUDA build of qrnn (for the plans), the CUDA
 headers and a C++ compiler.
 """

@@ -1,4 +1,4 @@
-"""The CUDA fused gate kernels (cuda/qrnn_gates_kernels.cuh), run on the CPU by emulation.
+"""The CUDA fused gate kernels (cuda/qrnn_gates/kernels.cuh), run on the CPU by emulation.
 
 The ``emulator`` fixture (conftest.py) compiles the kernels with the host compiler; these
 tests hand them the very integers qrnn._C's CUDA launchers receive (qrnn.ops builds them),

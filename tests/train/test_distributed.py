@@ -241,8 +241,8 @@ def _assert_same_model(a, b):
 def test_torchrun_restart_after_a_rank_dies_resumes_bit_identical(runs):
     """--max-restarts=1 --resume auto: rank 1 is SIGKILLed at step 17; rank 0 reports it on one
     line; the restarted workers resume from step 15 and end bit-identical to the uninterrupted
-    2-process run. Before: restarted workers exited 2 ("already holds checkpoints"), and
-    --resume on a first start exited 2 ("no checkpoint")."""
+    2-process run. --resume auto continues a folder that holds checkpoints and starts afresh
+    in one that holds none, so the same command line serves the first start and every restart."""
     steps, folder = runs["epoch_steps"], runs["root"] / "restart"
     run_dir = folder / "run"
     env = _fault_env(folder, "SIGKILL@step@17@1")
@@ -312,7 +312,8 @@ def _pids(marker, rank):
 def test_a_hung_rank_fails_the_job_in_bounded_time_naming_it(runs):
     """Rank 1 SIGSTOPs itself at step 7; with --dist-timeout 5 rank 0 gives up and names it on
     one line, exit 2. (Once rank 0 is gone the test resumes rank 1, which torchrun would
-    otherwise SIGKILL after its own 30 s.) Before: rank 0 waited torch's 30 minutes."""
+    otherwise SIGKILL after its own 30 s.) The wait is --dist-timeout's, not torch's default of
+    30 minutes."""
     folder = runs["root"] / "hung"
     marker = f"QRNN_TEST_HUNG={uuid.uuid4().hex}"
     env = _fault_env(folder, "SIGSTOP@step@7@1", QRNN_TEST_HUNG=marker.split("=")[1])
@@ -344,8 +345,8 @@ def test_a_hung_rank_fails_the_job_in_bounded_time_naming_it(runs):
 
 def test_ranks_whose_clocks_disagree_stop_at_the_same_step(runs):
     """Rank 1's clock runs 100 times too fast: the time budget is rank 0's alone, so both
-    ranks stop together and stay in sync. Before: rank 1 left fit() at the first epoch end
-    on its own clock, and the ranks' collectives no longer matched (a hang)."""
+    ranks stop together and stay in sync (a rank leaving fit() on its own clock would leave the
+    others waiting in a collective it never joins)."""
     folder = runs["root"] / "clocks"
     env = _fault_env(folder, "", CLOCK="1@100")
     command = _torchrun("--standalone", "--nproc_per_node=2") + [FAULT_LAUNCHER] + runs["base"] + [

@@ -80,7 +80,8 @@ def _assert_only_committed_files(run_dir):
 
 
 def test_sigterm_during_a_step_checkpoints_the_position_and_resumes_bit_identical(base, reference, tmp_path):
-    """Before: SIGTERM ended the process at once (status -15), the partial epoch unsaved."""
+    """SIGTERM mid-step: the run stops at that step with exit status 143 and one line, the
+    partial epoch checkpointed; the same command line resumes it bit-identically."""
     run_dir = tmp_path / "run"
     code, _, err = _run(base, run_dir, "SIGTERM@step@12", ["--epochs", "2"])
     assert code == 128 + signal.SIGTERM, err[-2000:]
@@ -96,8 +97,7 @@ def test_sigterm_during_a_step_checkpoints_the_position_and_resumes_bit_identica
 
 def test_sigusr1_during_a_save_commits_it_and_promotes_best_pt(base, tmp_path):
     """The 6th save (the end of epoch 1, a new best) is in flight when SIGUSR1 comes: it
-    commits, best.pt becomes it, nothing is left half-written. Before: status -10, the save
-    dropped (its temporary left behind), no best.pt."""
+    commits, best.pt becomes it, nothing is left half-written, and the exit status is 138."""
     run_dir = tmp_path / "run"
     code, _, err = _run(base, run_dir, "SIGUSR1@save@6", ["--epochs", "2"])
     assert code == 128 + signal.SIGUSR1, err[-2000:]
@@ -111,7 +111,7 @@ def test_sigusr1_during_a_save_commits_it_and_promotes_best_pt(base, tmp_path):
 
 def test_kill_before_best_pt_promotion_is_repaired_on_resume(base, tmp_path):
     """SIGKILL after the best checkpoint committed, before best.pt: the resumed run promotes
-    it (each checkpoint records best_step). Before: no best.pt, ever."""
+    it (each checkpoint records best_step)."""
     run_dir = tmp_path / "run"
     code, _, err = _run(base, run_dir, "SIGKILL@best@1", ["--epochs", "1"])
     assert code == -signal.SIGKILL, err[-2000:]
@@ -168,7 +168,7 @@ def _pid_1_of(marker: str):
 
 def test_pid_1_of_a_container_stops_on_sigterm(base, tmp_path):
     """A PID 1 without a handler ignores SIGTERM (Kubernetes then SIGKILLs it after its
-    grace period); with the handlers it stops and checkpoints. Before: SIGTERM ignored."""
+    grace period); qrnn-train installs its handlers, so as PID 1 it stops and checkpoints."""
     prefix = _pid_1_prefix()
     run_dir = tmp_path / "run"
     token = uuid.uuid4().hex

@@ -135,7 +135,7 @@ def test_a_resume_without_data_trusts_the_recorded_files_only_while_unchanged(tr
     capsys.readouterr()
     moved = tmp_path / "moved.txt"
     shutil.copy(data, moved)
-    with open(data, "ab") as fh:  # the file the checkpoint names grows: no longer trusted
+    with open(data, "ab") as fh:  # the file the checkpoint names grows: it differs from its record
         fh.write(b"more text\n")
     try:
         assert train_main(["--checkpoint-dir", str(copy), "--resume", "--max-steps", "5", "--no-progress"]) == 2

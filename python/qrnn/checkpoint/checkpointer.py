@@ -419,12 +419,29 @@ class SaveQueue:
 
 
 class AsyncCheckpointer(SaveQueue):
-    """Saves checkpoints of ``state`` in the background into ``directory`` (created if
-    missing) as ``<prefix><step:012d>.pt``, keeping the ``keep_last`` most recently committed
-    checkpoints (None: all) and holding at most ``max_pending`` snapshots in memory. ``copy_threads`` threads do
-    the CPU staging copy in default mode (one thread in overlap mode). ``direct_io`` writes
-    with O_DIRECT where the file system supports it (less CPU and page-cache churn).
-    ``private=True`` creates every file with mode 0600 (else 0666; the umask applies to both).
+    """Saves checkpoints of ``state`` in the background into ``directory`` as
+    ``<prefix><step:012d>.pt``, in ``torch.save``'s format.
+
+    Args:
+        directory: the folder (created with its parents if missing).
+        keep_last: how many of the most recently committed checkpoints to keep (an int >= 1;
+            None keeps all). Older ones are deleted after each commit.
+        max_pending: at most this many snapshots are held in memory (int >= 1); a further
+            ``save()`` waits for the oldest, or is skipped with ``block=False``.
+        prefix: the start of the checkpoint file names (a plain name not starting with
+            ``.``); one writer per folder and prefix.
+        copy_threads: threads doing the CPU staging copy in default mode (one in overlap
+            mode); None: up to 4, as the CPUs allow.
+        direct_io: write with O_DIRECT where the file system supports it (less CPU and
+            page-cache churn).
+        private: create every file with mode 0600 (else 0666; the umask applies to both).
+
+    Raises:
+        TypeError, ValueError: a bad option, named, before the folder is created.
+        OSError: the folder cannot be created or opened (as the system reports it).
+
+    Use it as a context manager, or call ``close()``: it waits for every pending save and
+    raises the first failure nobody was told about.
 
     The folder is opened once, here (created with its parents, each fsynced); every later
     create, rename, fsync, listing and unlink is relative to it and follows no symbolic link

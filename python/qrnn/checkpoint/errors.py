@@ -7,9 +7,17 @@ from typing import Any, Optional
 
 
 class CheckpointError(OSError):
-    """A checkpoint was not saved. ``errno`` and ``filename`` say which system call failed on
-    which file (``errno`` is 0 for a failure that was not a system call); ``step`` is the step
-    of the lost save."""
+    """A checkpoint was not saved (an OSError whose ``message`` is one sentence).
+
+    Attributes:
+        errno, filename: which system call failed on which file (``errno`` is 0 for a
+            failure that was not a system call; EBUSY when another writer holds the folder).
+        step: the step of the lost save (None for ``async_save``, which has no step).
+        operation: the operation that failed, e.g. ``"lock"``, ``"write"``, ``"commit"`` or
+            ``"publish"`` (``""`` when none is named).
+        next_handle: when a later ``save()`` or ``async_save`` raised this error, the
+            :class:`SaveHandle` of that later save, which was still made; else None.
+    """
 
     def __init__(self, errno: int, message: str, filename: Optional[str] = None, step: Optional[int] = None,
                  operation: str = ""):
@@ -22,8 +30,9 @@ class CheckpointError(OSError):
 
 
 class CorruptCheckpointError(ValueError):
-    """:func:`verify` found a damaged checkpoint; ``record`` names the damaged record (None
-    when the archive as a whole is unreadable)."""
+    """:func:`verify` or :func:`load` found a damaged checkpoint (a ValueError). ``path`` is
+    the file; ``record`` names the damaged record (None when the archive as a whole is
+    unreadable); ``problem`` says what is wrong, in the message."""
 
     def __init__(self, path: str, record: Optional[str], problem: str):
         where = f"record '{record}'" if record else "archive"
@@ -35,9 +44,9 @@ class CorruptCheckpointError(ValueError):
 class UnsafeCheckpointError(CorruptCheckpointError, pickle.UnpicklingError):
     """:func:`load` refused a checkpoint whose pickle needs more than ``weights_only=True``
     rebuilds: code (a function such as ``os.system``, or a class) or another object outside
-    the allowed types. Nothing in it ran. ``global_name`` names what it refers to (None when
-    torch's message did not say); ``__cause__`` is torch's own error. An UnpicklingError too,
-    as torch.load raises."""
+    the allowed types. Nothing in it ran. ``path`` is the file; ``global_name`` names what
+    it refers to (None when torch's message did not say); ``__cause__`` is torch's own
+    error. An UnpicklingError too, as torch.load raises."""
 
     def __init__(self, path: str, global_name: Optional[str]):
         what = f"code ({global_name})" if global_name else "a pickled object outside the allowed types"

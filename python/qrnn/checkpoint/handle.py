@@ -105,8 +105,11 @@ class PendingSave:
 
 
 class SaveHandle:
-    """One requested save. ``done()`` polls, ``result()`` waits and returns the final path or
-    raises :class:`CheckpointError`; ``wait_staged()`` waits until the snapshot is taken."""
+    """One requested save, as ``save()`` and ``async_save`` return it. ``done()`` polls,
+    ``result()`` waits and returns the final path or raises :class:`CheckpointError`;
+    ``wait_staged()`` waits until the snapshot is taken. ``step`` and ``path`` say which
+    save it is. In a process forked while the save was pending, its methods raise
+    RuntimeError: the outcome is known only in the parent."""
 
     def __init__(self, save: PendingSave):
         self._save = save
@@ -119,6 +122,7 @@ class SaveHandle:
         return self._save.blocked_seconds
 
     def done(self) -> bool:
+        """Whether the save has finished, committed or failed (never blocks)."""
         if self._save.from_parent():
             raise self._save.parent_error()
         return self._save.finished()

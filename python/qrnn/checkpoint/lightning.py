@@ -41,6 +41,10 @@ class QRNNCheckpointIO(TorchCheckpointIO):
         self._pending: dict[str, SaveHandle] = {}  # path -> its latest save
 
     def save_checkpoint(self, checkpoint: dict, path: Any, storage_options: Optional[Any] = None) -> None:
+        """Save ``checkpoint`` to ``path`` with :func:`qrnn.checkpoint.async_save` (creating
+        the folder), returning once the snapshot is taken; raises :class:`CheckpointError`
+        for an earlier save that failed (this one is still made). ``storage_options`` or a
+        remote path: Lightning's own writer."""
         if storage_options is not None or "://" in str(path):
             super().save_checkpoint(checkpoint, path, storage_options)  # its TypeError, or a remote file system
             return
@@ -56,10 +60,12 @@ class QRNNCheckpointIO(TorchCheckpointIO):
             raise
 
     def load_checkpoint(self, path: Any, *args: Any, **kwargs: Any) -> dict:
+        """Lightning's ``load_checkpoint``, after waiting for a pending save of ``path``."""
         self._settle(path)  # read what was saved last, not the file before it
         return super().load_checkpoint(path, *args, **kwargs)
 
     def remove_checkpoint(self, path: Any) -> None:
+        """Lightning's ``remove_checkpoint``, after waiting for a pending save of ``path``."""
         self._settle(path)  # never race the rename of a pending save of this path
         super().remove_checkpoint(path)
 

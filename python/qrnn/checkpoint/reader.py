@@ -45,7 +45,25 @@ def load(path: Union[str, os.PathLike], map_location=None, *, weights_only: bool
     The file checked is the file loaded, also with ``mmap=True`` and while a writer renames
     another file over ``path``: torch maps it through its open descriptor's name
     (``/proc/self/fd``, or ``/dev/fd``). Where the system has neither, ``mmap=True`` warns
-    and reads the checked file into memory as ``mmap=False`` does."""
+    and reads the checked file into memory as ``mmap=False`` does.
+
+    Args:
+        path: the checkpoint file.
+        map_location (Any): as for ``torch.load`` (where tensors go; None: where they were
+            saved).
+        weights_only: as for ``torch.load``; keep True for files you did not write.
+        mmap: map the tensors' storages from the file instead of reading them.
+
+    Returns:
+        obj (Any): the saved object, as ``torch.load`` returns it.
+
+    Raises:
+        CorruptCheckpointError: the archive's structure is damaged or not a zip-format
+            checkpoint.
+        UnsafeCheckpointError: (with ``weights_only=True``) the pickle needs more than the
+            allowed types.
+        OSError: the file cannot be opened (FileNotFoundError for a missing one).
+    """
     path = os.fspath(path)
     with open(path, "rb") as file:
         _check_file(path, file, check_crc=False)
@@ -109,11 +127,19 @@ def _descriptor_name(file: IO[bytes]) -> Optional[str]:
 
 
 def verify(path: Union[str, os.PathLike]) -> None:
-    """Check the whole archive: every central-directory field against its local header,
-    data descriptor and the data (names, offsets, sizes, flags, method, CRC-32, which
-    torch.load never checks), the end records, and that the records tile the file. Raises
-    :class:`CorruptCheckpointError` (never another exception for a damaged file) naming the
-    first damaged record; returns None when intact. A file it accepts loads as written."""
+    """Check the whole archive at ``path`` (a str or os.PathLike; every byte is read):
+    every central-directory field against its local header, data descriptor and the data
+    (names, offsets, sizes, flags, method, CRC-32, which torch.load never checks), the end
+    records, and that the records tile the file. A file it accepts loads as written.
+
+    Returns:
+        None when the file is intact.
+
+    Raises:
+        CorruptCheckpointError: naming the first damaged record (never another exception
+            for a damaged file).
+        OSError: the file cannot be opened or read.
+    """
     path = os.fspath(path)
     with open(path, "rb") as file:
         _check_file(path, file, check_crc=True)

@@ -78,8 +78,9 @@ def use_saver(new: Optional[FileSaver]) -> Optional[FileSaver]:
 def async_save(obj: Any, f: Union[str, os.PathLike], pickle_module: Any = pickle,
                pickle_protocol: int = torch.serialization.DEFAULT_PROTOCOL, _use_new_zipfile_serialization: bool = True,
                _disable_byteorder_record: bool = False) -> SaveHandle:
-    """``torch.save(obj, f)`` in the background: the same arguments and the same file, which
-    plain ``torch.load`` (``weights_only=True`` included) reads. Returns a :class:`SaveHandle`
+    """``torch.save(obj, f)`` in the background: torch.save's arguments (``f`` a path; the
+    other arguments only at torch.save's defaults) and the same file, which plain
+    ``torch.load`` (``weights_only=True`` included) reads. Returns a :class:`SaveHandle`
     once the snapshot is taken (``obj``'s tensors may change from then on); a writer thread
     writes a temporary next to ``f``, fsyncs it and renames it over ``f`` (an existing file is
     replaced atomically: a reader or a crash sees the old file or the new one, never a part).
@@ -88,7 +89,16 @@ def async_save(obj: Any, f: Union[str, os.PathLike], pickle_module: Any = pickle
     waits for the oldest). Saves commit in call order, so of two saves to one path the later
     one wins. A failure raises :class:`CheckpointError` from that save's ``handle.result()``,
     and, when nobody was told yet, from the next ``async_save`` (after making that save) or
-    :func:`wait_all`. Unfinished saves are finished at interpreter exit."""
+    :func:`wait_all`. Unfinished saves are finished at interpreter exit.
+
+    Raises:
+        TypeError: ``f`` is not a ``str`` or ``os.PathLike`` (a file object or buffer: use
+            ``torch.save``).
+        ValueError: ``pickle_module``, ``pickle_protocol`` or the underscored format flags
+            differ from torch.save's defaults.
+        CheckpointError: an earlier ``async_save`` failed and nobody was told yet (this save
+            is still made: the error's ``next_handle``).
+    """
     if not isinstance(f, (str, os.PathLike)):
         raise TypeError(f"async_save writes to a path (str or os.PathLike), got {type(f).__name__}; "
                         "for a file object or buffer use torch.save")

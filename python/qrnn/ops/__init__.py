@@ -54,6 +54,9 @@ FAMILIES = (
     "qrnn_gates",
     "linear_scan",
 )
+"""The names of the op families, in definition order: each is a subpackage
+``qrnn.ops.<family>`` and defines the operators ``qrnn::<family>`` and
+``qrnn::<family>_backward``."""
 
 # DTensor's rules for the ops, at once when this process already loaded DTensor (else at the
 # first call given a tensor subclass after it is loaded: see .core.sharding).

@@ -116,10 +116,21 @@ def latest_checkpoint(directory: str) -> Optional[str]:
 
 
 def load_checkpoint(path: str) -> dict:
-    """A checkpoint's contents, on the CPU; TrainError (one line) for a missing or unreadable
-    file, and for one whose lists and dicts would expand far beyond its size (shared
-    references cost a pickle two bytes each: a nest of them can stand for 2**40 items that
-    a JSON encoder or a walk would then visit)."""
+    """Read a checkpoint file onto the CPU with :func:`qrnn.checkpoint.load`
+    (``weights_only=True``, its structure checked first).
+
+    Args:
+        path: the checkpoint file.
+
+    Returns:
+        Its contents (for qrnn-train's checkpoints, a dict).
+
+    Raises:
+        TrainError: (one line) a missing, damaged or unreadable file, one whose pickle needs
+            more than ``weights_only=True`` allows, or one whose lists and dicts would expand
+            far beyond its size (shared references cost a pickle two bytes each: a nest of
+            them can stand for 2**40 items that a JSON encoder or a walk would then visit).
+    """
     try:
         state = load(path, map_location="cpu")
         size = os.path.getsize(path)

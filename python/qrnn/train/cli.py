@@ -145,9 +145,18 @@ def plot_losses(files, history: list, loss_trace: list, level: str) -> None:
 
 
 def main(argv=None) -> int:
-    """``qrnn-train``: returns the exit code (0; 2 for usage, data, checkpoint and I/O errors and
-    failed collectives, each one line on stderr; 128 + the signal after a stop by SIGTERM or
-    SIGUSR1; 130 for Ctrl-C)."""
+    """The ``qrnn-train`` command (also ``python -m qrnn.train``).
+
+    Args:
+        argv (list[str] | None): the command line's arguments (the flags :class:`Settings`
+            names); None: ``sys.argv[1:]``.
+
+    Returns:
+        The exit code: 0; 2 for usage, data, checkpoint and I/O errors and failed
+        collectives, each one line on stderr; 128 + the signal after a stop by SIGTERM or
+        SIGUSR1; 130 for Ctrl-C. A bad command line (and ``--help``) ends in argparse's
+        SystemExit instead (status 2 with one line; 0 for ``--help``).
+    """
     args = build_parser(preset_of(sys.argv[1:] if argv is None else argv)).parse_args(argv)
     try:
         # From the start, so that a signal during set-up is a stop request too (and a PID 1
@@ -440,7 +449,16 @@ def _sample(model, vocab, prompt: str, length: int, temperature: float, seed: in
 
 
 def generate_main(argv=None) -> int:
-    """``qrnn-generate``: returns the exit code (0; 2 for any failure, one line on stderr)."""
+    """The ``qrnn-generate`` command: sample text from a model ``qrnn-train`` saved.
+
+    Args:
+        argv (list[str] | None): the command line's arguments (``--checkpoint PATH`` and the
+            sampling flags; see ``qrnn-generate --help``); None: ``sys.argv[1:]``.
+
+    Returns:
+        The exit code: 0, or 2 for any failure, reported in one line on stderr (a bad
+        command line, and ``--help``, end in argparse's SystemExit instead).
+    """
     p = CommandParser(prog="qrnn-generate", description="Sample text from a model saved by qrnn-train.")
     p.add_argument("--checkpoint", required=True, metavar="PATH",
                    help="a checkpoint file, or a run folder (its best.pt, else its latest checkpoint)")

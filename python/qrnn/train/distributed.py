@@ -29,7 +29,16 @@ _PROBE_SECONDS = 10.0
 
 @dataclass
 class Distributed:
-    """This process's place in the run: its rank, the number of processes, its device."""
+    """This process's place in the run, as :func:`init_distributed` returns it.
+
+    Attributes:
+        rank: this process's rank (0 on a single process).
+        world: the number of processes (1 on a single process).
+        device: the device this process trains on.
+        timeout: seconds a collective waits for a peer before it fails.
+        health_group: a gloo group of every rank, used only to find which ranks stopped
+            answering after a collective failed (None on a single process).
+    """
 
     rank: int = 0
     world: int = 1
@@ -41,17 +50,35 @@ class Distributed:
 
     @property
     def enabled(self) -> bool:
+        """Whether there are several processes (DDP and collectives in use)."""
         return self.world > 1
 
     @property
     def is_main(self) -> bool:
+        """Whether this is rank 0, the process that writes checkpoints and logs."""
         return self.rank == 0
 
 
 def init_distributed(device: Optional[str] = None, timeout: float = DEFAULT_DIST_TIMEOUT) -> Distributed:
-    """Join the process group torchrun set up (gloo on CPU, nccl on CUDA); a single process
-    otherwise. Chooses the device: --device, else CUDA (this rank's GPU) when available.
-    `timeout`: seconds any collective waits for a peer before it fails."""
+    """Join the process group torchrun set up (gloo on CPU, nccl on CUDA), or describe a
+    single process when ``WORLD_SIZE`` is unset or 1.
+
+    Args:
+        device: ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` (``--device``); None: CUDA when
+            available, else the CPU. A bare ``"cuda"`` means this rank's GPU
+            (``LOCAL_RANK``), which is made the current device.
+        timeout: seconds any collective (and the process group's setup) waits for a peer
+            before it fails (``--dist-timeout``; default 300, where torch's own is 30
+            minutes).
+
+    Returns:
+        The :class:`Distributed` of this process.
+
+    Raises:
+        TrainError: a device torch does not know, one other than cpu or cuda, CUDA without
+            a visible GPU or with an index beyond them, or (under a torchrun restart) rank
+            0's store of this attempt not appearing within ``timeout``.
+    """
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))

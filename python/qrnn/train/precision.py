@@ -36,7 +36,22 @@ def cpu_bf16_support() -> tuple:
 
 
 def choose_precision(requested: str, device: torch.device) -> tuple:
-    """(precision, reason) for --precision auto|fp32|fp16|bf16 on `device`."""
+    """The autocast precision a run on ``device`` trains in, and why.
+
+    Args:
+        requested: ``"auto"``, ``"fp32"``, ``"fp16"`` or ``"bf16"`` (``--precision``).
+            ``auto`` picks fp16 on CUDA, bf16 on a CPU with native bfloat16 dot products
+            (AVX512-BF16 or AMX-BF16), and fp32 elsewhere.
+        device: the ``torch.device`` the model trains on.
+
+    Returns:
+        ``(precision, reason)``: the precision chosen (never ``"auto"``) and a sentence
+        saying why (for the log), e.g. that bf16 was requested on a CPU that emulates it.
+
+    Raises:
+        ValueError: ``requested`` is not one of the four names.
+        TrainError: bf16 requested on a GPU without bfloat16 support.
+    """
     if requested not in PRECISIONS:  # a bad argument (the command line restricts the choices itself)
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {requested!r}")
     if device.type == "cuda":

@@ -25,6 +25,25 @@ class _Measured(TypedDict):
 
 
 class EpochRecord(_Measured, total=False):
+    """One epoch's record (a TypedDict: a plain dict at run time), as :meth:`Trainer.fit`
+    returns them in its history and ``metrics.jsonl`` holds them, one per line.
+
+    Keys:
+        epoch: the epoch, 1-based.
+        complete: False for an epoch stopped early (max_steps, time budget, a signal).
+        step: optimizer steps so far.
+        train_loss: the mean reported loss over the epoch's batches.
+        valid_loss: the mean validation loss per target; None without validation data or
+            after a stop signal.
+        tokens, tokens_per_s: targets trained on in the epoch (all ranks), and per second.
+        skipped_steps: fp16 steps the GradScaler skipped, in all.
+        lr: the first parameter group's learning rate at the epoch's end.
+        precision: ``"fp32"``, ``"fp16"`` or ``"bf16"``.
+        seconds, checkpoint_stall_ms, checkpoint_stall_pct: (optional) the epoch's time and
+            how long checkpointing held training, in milliseconds and as a percentage;
+            known once the epoch's checkpoint is saved, so absent from the copy inside it.
+    """
+
     # Known once the epoch's checkpoint is saved (absent from the copy inside that checkpoint).
     seconds: float
     checkpoint_stall_ms: float

@@ -72,8 +72,19 @@ def _flag(default, help: str, group: str, *, resume: Optional[str] = None, shown
 
 @dataclass(frozen=True)
 class Settings:
-    """Every ``qrnn-train`` flag (``--batch-size`` is ``batch_size``). On a 2-core CPU the
-    default run takes about two minutes."""
+    """Every ``qrnn-train`` flag as a field of a frozen dataclass (``--batch-size`` is
+    ``batch_size``), with the flag's default. On a 2-core CPU the default run takes about two
+    minutes.
+
+    Each field's metadata holds the flag's help text, its argparse options, its group in
+    ``--help`` and what resuming does with it (``resume``: ``FIXED``, the checkpoint's value
+    and a different explicit one is an error; ``KEPT``, the checkpoint's value unless the
+    flag is given; None, a run option never saved). ``dropouth`` and ``dropouti`` left None
+    take ``dropout``'s rate on construction. Units are the command line's: ``time_budget``,
+    ``stop_grace`` and ``dist_timeout`` in seconds, ``save_interval`` in minutes
+    (:class:`Trainer`'s ``save_interval`` is in seconds). The constructor checks nothing;
+    the command line's parser checks each value.
+    """
 
     data: Optional[str] = _flag(None, "folder with train.txt, valid.txt, test.txt, or one text file split 90/5/5",
                                 "data", resume=KEPT, shown="the reference text in Python's pydoc_data",

@@ -98,7 +98,12 @@ def set_rng_state(state: dict, device: torch.device) -> None:
 def seed_everything(seed: int, rank: Optional[int] = None) -> None:
     """Seed Python's, NumPy's and torch's (every device's) random streams: with ``seed``, the
     same on every process (e.g. for identical initial weights), or with ``rank`` a stream of
-    the process's own (``seed + rank``: distinct dropout masks per rank)."""
+    the process's own (``seed + rank``: distinct dropout masks per rank).
+
+    Args:
+        seed: an int; NumPy gets it modulo 2**32.
+        rank: None, or this process's rank, added to ``seed``.
+    """
     if rank is not None:
         seed += rank
     random.seed(seed)

@@ -28,50 +28,80 @@ __all__ = ["Trainer", "fit"]
 
 
 class Trainer:
-    """Trains `model` with `optimizer` on batches of (inputs, targets).
+    """Trains ``model`` with ``optimizer`` on batches of (inputs, targets): mixed precision,
+    gradient clipping, truncated BPTT, non-blocking checkpoints, exact resume, DDP under
+    torchrun and graceful stops. :meth:`fit` runs it.
 
-    * precision: "auto", "fp32", "fp16" or "bf16" (see :func:`choose_precision`); parameters
-      stay float32, forward and loss run under ``torch.autocast``; fp16 uses a GradScaler whose
-      skipped steps are counted and do not advance `scheduler` (stepped once per optimizer step).
-    * loss_fn(outputs, targets) returns the loss, or a pair (objective to minimise, loss to
-      report): e.g. a cross-entropy plus regularisation terms, reporting the cross-entropy.
-    * lr_at(applied_steps, epoch, length): the learning rate of each step, set on every
-      parameter group before it, from the optimizer steps applied so far, the epoch (0-based)
-      and the batch's length (the targets' first dimension: the chunk length of time-major
-      batches); a pure function of progress, so resuming needs no scheduler state.
-    * on_validation(valid_loss, complete): called after each epoch's validation and before its
-      checkpoint (on every rank), e.g. to switch optimizers (:meth:`replace_optimizer`).
-    * Evaluation runs under ``torch.inference_mode``, with the optimizer's averaged weights when
-      it keeps them (``torch.optim.ASGD``).
-    * stateful: the model is called as ``model(inputs, state) -> (outputs, state)``; the state
-      is carried from chunk to chunk within an epoch, detached (truncated BPTT), and reset at
-      each epoch start. Otherwise ``model(inputs) -> outputs``.
-    * data: any sequence of (inputs, targets) (len and indexing, so resume can start mid-epoch);
-      a ``set_epoch(epoch)`` method, if present, is called at each epoch start.
-    * checkpoint_dir: a checkpoint every epoch (and when stopping early), written by rank 0
-      through :class:`qrnn.checkpoint.AsyncCheckpointer`, keeping `keep_last` and a best.pt
-      (lowest validation loss). With `checkpoint_overlap` (default) the snapshot is staged
-      while the next forward/backward run and the next optimizer.step() waits for it: safe
-      unless the forward pass changes saved tensors in place (BatchNorm running statistics,
-      an EMA updated in forward); pass False for such models.
-    * Under torchrun the model is wrapped in DistributedDataParallel; each rank must get its
-      own shard of every batch: rank r the r-th contiguous slice of the global batch, the same
-      number of rows on every rank (the loss a mean over the shard), so that DDP's averaged
-      gradient is the gradient of the global batch's mean loss and N processes take the same
-      steps as one process given the whole batch.
-    * carry_batch_dim: the batch dimension of every tensor of the carried state (stateful
-      models). With it, a checkpoint written mid-epoch resumes on a different number of
-      processes (the carried states are re-cut); without it, only at an epoch boundary.
-    * save_every (steps) and save_interval (seconds, rank 0's clock): checkpoints in the
-      middle of an epoch too, at the position reached.
-    * stop_signals (default SIGTERM, SIGUSR1) are caught during fit() (main thread only) as a
-      stop request: all ranks stop before the same step, the save in flight commits, the
-      position reached is checkpointed (no validation), best.pt is promoted, and fit() raises
-      :class:`TrainingStopped` (a SystemExit, code 128 + the signal). From the signal until
-      fit() returns there are `stop_grace` seconds; past them the process exits with that code
-      at once (the last committed checkpoint stands). One decision for every rank, made before each step (an
-      all-reduce of a few flags under DDP), covers signals, max_steps and the time budget
-      (rank 0's clock) alike.
+    Args:
+        model: the ``nn.Module`` to train (moved to ``dist.device``). Called as
+            ``model(inputs) -> outputs``, or with ``stateful`` as ``model(inputs, state) ->
+            (outputs, state)``. Under torchrun it is wrapped in DistributedDataParallel.
+        optimizer: a ``torch.optim.Optimizer`` over its parameters.
+        loss_fn: ``loss_fn(outputs, targets)`` returns the loss, or a pair (objective to
+            minimise, loss to report): e.g. a cross-entropy plus regularisation terms,
+            reporting the cross-entropy.
+        scheduler (Any): an LR scheduler stepped once per applied optimizer step (steps the fp16
+            GradScaler skips do not advance it), or None.
+        precision: ``"auto"``, ``"fp32"``, ``"fp16"`` or ``"bf16"`` (see
+            :func:`choose_precision`); parameters stay float32, forward and loss run under
+            ``torch.autocast``; fp16 uses a GradScaler whose skipped steps are counted.
+        dist: this process's :class:`Distributed` (from :func:`init_distributed`); None: a
+            single process on the model's device.
+        clip_norm: clip the gradients' total norm to this (after unscaling), or None.
+        grad_scaler: the ``torch.amp.GradScaler`` to use; None: one enabled for fp16 only.
+        stateful: carry the model's state from chunk to chunk within an epoch, detached
+            (truncated BPTT), reset at each epoch start.
+        checkpoint_dir: where rank 0 writes a checkpoint every epoch (and when stopping
+            early) through :class:`qrnn.checkpoint.AsyncCheckpointer`, keeping
+            ``keep_last`` and a best.pt (lowest validation loss); None: no checkpoints.
+        keep_last: how many checkpoints to keep.
+        checkpoint_extra: entries added to every checkpoint (e.g. settings, a vocabulary).
+        checkpoint_overlap: stage the snapshot while the next forward and backward run, the
+            next ``optimizer.step()`` waiting for it (default): safe unless the forward pass
+            changes saved tensors in place (BatchNorm running statistics, an EMA updated in
+            forward); pass False for such models.
+        carry_batch_dim: the batch dimension of every tensor of the carried state (stateful
+            models). With it, a checkpoint written mid-epoch resumes on a different number
+            of processes (the carried states are re-cut); without it, only at an epoch
+            boundary.
+        progress: show a progress bar (rank 0 only; needs tqdm, the ``train`` extra:
+            without it :meth:`fit` raises TrainError unless this is False).
+        log: where rank 0's log lines go (default ``print``).
+        save_every: also checkpoint every this many optimizer steps, mid-epoch, at the
+            position reached; None: only at epoch ends.
+        save_interval: also checkpoint every this many SECONDS (rank 0's clock), mid-epoch,
+            at the position reached; None: never by time. (``qrnn-train --save-interval``
+            takes minutes and passes seconds here.)
+        stop_signals: signals caught during :meth:`fit` (main thread only) as a stop request
+            (default SIGTERM and SIGUSR1): all ranks stop before the same step, the save in
+            flight commits, the position reached is checkpointed (no validation), best.pt
+            is promoted, and fit() raises :class:`TrainingStopped` (a SystemExit, code 128 +
+            the signal).
+        stop_grace: seconds from a stop signal until fit() must have returned; past them the
+            process exits with that code at once (the last committed checkpoint stands).
+        lr_at: ``lr_at(applied_steps, epoch, length)``, the learning rate of each step, set
+            on every parameter group before it, from the optimizer steps applied so far, the
+            epoch (0-based) and the batch's length (the targets' first dimension: the chunk
+            length of time-major batches); a pure function of progress, so resuming needs no
+            scheduler state. None: the optimizer's own rates.
+        on_validation: ``on_validation(valid_loss, complete)``, called after each epoch's
+            validation and before its checkpoint (on every rank), e.g. to switch optimizers
+            (:meth:`replace_optimizer`).
+
+    Raises:
+        TypeError: ``model``, ``optimizer`` or ``loss_fn`` of the wrong kind.
+        ValueError, TrainError: from :func:`choose_precision`.
+
+    Data: any sequence of (inputs, targets) (``len`` and indexing, so a resume can start
+    mid-epoch); a ``set_epoch(epoch)`` method, if present, is called at each epoch start.
+    Under torchrun each rank must get its own shard of every batch: rank r the r-th
+    contiguous slice of the global batch, the same number of rows on every rank (the loss a
+    mean over the shard), so that DDP's averaged gradient is the gradient of the global
+    batch's mean loss and N processes take the same steps as one process given the whole
+    batch. Evaluation runs under ``torch.inference_mode``, with the optimizer's averaged
+    weights when it keeps them (``torch.optim.ASGD``). One decision for every rank, made
+    before each step (an all-reduce of a few flags under DDP), covers signals,
+    ``max_steps`` and the time budget (rank 0's clock) alike.
     """
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Callable, *,
@@ -151,6 +181,7 @@ class Trainer:
 
     # ---- one step
     def autocast(self):
+        """The ``torch.autocast`` context of this run's precision (disabled for fp32)."""
         return torch.autocast(self.device.type, dtype=self.autocast_dtype or torch.float32,
                               enabled=self.autocast_dtype is not None)
 
@@ -309,11 +340,29 @@ class Trainer:
     def fit(self, train_data: Sequence, valid_data: Optional[Sequence] = None, epochs: int = 1,
             max_steps: Optional[int] = None, time_budget: Optional[float] = None,
             on_epoch_end: Optional[Callable[[dict], None]] = None) -> list:
-        """Train until `epochs` epochs are complete (counting those done before a resume), or
-        until `max_steps` optimizer steps in all, or `time_budget` seconds of this call, or a
-        stop signal (then raises :class:`TrainingStopped` once the checkpoint is committed).
-        Validates, checkpoints and calls `on_epoch_end(record)` after every epoch (and after a
-        partial one when stopped early; no validation after a signal). Returns the history."""
+        """Train until ``epochs`` epochs are complete (counting those done before a resume),
+        or until ``max_steps`` optimizer steps in all, or ``time_budget`` seconds of this call,
+        or a stop signal. Validates, checkpoints and calls ``on_epoch_end(record)`` after
+        every epoch (and after a partial one when stopped early; no validation after a
+        signal), then waits for pending checkpoints.
+
+        Args:
+            train_data: the training batches (see the class description).
+            valid_data: validation batches, or None for no validation (and no best.pt).
+            epochs: the total number of epochs.
+            max_steps: stop after this many optimizer steps in all, or None.
+            time_budget: stop after this many seconds of this call (rank 0's clock), or None.
+            on_epoch_end: called with each epoch's :class:`EpochRecord`, or None.
+
+        Returns:
+            The history: one :class:`EpochRecord` per epoch run so far, in epoch order.
+
+        Raises:
+            TrainingStopped: after a stop signal, once the position reached is checkpointed
+                and every save committed.
+            qrnn.checkpoint.CheckpointError: a checkpoint could not be saved.
+            TrainError: a problem the user can fix (e.g. ``progress`` without tqdm).
+        """
         deadline = None if time_budget is None else time.monotonic() + time_budget
         self._saved_step = self.step  # what was loaded (or nothing yet) needs no save
         self._next_save_time = time.monotonic() + (self.save_interval or 0.0)
@@ -552,8 +601,25 @@ class _NoProgressBar:
 
 def fit(model: nn.Module, train_data: Sequence, optimizer: torch.optim.Optimizer, loss_fn: Callable, *,
         valid_data: Optional[Sequence] = None, epochs: int = 1, **trainer_args) -> list:
-    """One-call form: ``fit(model, batches, optimizer, loss_fn, valid_data=..., epochs=...,
-    precision="auto", checkpoint_dir=...)``; see :class:`Trainer` for the options."""
+    """One-call form of :class:`Trainer` and :meth:`Trainer.fit`: ``fit(model, batches,
+    optimizer, loss_fn, valid_data=..., epochs=..., precision="auto", checkpoint_dir=...)``.
+
+    Args:
+        model: as for :class:`Trainer`.
+        train_data: as for :meth:`Trainer.fit`.
+        optimizer: as for :class:`Trainer`.
+        loss_fn: as for :class:`Trainer`.
+        valid_data: as for :meth:`Trainer.fit`.
+        epochs: as for :meth:`Trainer.fit`.
+        **trainer_args (Any): ``max_steps``, ``time_budget`` and ``on_epoch_end`` go to
+            :meth:`Trainer.fit`; every other keyword to :class:`Trainer`.
+
+    Returns:
+        The history, a list of :class:`EpochRecord` (see :meth:`Trainer.fit`).
+
+    Raises:
+        As :class:`Trainer` and :meth:`Trainer.fit`.
+    """
     fit_args = {k: trainer_args.pop(k) for k in ("max_steps", "time_budget", "on_epoch_end") if k in trainer_args}
     trainer = Trainer(model, optimizer, loss_fn, **trainer_args)
     return trainer.fit(train_data, valid_data, epochs=epochs, **fit_args)

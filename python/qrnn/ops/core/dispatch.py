@@ -123,8 +123,9 @@ def refuse_double_backward(op_name: str) -> Callable:
 
 
 def refuse_legacy_onnx() -> None:
-    """The TorchScript ONNX exporter traces the custom op into a graph it cannot translate
-    (and, before this check, a no-grad trace recorded the kernel's outputs as constants)."""
+    """Raise :data:`LEGACY_ONNX_MESSAGE` under the TorchScript ONNX exporter
+    (``dynamo=False``): it traces the custom op into a graph it cannot translate, and a no-grad
+    trace would record the kernel's outputs as constants."""
     if _tracing_state() is not None and torch.onnx.is_in_onnx_export():
         raise RuntimeError(LEGACY_ONNX_MESSAGE)
 

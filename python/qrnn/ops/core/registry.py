@@ -3,7 +3,9 @@ device type runs, for the eager direct path and the ops' per-device registration
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
+
+import torch
 
 from ... import _C  # type: ignore[attr-defined, unused-ignore]  # compiled, no stub
 from .dispatch import register_kernel
@@ -46,3 +48,16 @@ def manifest_schema(op: str) -> str:
     if not full.startswith(op + "("):
         raise ImportError(f"qrnn._C's schema of {op} names another op: {full!r}")
     return full[len(op):]
+
+
+def define_op(op: str) -> Callable[[Callable], Any]:
+    """A decorator defining ``qrnn::<op>`` as ``torch.library.custom_op(..., mutates_args=(),
+    schema=manifest_schema(op))`` on the decorated function (the body devices without a
+    native kernel run). The op object keeps the function's docstring as its ``__doc__``
+    (a ``CustomOpDef`` would otherwise show its class's), so ``help()`` and the API
+    reference describe the op."""
+    def define(fn: Callable) -> Any:
+        defined = torch.library.custom_op(f"qrnn::{op}", mutates_args=(), schema=manifest_schema(op))(fn)
+        defined.__doc__ = fn.__doc__
+        return defined
+    return define

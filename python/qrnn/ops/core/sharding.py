@@ -128,9 +128,20 @@ def _first_flag_index(op) -> int:
 
 def register_sharding_rules() -> bool:
     """Register the ops' sharding rules with DTensor (once; loads ``torch.distributed.tensor``).
-    Returns whether they are registered: False on a torch without ``register_sharding``, or
-    one whose DTensor keeps no per-op cache keys where this module can reach them (a rule
-    reused for a call with another ``batch_first`` would be wrong, so none is registered)."""
+
+    Calling it is optional: ``import qrnn`` registers them when DTensor is already loaded,
+    and otherwise the first call of a qrnn op given a tensor subclass does. The rules cover
+    batch-sharded inputs (every op), hidden-sharded ones (ForgetMult and linear_scan) and
+    replicated ones.
+
+    Returns:
+        Whether the rules are registered: False on a torch without DTensor's
+        ``register_sharding`` (before 2.5), or one whose DTensor keeps no per-op cache keys
+        where this module can reach them (a rule reused for a call with another
+        ``batch_first`` would be wrong, so none is registered). When registering fails
+        part-way, a RuntimeWarning says so, nothing stays half registered, and False is
+        returned; it never raises.
+    """
     global _registered
     if _registered is not None:
         return _registered

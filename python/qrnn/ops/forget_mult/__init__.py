@@ -26,8 +26,16 @@ __all__ = ["forget_mult", "forget_mult_op", "forget_mult_backward_op", "has_nati
 
 
 def has_native_kernels(device) -> bool:
-    """Whether ``device`` (a torch.device or its type name) runs qrnn's native ForgetMult
-    kernels; any other device runs the slower pure-PyTorch fallback."""
+    """Whether ``device`` runs qrnn's native ForgetMult (and linear_scan) kernels.
+
+    Args:
+        device (torch.device | str): a device or its type name (``"cpu"``, ``"cuda"``, ...);
+            the index does not matter.
+
+    Returns:
+        True for the CPU, and for CUDA in builds with the CUDA kernels; False for any other
+        device, which runs the ops' slower pure-PyTorch fallback.
+    """
     return KERNELS.has(device)
 
 
@@ -50,6 +58,13 @@ def forget_mult(f: Tensor, x: Tensor, h0: Optional[Tensor] = None, *, batch_firs
         and the carried state are float32 for 16-bit inputs (float64 for float64).
         Any strides are accepted without a copy. Differentiable in ``f``, ``x`` and
         ``h0``; works under ``torch.compile(fullgraph=True)``.
+
+    Raises:
+        TypeError: an argument of the wrong type or dtype (the message names it).
+        ValueError: a wrong shape, device or layout (the message names the argument), or a
+            DTensor sharded along time.
+        RuntimeError: under the TorchScript ONNX exporter (``dynamo=False``) or
+            ``torch.fx.symbolic_trace``, which cannot capture the op.
     """
     check_scan_args("forget_mult", FORGET_MULT_NAMES, f, x, h0, batch_first)  # not its wrapper: a call less
     if direct_call_allowed(f, x, h0, None):

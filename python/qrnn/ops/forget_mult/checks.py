@@ -11,11 +11,37 @@ FORGET_MULT_NAMES = ("f", "x")
 
 
 def check_forget_mult_args(f, x, h0, batch_first) -> None:
-    """Raise TypeError/ValueError naming the bad argument; shared by every entry point."""
+    """Check the arguments of :func:`qrnn.forget_mult` (shared by every entry point: the
+    function, the ops and the CUDA launches).
+
+    Args:
+        f (torch.Tensor): a strided (not sparse or nested) 3-D tensor: float32, float64,
+            bfloat16 or float16.
+        x (torch.Tensor): ``f``'s shape, dtype and device.
+        h0 (torch.Tensor | None): None, or ``(batch, hidden)`` on their device, in their
+            dtype (or float32 for 16-bit ``f``).
+        batch_first (bool): which of ``f``'s first two dimensions is batch.
+
+    Returns:
+        None when every argument is acceptable.
+
+    Raises:
+        TypeError: a wrong type or dtype; ValueError: a wrong shape, device or layout. The
+            message names the argument.
+    """
     check_scan_args("forget_mult", FORGET_MULT_NAMES, f, x, h0, batch_first)
 
 
 def check_forget_mult_backward_args(grad_h, f, x, h, h0, batch_first) -> None:
-    """The forward checks plus grad_h and h: same shape, dtype and device as f."""
+    """Check the arguments of :func:`qrnn.ops.forget_mult_backward_op`: ``f``, ``x``,
+    ``h0`` and ``batch_first`` as :func:`check_forget_mult_args` does, and ``grad_h`` and
+    ``h``, which must be tensors of ``f``'s shape, dtype and device.
+
+    Returns:
+        None when every argument is acceptable.
+
+    Raises:
+        TypeError, ValueError: as :func:`check_forget_mult_args`, naming the argument.
+    """
     check_scan_args("forget_mult", FORGET_MULT_NAMES, f, x, h0, batch_first)
     check_like("forget_mult_backward", "f", f, grad_h=grad_h, h=h)

@@ -22,16 +22,37 @@ from ..core.dispatch import (
     register_vmap,
     unfold_batch,
 )
-from ..core.registry import NativeKernels, manifest_schema
+from ..core.registry import NativeKernels, define_op
 from ..linear_scan.op import LinearScanFunction, previous_states
 from . import kernels
 from .checks import check_forget_mult_args, check_forget_mult_backward_args
 
 __all__ = ["forget_mult_op", "forget_mult_backward_op", "ForgetMultFunction", "KERNELS"]
 
-@torch.library.custom_op("qrnn::forget_mult", mutates_args=(), schema=manifest_schema("forget_mult"))
+@define_op("forget_mult")
 def forget_mult_op(f: Tensor, x: Tensor, h0: Optional[Tensor], batch_first: bool) -> Tensor:
-    """``h``. This body serves devices without a native kernel."""
+    """The ``qrnn::forget_mult`` operator (``torch.ops.qrnn.forget_mult``): ForgetMult's
+    forward, what :func:`qrnn.forget_mult` calls when it goes through the dispatcher
+    (autograd, ``torch.compile``, ``torch.export``).
+
+    Args:
+        f: the forget gate, ``(seq_len, batch, hidden)`` (``(batch, seq_len, hidden)``
+            with ``batch_first``), as for :func:`qrnn.forget_mult`.
+        x: the candidate values, ``f``'s shape, dtype and device.
+        h0: the initial state ``(batch, hidden)``, or None for zeros.
+        batch_first: the layout of ``f``, ``x`` and the result.
+
+    Returns:
+        ``h``, every step's state, in ``f``'s shape and dtype (contiguous).
+
+    Raises:
+        TypeError, ValueError: a bad argument, named (:func:`check_forget_mult_args`); the op
+            checks its arguments itself because it can be called directly.
+
+    Differentiable (its backward is :func:`forget_mult_backward_op`). The CPU and CUDA
+    kernels are registered per device type; this body, the pure-PyTorch fallback, serves
+    every other device.
+    """
     # Checked again here: torch.ops.qrnn.forget_mult can be called directly.
     check_forget_mult_args(f, x, h0, batch_first)
     return kernels.fallback_forward(f, x, h0, batch_first)
@@ -43,13 +64,30 @@ def _(f, x, h0, batch_first):
     return torch.empty_like(f, memory_format=torch.contiguous_format)
 
 
-@torch.library.custom_op("qrnn::forget_mult_backward", mutates_args=(),
-                         schema=manifest_schema("forget_mult_backward"))
+@define_op("forget_mult_backward")
 def forget_mult_backward_op(
     grad_h: Tensor, f: Tensor, x: Tensor, h: Tensor, h0: Optional[Tensor], batch_first: bool
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """Returns (grad_f, grad_x, grad_h0); grad_h0 is an empty tensor when h0 is None.
-    This body serves devices without a native kernel."""
+    """The ``qrnn::forget_mult_backward`` operator: the gradients of
+    :func:`forget_mult_op`.
+
+    Args:
+        grad_h: the gradient of the loss with respect to ``h``, ``f``'s shape and dtype.
+        f: the forward's ``f``.
+        x: the forward's ``x``.
+        h: the forward's result.
+        h0: the forward's ``h0`` (or None).
+        batch_first: the forward's layout.
+
+    Returns:
+        ``(grad_f, grad_x, grad_h0)``; ``grad_h0`` is an empty tensor when ``h0`` is None.
+
+    Raises:
+        TypeError, ValueError: a bad argument, named (:func:`check_forget_mult_backward_args`).
+        NotImplementedError: when differentiated itself (no double backward).
+
+    This body, the pure-PyTorch fallback, serves devices without a native kernel.
+    """
     check_forget_mult_backward_args(grad_h, f, x, h, h0, batch_first)
     return kernels.fallback_backward(grad_h, f, x, h, h0, batch_first)
 

@@ -45,6 +45,13 @@ def linear_scan(a: Tensor, b: Tensor, h0: Optional[Tensor] = None, *, reverse: b
         carried state are float32 for 16-bit inputs. Any strides are accepted without a copy.
         Differentiable in ``a``, ``b`` and ``h0`` (backward, torch.func, forward mode); works
         under ``torch.compile(fullgraph=True)`` and ``torch.export``.
+
+    Raises:
+        TypeError: an argument of the wrong type or dtype, or a ``reverse`` that is not a bool.
+        ValueError: a wrong shape, device or layout (the message names the argument), or a
+            DTensor sharded along time.
+        RuntimeError: under the TorchScript ONNX exporter (``dynamo=False``) or
+            ``torch.fx.symbolic_trace``, which cannot capture the op.
     """
     check_args(a, b, h0, reverse, batch_first)
     if direct_call_allowed(a, b, h0, None):

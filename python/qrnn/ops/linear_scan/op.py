@@ -14,15 +14,37 @@ import torch
 from torch import Tensor
 
 from ..core.dispatch import first_derivative_only, fold_batch, refuse_double_backward, register_vmap, unfold_batch
-from ..core.registry import NativeKernels, manifest_schema
+from ..core.registry import NativeKernels, define_op
 from . import kernels
 from .checks import check_args, check_backward_args
 
 __all__ = ["linear_scan_op", "linear_scan_backward_op", "LinearScanFunction", "KERNELS", "previous_states"]
 
-@torch.library.custom_op("qrnn::linear_scan", mutates_args=(), schema=manifest_schema("linear_scan"))
+@define_op("linear_scan")
 def linear_scan_op(a: Tensor, b: Tensor, h0: Optional[Tensor], reverse: bool, batch_first: bool) -> Tensor:
-    """``h``. This body serves devices without a native kernel."""
+    """The ``qrnn::linear_scan`` operator (``torch.ops.qrnn.linear_scan``): the forward of
+    ``h[t] = a[t] * h[t-1] + b[t]``, what :func:`qrnn.linear_scan` calls when it goes through
+    the dispatcher (autograd, ``torch.compile``, ``torch.export``).
+
+    Args:
+        a: the decays, ``(seq_len, batch, hidden)`` (``(batch, seq_len, hidden)`` with
+            ``batch_first``), as for :func:`qrnn.linear_scan`.
+        b: the inputs, ``a``'s shape, dtype and device.
+        h0: the initial state ``(batch, hidden)``, or None for zeros.
+        reverse: run time backwards, from the last step.
+        batch_first: the layout of ``a``, ``b`` and the result.
+
+    Returns:
+        ``h``, every step's state, in ``a``'s shape and dtype (contiguous).
+
+    Raises:
+        TypeError, ValueError: a bad argument, named; the op checks its arguments itself
+            because it can be called directly.
+
+    Differentiable (its backward is :func:`linear_scan_backward_op`). The CPU and CUDA
+    kernels are registered per device type; this body, the pure-PyTorch fallback, serves
+    every other device.
+    """
     check_args(a, b, h0, reverse, batch_first)  # torch.ops.qrnn.linear_scan can be called directly
     return kernels.fallback_forward(a, b, h0, reverse, batch_first)
 
@@ -33,10 +55,28 @@ def _(a, b, h0, reverse, batch_first):
     return torch.empty_like(a, memory_format=torch.contiguous_format)
 
 
-@torch.library.custom_op("qrnn::linear_scan_backward", mutates_args=(), schema=manifest_schema("linear_scan_backward"))
+@define_op("linear_scan_backward")
 def linear_scan_backward_op(grad_h: Tensor, a: Tensor, h: Tensor, h0: Optional[Tensor], reverse: bool,
                             batch_first: bool) -> tuple[Tensor, Tensor, Tensor]:
-    """(grad_a, grad_b, grad_h0); grad_h0 is an empty tensor when h0 is None."""
+    """The ``qrnn::linear_scan_backward`` operator: the gradients of :func:`linear_scan_op`.
+
+    Args:
+        grad_h: the gradient of the loss with respect to ``h``, ``a``'s shape and dtype.
+        a: the forward's decays (its ``b`` is not needed).
+        h: the forward's result.
+        h0: the forward's ``h0`` (or None).
+        reverse: the forward's direction.
+        batch_first: the forward's layout.
+
+    Returns:
+        ``(grad_a, grad_b, grad_h0)``; ``grad_h0`` is an empty tensor when ``h0`` is None.
+
+    Raises:
+        TypeError, ValueError: a bad argument, named.
+        NotImplementedError: when differentiated itself (no double backward).
+
+    This body, the pure-PyTorch fallback, serves devices without a native kernel.
+    """
     check_backward_args(grad_h, a, h, h0, reverse, batch_first)
     return kernels.fallback_backward(grad_h, a, h, h0, reverse, batch_first)
 

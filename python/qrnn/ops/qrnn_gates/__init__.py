@@ -25,7 +25,15 @@ __all__ = ["qrnn_gates", "qrnn_gates_unfused", "qrnn_gates_op", "qrnn_gates_back
 
 
 def has_fused_qrnn_gates(device) -> bool:
-    """Whether ``device`` (a torch.device or its type name) has the fused gate kernels."""
+    """Whether ``device`` has the fused gate kernels of :func:`qrnn_gates`.
+
+    Args:
+        device (torch.device | str): a device or its type name; the index does not matter.
+
+    Returns:
+        True for the CPU, and for CUDA in builds with the CUDA kernels; elsewhere
+        :func:`qrnn_gates` runs :func:`qrnn_gates_unfused`.
+    """
     return KERNELS.has(device)
 
 
@@ -48,9 +56,10 @@ def qrnn_gates(gates: Tensor, c0: Optional[Tensor] = None, *, output_gate: bool 
         forget_mask: zoneout keep mask in the output's shape and gates' dtype (0/1,
             unscaled), or None.
         forget_scale: multiplies f; ``1 - p`` for zoneout at evaluation.
-        lengths: int64 ``(batch,)`` valid steps per sequence on gates' device; outputs
-            past each end are zero and ``c_n`` is each sequence's state after its last
-            valid step.
+        lengths: int64 ``(batch,)`` valid steps per sequence on gates' device, each in
+            ``0..seq_len`` (the CPU kernel raises ValueError for others; the CUDA kernel
+            clamps them rather than read them back); outputs past each end are zero and
+            ``c_n`` is each sequence's state after its last valid step.
         batch_first: layout of gates and the output.
         reverse: run each sequence from its own last valid step back to step 0.
 
@@ -59,6 +68,13 @@ def qrnn_gates(gates: Tensor, c0: Optional[Tensor] = None, *, output_gate: bool 
         ``(batch, hidden)`` in float32 for 16-bit gates, gates' dtype otherwise.
         Differentiable in gates and c0; fused on devices that have the kernel (the CPU,
         and CUDA in builds with it), :func:`qrnn_gates_unfused` elsewhere.
+
+    Raises:
+        TypeError: an argument of the wrong type or dtype (the message names it).
+        ValueError: a wrong shape, device or layout (the message names the argument), or a
+            DTensor sharded along time.
+        RuntimeError: under the TorchScript ONNX exporter (``dynamo=False``) or
+            ``torch.fx.symbolic_trace``, which cannot capture the op.
     """
     check_qrnn_gates_args(gates, c0, forget_mask, forget_scale, lengths, output_gate, batch_first)
     if reverse is not True and reverse is not False:

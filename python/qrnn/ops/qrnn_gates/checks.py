@@ -19,7 +19,29 @@ def gate_count(output_gate: bool) -> int:
 
 
 def check_qrnn_gates_args(gates, c0, forget_mask, forget_scale, lengths, output_gate, batch_first) -> int:
-    """Raise TypeError/ValueError naming the bad argument; returns the hidden size."""
+    """Check the arguments of :func:`qrnn.qrnn_gates` (shared by the function, the ops and
+    the CUDA launches).
+
+    Args:
+        gates (torch.Tensor): a strided 3-D tensor (float32, float64, bfloat16 or float16)
+            whose last size is a multiple of 3 (2 without ``output_gate``).
+        c0 (torch.Tensor | None): None, or ``(batch, hidden)`` on gates' device, in gates'
+            dtype (or float32 for 16-bit gates).
+        forget_mask (torch.Tensor | None): None, or a tensor of the output's shape, gates'
+            dtype and device.
+        forget_scale (float): a number in [0, 1].
+        lengths (torch.Tensor | None): None, or an int64 ``(batch,)`` tensor on gates'
+            device (its values are not read here).
+        output_gate (bool): whether gates holds the O block.
+        batch_first (bool): which of gates' first two dimensions is batch.
+
+    Returns:
+        The hidden size (gates' last size divided by the number of gate blocks).
+
+    Raises:
+        TypeError: a wrong type or dtype; ValueError: a wrong shape, device, layout or
+            ``forget_scale``. The message names the argument.
+    """
     if not isinstance(gates, Tensor):
         refuse_fx_proxy("qrnn.qrnn_gates", gates)
         raise TypeError(f"qrnn_gates: gates must be a torch.Tensor, got {type(gates).__name__}")
@@ -78,7 +100,18 @@ def check_qrnn_gates_args(gates, c0, forget_mask, forget_scale, lengths, output_
 
 def check_qrnn_gates_backward_args(grad_output, grad_c_n, gates, states, c0, forget_mask, lengths, forget_scale,
                                    output_gate, batch_first) -> None:
-    """The forward checks plus the gradients and saved states the backward reads."""
+    """Check the arguments of :func:`qrnn.ops.qrnn_gates_backward_op`: ``gates``, ``c0``,
+    ``forget_mask``, ``lengths``, ``forget_scale``, ``output_gate`` and ``batch_first`` as
+    :func:`check_qrnn_gates_args` does, and ``grad_output`` and ``states`` (the output's
+    shape, gates' dtype and device; ``grad_output`` may be None) and ``grad_c_n`` (None or
+    ``(batch, hidden)`` in the state's dtype).
+
+    Returns:
+        None when every argument is acceptable.
+
+    Raises:
+        TypeError, ValueError: as :func:`check_qrnn_gates_args`, naming the argument.
+    """
     hidden = check_qrnn_gates_args(gates, c0, forget_mask, forget_scale, lengths, output_gate, batch_first)
     out_shape = tuple(gates.shape[:-1]) + (hidden,)
     batch = gates.shape[0] if batch_first else gates.shape[1]

@@ -26,7 +26,7 @@ from ..core.dispatch import (
     unfold_batch,
 )
 from ..core.kernel_args import state_dtype
-from ..core.registry import NativeKernels, manifest_schema
+from ..core.registry import NativeKernels, define_op
 from ..forget_mult import forget_mult
 from . import kernels
 from .checks import check_qrnn_gates_args, check_qrnn_gates_backward_args, gate_count
@@ -50,13 +50,39 @@ def _no_fused_kernel(gates: Tensor) -> RuntimeError:
                         "which runs the unfused form on such devices")
 
 
-@torch.library.custom_op("qrnn::qrnn_gates", mutates_args=(), schema=manifest_schema("qrnn_gates"))
+@define_op("qrnn_gates")
 def qrnn_gates_op(gates: Tensor, c0: Optional[Tensor], forget_mask: Optional[Tensor], lengths: Optional[Tensor],
                   forget_scale: float, output_gate: bool, batch_first: bool, reverse: bool
                   ) -> tuple[Tensor, Tensor, Tensor]:
-    """Returns (output, c_n, states); states (every c[t], for the backward) is an empty
-    tensor without an output gate, where the output is c itself. This body serves devices
-    without a fused kernel (qrnn.qrnn_gates never calls it there)."""
+    """The ``qrnn::qrnn_gates`` operator (``torch.ops.qrnn.qrnn_gates``): the fused gates'
+    forward, what :func:`qrnn.qrnn_gates` calls when it goes through the dispatcher
+    (autograd, ``torch.compile``, ``torch.export``).
+
+    Args:
+        gates: the pre-activations, blocks Z, F, O (Z, F without ``output_gate``).
+        c0: the initial state ``(batch, hidden)``, or None for zeros.
+        forget_mask: zoneout's keep mask in the output's shape, or None.
+        lengths: int64 ``(batch,)`` valid steps per sequence, or None.
+        forget_scale: multiplies f.
+        output_gate: whether gates holds the O block.
+        batch_first: the layout of gates and the outputs.
+        reverse: run each sequence from its own last valid step back.
+
+    All positional; each as for :func:`qrnn.qrnn_gates`.
+
+    Returns:
+        ``(output, c_n, states)``: ``states`` holds every ``c[t]`` for the backward (in
+        ``gates``' dtype), and is an empty tensor without an output gate, where the output
+        is ``c`` itself.
+
+    Raises:
+        TypeError, ValueError: a bad argument, named (:func:`check_qrnn_gates_args`); the op
+            checks its arguments itself because it can be called directly.
+        RuntimeError: on a device without a fused kernel (only the CPU and CUDA have one:
+            :func:`qrnn.qrnn_gates` runs :func:`qrnn_gates_unfused` there instead).
+
+    Differentiable in ``gates`` and ``c0`` (its backward is :func:`qrnn_gates_backward_op`).
+    """
     _check_forward_op(gates, c0, forget_mask, lengths, forget_scale, output_gate, batch_first, reverse)
     raise _no_fused_kernel(gates)
 
@@ -71,14 +97,35 @@ def _(gates, c0, forget_mask, lengths, forget_scale, output_gate, batch_first, r
     return output, gates.new_empty((batch, hidden), dtype=state_dtype(gates.dtype)), states
 
 
-@torch.library.custom_op("qrnn::qrnn_gates_backward", mutates_args=(),
-                         schema=manifest_schema("qrnn_gates_backward"))
+@define_op("qrnn_gates_backward")
 def qrnn_gates_backward_op(grad_output: Optional[Tensor], grad_c_n: Optional[Tensor], gates: Tensor,
                            states: Tensor, c0: Optional[Tensor], forget_mask: Optional[Tensor],
                            lengths: Optional[Tensor], forget_scale: float, output_gate: bool, batch_first: bool,
                            reverse: bool) -> tuple[Tensor, Tensor]:
-    """Returns (grad_gates, grad_c0); grad_c0 is an empty tensor when c0 is None. This body
-    serves devices without a fused kernel."""
+    """The ``qrnn::qrnn_gates_backward`` operator: the gradients of :func:`qrnn_gates_op`.
+
+    Args:
+        grad_output: the gradient of the loss with respect to the output, or None (no
+            gradient flows from it).
+        grad_c_n: the gradient with respect to ``c_n``, or None.
+        gates: the forward's ``gates``.
+        states: the forward's ``states`` (with an output gate) or its output (without).
+        c0: the forward's ``c0`` (or None).
+        forget_mask: the forward's ``forget_mask`` (or None).
+        lengths: the forward's ``lengths`` (or None).
+        forget_scale: the forward's ``forget_scale``.
+        output_gate: the forward's ``output_gate``.
+        batch_first: the forward's layout.
+        reverse: the forward's direction.
+
+    Returns:
+        ``(grad_gates, grad_c0)``; ``grad_c0`` is an empty tensor when ``c0`` is None.
+
+    Raises:
+        TypeError, ValueError: a bad argument, named (:func:`check_qrnn_gates_backward_args`).
+        RuntimeError: on a device without a fused kernel.
+        NotImplementedError: when differentiated itself (no double backward).
+    """
     _check_backward_op(grad_output, grad_c_n, gates, states, c0, forget_mask, lengths, forget_scale, output_gate,
                        batch_first, reverse)
     raise _no_fused_kernel(gates)
@@ -199,7 +246,14 @@ def qrnn_gates_unfused(gates: Tensor, c0: Optional[Tensor] = None, *, output_gat
                        reverse: bool = False) -> tuple[Tensor, Tensor]:
     """:func:`qrnn_gates` composed of PyTorch activations and ``qrnn.forget_mult``: the
     path for devices without a fused kernel, and the fused kernel's reference in tests.
-    Same arguments and results (its 16-bit ``c_n`` passes through the 16-bit sequence)."""
+
+    Takes the same arguments (``gates``, ``c0``, ``output_gate``, ``forget_mask``,
+    ``forget_scale``, ``lengths``, ``batch_first``, ``reverse``) and returns the same
+    ``(output, c_n)`` as :func:`qrnn_gates`
+    (its 16-bit ``c_n`` passes through the 16-bit sequence, so it may differ from the fused
+    kernel's float32 state by a 16-bit rounding). Raises TypeError or ValueError naming a bad
+    argument, as :func:`qrnn_gates` does.
+    """
     hidden = check_qrnn_gates_args(gates, c0, forget_mask, forget_scale, lengths, output_gate, batch_first)
     time_dim = 1 if batch_first else 0
     T, B, H = gates.shape[time_dim], gates.shape[1 - time_dim], hidden
