@@ -5,7 +5,7 @@ A page holds a marker comment on a line of its own; the build replaces it:
 
 - ``<!-- include: FILE -->``: the repository-root Markdown file FILE (README.md,
   BENCHMARKS.md, CHANGELOG.md), its links rewritten from the repository's layout to the
-  site's (``docs/x.md`` -> ``x.md``, ``BENCHMARKS.md`` -> ``benchmarks.md``);
+  site's (``docs/<page>.md`` -> ``<page>.md``, ``BENCHMARKS.md`` -> ``benchmarks.md``);
 - ``<!-- generated: qrnn-train flags -->``: every ``qrnn-train`` flag from the parser that
   :class:`qrnn.train.Settings` builds;
 - ``<!-- generated: op schemas -->``: every ``qrnn::`` op's schema from the C++ manifests
