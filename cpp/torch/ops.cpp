@@ -107,8 +107,9 @@ void check_device(const Tensor& t, const Tensor& first, const char* op, const ch
 #if defined(QRNN_WITH_CUDA)
     require(t.is_cpu() || t.is_cuda(), std::string(op) + ": " + name + " must be a CPU or CUDA tensor");
 #else
-    require(t.is_cpu(), std::string(op) + ": " + name + " must be a CPU tensor (this libqrnn_torch has CPU kernels "
-                                                        "only: its core library was built without CUDA)");
+    require(t.is_cpu(), std::string(op) + ": " + name +
+                            " must be a CPU tensor (this libqrnn_torch has CPU kernels "
+                            "only: its core library was built without CUDA)");
 #endif
     require(t.is_cpu() == first.is_cpu() && t.get_device_index() == first.get_device_index(),
             std::string(op) + ": " + name + " must be on the first argument's device");
@@ -143,8 +144,8 @@ void* current_cuda_stream(int32_t device) {
 }
 #endif
 
-void check_state(const std::optional<Tensor>& state, const Tensor& like, int64_t batch, int64_t hidden,
-                 const char* op, const char* name) {
+void check_state(const std::optional<Tensor>& state, const Tensor& like, int64_t batch, int64_t hidden, const char* op,
+                 const char* name) {
     if (!state.has_value()) return;
     check_device(*state, like, op, name);
     require(state->dim() == 2 && state->size(0) == batch && state->size(1) == hidden,
@@ -163,7 +164,8 @@ qrnn::DType check_sequences(const Tensor& first, const Tensor& second, const cha
     check_device(first, first, op, one);
     check_device(second, first, op, two);
     const qrnn::DType dtype = dtype_of(first, op, one);
-    require(second.scalar_type() == first.scalar_type(), std::string(op) + ": " + two + " must have " + one + "'s dtype");
+    require(second.scalar_type() == first.scalar_type(),
+            std::string(op) + ": " + two + " must have " + one + "'s dtype");
     require(second.dim() == 3 && second.size(0) == first.size(0) && second.size(1) == first.size(1) &&
                 second.size(2) == first.size(2),
             std::string(op) + ": " + two + " must have " + one + "'s shape");
@@ -228,10 +230,9 @@ Tensor linear_scan(Tensor a, Tensor b, std::optional<Tensor> h0, bool reverse, b
 
 // ---- qrnn::qrnn_gates -------------------------------------------------------------------------
 
-std::tuple<Tensor, Tensor, Tensor> qrnn_gates(Tensor gates, std::optional<Tensor> c0,
-                                              std::optional<Tensor> forget_mask, std::optional<Tensor> lengths,
-                                              double forget_scale, bool output_gate, bool batch_first,
-                                              bool reverse) {
+std::tuple<Tensor, Tensor, Tensor> qrnn_gates(Tensor gates, std::optional<Tensor> c0, std::optional<Tensor> forget_mask,
+                                              std::optional<Tensor> lengths, double forget_scale, bool output_gate,
+                                              bool batch_first, bool reverse) {
     constexpr const char* op = "qrnn_gates";
     const int64_t n_gates = output_gate ? 3 : 2;
     check_device(gates, gates, op, "gates");

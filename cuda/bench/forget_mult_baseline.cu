@@ -18,8 +18,7 @@ namespace {
 
 constexpr int kMaxThreads = 512;
 
-__global__ void baseline_forward_kernel(float* h, const float* f, const float* x, int seq_len, int batch,
-                                        int hidden) {
+__global__ void baseline_forward_kernel(float* h, const float* f, const float* x, int seq_len, int batch, int hidden) {
     const int j = blockIdx.x * blockDim.x + threadIdx.x;
     const int b = blockIdx.y;
     if (j >= hidden || b >= batch) return;
@@ -56,8 +55,9 @@ void check_sizes(int64_t seq_len, int64_t batch, int64_t hidden) {
     qrnn::detail::check_size("hidden", hidden);
     const int64_t buffer = qrnn::detail::checked_numel(seq_len + 1, batch, hidden, "baseline_forget_mult");
     if (buffer > INT32_MAX || batch > 65535)
-        qrnn::detail::fail("baseline_forget_mult: the original design uses 32-bit offsets and a batch grid "
-                     "dimension; this shape does not fit");
+        qrnn::detail::fail(
+            "baseline_forget_mult: the original design uses 32-bit offsets and a batch grid "
+            "dimension; this shape does not fit");
 }
 
 dim3 grid_of(int64_t batch, int64_t hidden, int threads) {
@@ -72,11 +72,13 @@ void check(cudaError_t error, const char* what) {
 
 // Makes `device` current for one launch (torch may have another current in this runtime).
 class OnDevice {
-  public:
+public:
     OnDevice(int device, const char* what) {
         check(cudaGetDevice(&previous_), what);
-        if (device != previous_) check(cudaSetDevice(device), what);
-        else previous_ = -1;
+        if (device != previous_)
+            check(cudaSetDevice(device), what);
+        else
+            previous_ = -1;
     }
     ~OnDevice() {
         if (previous_ >= 0) cudaSetDevice(previous_);
@@ -84,7 +86,7 @@ class OnDevice {
     OnDevice(const OnDevice&) = delete;
     OnDevice& operator=(const OnDevice&) = delete;
 
-  private:
+private:
     int previous_ = -1;
 };
 

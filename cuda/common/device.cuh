@@ -30,7 +30,9 @@ template <DType D> using Storage = typename StorageOf<D>::type;
 // ---- Packs of V elements, moved as one memory access ----------------------------
 
 template <typename T, int V>
-struct alignas(sizeof(T) * V) Pack { T v[V]; };
+struct alignas(sizeof(T) * V) Pack {
+    T v[V];
+};
 
 template <int Bytes> struct RawOf;
 template <> struct RawOf<2> { using type = unsigned short; };
@@ -52,9 +54,13 @@ __device__ __forceinline__ T load_element(const T* p) {
 // load_vector / store_vector that check it, since its CPU would not say where.
 #if !defined(QRNN_EMULATOR)
 template <typename R>
-__device__ __forceinline__ R load_vector(const R* p) { return __ldg(p); }
+__device__ __forceinline__ R load_vector(const R* p) {
+    return __ldg(p);
+}
 template <typename R>
-__device__ __forceinline__ void store_vector(R* p, const R& r) { *p = r; }
+__device__ __forceinline__ void store_vector(R* p, const R& r) {
+    *p = r;
+}
 #endif
 
 // A thread's V units of one array, at `p` with hidden stride `stride_h`. Each array gets
@@ -117,7 +123,9 @@ inline constexpr bool kPairs = V % 2 == 0 && !std::is_void_v<typename PairOf<T>:
 __device__ __forceinline__ float2 widen_pair(__half2 p) { return __half22float2(p); }
 __device__ __forceinline__ float2 widen_pair(__nv_bfloat162 p) { return __bfloat1622float2(p); }
 template <typename P> __device__ __forceinline__ P narrow_pair(float a, float b);
-template <> __device__ __forceinline__ __half2 narrow_pair<__half2>(float a, float b) { return __floats2half2_rn(a, b); }
+template <> __device__ __forceinline__ __half2 narrow_pair<__half2>(float a, float b) {
+    return __floats2half2_rn(a, b);
+}
 template <> __device__ __forceinline__ __nv_bfloat162 narrow_pair<__nv_bfloat162>(float a, float b) {
     return __floats2bfloat162_rn(a, b);
 }

@@ -13,9 +13,8 @@ namespace qrnn::cuda::kernels {
 // GateKernels) and the grid that run `p` with `plan`, storage T.
 template <typename Kernels, typename T, typename Params, typename Run>
 void run_plan(const Params& p, const LaunchPlan& plan, Run&& runner) {
-    detail::dispatch_width<Kernels::template widest<T>>(plan.vector_width, [&](auto v) {
-        Kernels::template run<T, decltype(v)::value>(p, plan, runner);
-    });
+    detail::dispatch_width<Kernels::template widest<T>>(
+        plan.vector_width, [&](auto v) { Kernels::template run<T, decltype(v)::value>(p, plan, runner); });
 }
 
 // Calls use(kernel, kernel or nullptr) for every kernel of `Kernels` for storage T: each

@@ -83,8 +83,7 @@ int device_of(const void* data) {
         cudaGetLastError();
         return -1;
     }
-    return attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged ? attributes.device
-                                                                                               : -1;
+    return attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged ? attributes.device : -1;
 }
 
 }  // namespace

@@ -44,20 +44,18 @@ void load_family() {
 
 // Defines the launchers and the loader of one op family (KERNELS: kernels::ForgetMultKernels
 // or kernels::GateKernels, whose header the translation unit includes) for one dtype.
-#define QRNN_DEFINE_CUDA_LAUNCHERS(DTYPE, KERNELS)                                                     \
-    namespace qrnn::cuda::detail {                                                                     \
-    template <>                                                                                        \
-    void launch<DTYPE>(const kernels::KERNELS::Forward& p, const LaunchPlan& plan, void* stream) {     \
-        kernels::launch_plan<kernels::KERNELS, kernels::Storage<DTYPE>>(p, plan,                       \
-                                                                        static_cast<cudaStream_t>(stream)); \
-    }                                                                                                  \
-    template <>                                                                                        \
-    void launch<DTYPE>(const kernels::KERNELS::Backward& p, const LaunchPlan& plan, void* stream) {    \
-        kernels::launch_plan<kernels::KERNELS, kernels::Storage<DTYPE>>(p, plan,                       \
-                                                                        static_cast<cudaStream_t>(stream)); \
-    }                                                                                                  \
-    template <>                                                                                        \
-    void load_kernels<DTYPE, kernels::KERNELS::family>() {                                             \
-        kernels::load_family<kernels::KERNELS, kernels::Storage<DTYPE>>();                              \
-    }                                                                                                  \
+#define QRNN_DEFINE_CUDA_LAUNCHERS(DTYPE, KERNELS)                                                                   \
+    namespace qrnn::cuda::detail {                                                                                   \
+    template <>                                                                                                      \
+    void launch<DTYPE>(const kernels::KERNELS::Forward& p, const LaunchPlan& plan, void* stream) {                   \
+        kernels::launch_plan<kernels::KERNELS, kernels::Storage<DTYPE>>(p, plan, static_cast<cudaStream_t>(stream)); \
+    }                                                                                                                \
+    template <>                                                                                                      \
+    void launch<DTYPE>(const kernels::KERNELS::Backward& p, const LaunchPlan& plan, void* stream) {                  \
+        kernels::launch_plan<kernels::KERNELS, kernels::Storage<DTYPE>>(p, plan, static_cast<cudaStream_t>(stream)); \
+    }                                                                                                                \
+    template <>                                                                                                      \
+    void load_kernels<DTYPE, kernels::KERNELS::family>() {                                                           \
+        kernels::load_family<kernels::KERNELS, kernels::Storage<DTYPE>>();                                           \
+    }                                                                                                                \
     }

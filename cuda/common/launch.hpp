@@ -170,13 +170,13 @@ template <DType D, KernelFamily F> void load_kernels();
 // than it uses), or if `stream` is being captured by a driver that cannot load kernels
 // then, throw saying so.
 class LaunchGuard {
-  public:
+public:
     LaunchGuard(const char* what, void* stream, int device, const void* data, KernelFamily family, DType dtype);
     ~LaunchGuard();
     LaunchGuard(const LaunchGuard&) = delete;
     LaunchGuard& operator=(const LaunchGuard&) = delete;
 
-  private:
+private:
     int previous_ = -1;  // the device to restore, or -1
 };
 

@@ -282,7 +282,7 @@ scan_forward_chunked(const typename F::Forward p, const int64_t vectors_per_row)
             }
         }
         M a[V], b[V];
-        summarise<F, T, V, U>(steps, buf, [](const M (&u)[N], int, int, M bv) { return F::advance(u, bv); }, a, b);
+        summarise<F, T, V, U>(steps, buf, [](const M(&u)[N], int, int, M bv) { return F::advance(u, bv); }, a, b);
         M state[V];
         sums.enter(t_span > 0, parity, a, b, state);
         T* h_out = h + t_begin * p.h.stride_t;
@@ -366,7 +366,7 @@ scan_backward_serial(const typename F::Backward p, const int64_t vectors_per_row
     using In = StepArrays<F, typename F::Backward>;
     const In in{p};
     const GradArrays<F> out{p};
-    ReadsAt<T, In> next(in, c, last);  // the next step to load
+    ReadsAt<T, In> next(in, c, last);                                     // the next step to load
     const T* g_next = column_ptr<T>(p.grad_h, c) + last * p.grad_h.stride_t;
     const T* h_next = column_ptr<T>(p.h, c) + (last - 1) * p.h.stride_t;  // h[t - 1]
     WritesAt<T, GradArrays<F>> grads(out, c, last);
@@ -455,11 +455,14 @@ scan_backward_chunked(const typename F::Backward p, const int64_t vectors_per_ro
         }
         // The carried gradient's map over the chunk: g -> decay(g + grad_h) per step.
         M a[V], b[V];
-        summarise<F, T, V, U>(steps, buf.in, [&](const M (&u)[N], int k, int i, M bv) {
-            M gv[V];
-            unpack(buf.g[i], gv);
-            return F::decay(u, bv + gv[k]);
-        }, a, b);
+        summarise<F, T, V, U>(
+            steps, buf.in,
+            [&](const M(&u)[N], int k, int i, M bv) {
+                M gv[V];
+                unpack(buf.g[i], gv);
+                return F::decay(u, bv + gv[k]);
+            },
+            a, b);
         M carry[V];
         sums.enter(t_end < p.seq_len, parity, a, b, carry);
         M h0[V];
@@ -479,8 +482,7 @@ scan_backward_chunked(const typename F::Backward p, const int64_t vectors_per_ro
             }
         }
         sums.pass_on(parity, carry);
-        if (has_first_step && p.grad_h0.data != nullptr)
-            store_state(p.grad_h0, p.h0_dtype, c.b, c.j0, c.n, carry);
+        if (has_first_step && p.grad_h0.data != nullptr) store_state(p.grad_h0, p.h0_dtype, c.b, c.j0, c.n, carry);
     }
 }
 
@@ -520,8 +522,7 @@ struct ScanKernels : KernelFamilyOf<typename F::Forward, typename F::Backward, F
         of<T, V>(&p, [&](auto serial, auto chunked) {
             if (s.chunks == 1) return runner(serial, s);
             if constexpr (!std::is_null_pointer_v<decltype(chunked)>) return runner(chunked, s);
-            throw std::logic_error(std::string(name(&p)) + ": no chunked kernel for vector width " +
-                                   std::to_string(V));
+            throw std::logic_error(std::string(name(&p)) + ": no chunked kernel for vector width " + std::to_string(V));
         });
     }
 };

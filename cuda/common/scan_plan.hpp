@@ -43,9 +43,9 @@ inline LaunchPlan scan_plan(DType dtype, int64_t T, int64_t B, int64_t H, bool b
     }
     const double bytes_per_step = double(B) * double(H) * double(elem_size) * double(arrays_per_step);
     const int64_t steps = steps_in_flight(backward, plan.vector_width, elem_size);
-    const bool chunked = T > 0 && (schedule == Schedule::chunked ||
-                                   (schedule == Schedule::automatic && T >= 4 * steps &&
-                                    bytes_per_step * double(steps) < double(kBytesInFlight)));
+    const bool chunked =
+        T > 0 && (schedule == Schedule::chunked || (schedule == Schedule::automatic && T >= 4 * steps &&
+                                                    bytes_per_step * double(steps) < double(kBytesInFlight)));
     if (!chunked) return plan;
 
     // A chunk lives in registers: narrower packs (smaller vector alignment still holds).
@@ -70,8 +70,7 @@ inline Strided strided(const View3& v) { return {v.data, v.stride_t, v.stride_b,
 // device is asked, when the caller gave none). `what` names the launcher in errors.
 template <typename Params>
 void launch_scan_forward(const char* what, KernelFamily family, const Params& p, int64_t numel, const void* first,
-                         LaunchPlan (*plan_of)(const Params&, Schedule), void* stream, Schedule schedule,
-                         int device) {
+                         LaunchPlan (*plan_of)(const Params&, Schedule), void* stream, Schedule schedule, int device) {
     if (numel == 0) return;
     const LaunchPlan plan = plan_of(p, schedule);
     const LaunchGuard guard(what, stream, device, first, family, p.dtype);
@@ -80,8 +79,7 @@ void launch_scan_forward(const char* what, KernelFamily family, const Params& p,
 
 template <typename Params>
 void launch_scan_backward(const char* what, KernelFamily family, const Params& p, const void* first,
-                          LaunchPlan (*plan_of)(const Params&, Schedule), void* stream, Schedule schedule,
-                          int device) {
+                          LaunchPlan (*plan_of)(const Params&, Schedule), void* stream, Schedule schedule, int device) {
     // An empty sequence still owes grad_h0 (zeros): the serial kernel writes it.
     if (p.batch * p.hidden == 0 || (p.seq_len == 0 && p.grad_h0.data == nullptr)) return;
     const LaunchPlan plan = plan_of(p, schedule);

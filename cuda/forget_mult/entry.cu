@@ -19,9 +19,9 @@ LaunchPlan plan_of(const ForgetMultForwardParams& p, Schedule schedule) {
 }
 
 LaunchPlan plan_of(const ForgetMultBackwardParams& p, Schedule schedule) {
-    return detail::scan_plan(p.dtype, p.seq_len, p.batch, p.hidden, true, 4, schedule,
-                             {strided(p.f), strided(p.x), strided(p.h), strided(p.grad_h), strided(p.grad_f),
-                              strided(p.grad_x)});
+    return detail::scan_plan(
+        p.dtype, p.seq_len, p.batch, p.hidden, true, 4, schedule,
+        {strided(p.f), strided(p.x), strided(p.h), strided(p.grad_h), strided(p.grad_f), strided(p.grad_x)});
 }
 
 }  // namespace

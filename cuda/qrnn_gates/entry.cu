@@ -17,9 +17,7 @@ Strided strided(const ConstView3& v) { return {v.data, v.stride_t, v.stride_b, v
 Strided strided(const View3& v) { return {v.data, v.stride_t, v.stride_b, v.stride_h}; }
 
 // The gate blocks as separate arrays (Z, F and O start gate_stride elements apart).
-struct GateBlocks {
-    Strided z, f, o;
-};
+struct GateBlocks { Strided z, f, o; };
 GateBlocks blocks_of(const void* data, int64_t st, int64_t sb, int64_t sh, int64_t gate_stride, int64_t elem,
                      bool output_gate) {
     const char* base = static_cast<const char*>(data);
@@ -38,21 +36,20 @@ int width_for(DType dtype, int64_t T, int64_t B, int64_t H, std::initializer_lis
 
 int width_of(const QrnnGatesForwardParams& p) {
     const int64_t elem = dtype_size(p.dtype);
-    const GateBlocks g = blocks_of(p.gates.data, p.gates.stride_t, p.gates.stride_b, p.gates.stride_h,
-                                   p.gate_stride, elem, p.output_gate);
+    const GateBlocks g = blocks_of(p.gates.data, p.gates.stride_t, p.gates.stride_b, p.gates.stride_h, p.gate_stride,
+                                   elem, p.output_gate);
     return width_for(p.dtype, p.seq_len, p.batch, p.hidden,
                      {g.z, g.f, g.o, strided(p.forget_mask), strided(p.output), strided(p.states)});
 }
 
 int width_of(const QrnnGatesBackwardParams& p) {
     const int64_t elem = dtype_size(p.dtype);
-    const GateBlocks g = blocks_of(p.gates.data, p.gates.stride_t, p.gates.stride_b, p.gates.stride_h,
-                                   p.gate_stride, elem, p.output_gate);
+    const GateBlocks g = blocks_of(p.gates.data, p.gates.stride_t, p.gates.stride_b, p.gates.stride_h, p.gate_stride,
+                                   elem, p.output_gate);
     const GateBlocks d = blocks_of(p.grad_gates.data, p.grad_gates.stride_t, p.grad_gates.stride_b,
                                    p.grad_gates.stride_h, p.grad_gate_stride, elem, p.output_gate);
     return width_for(p.dtype, p.seq_len, p.batch, p.hidden,
-                     {g.z, g.f, g.o, strided(p.forget_mask), strided(p.states), strided(p.grad_output), d.z, d.f,
-                      d.o});
+                     {g.z, g.f, g.o, strided(p.forget_mask), strided(p.states), strided(p.grad_output), d.z, d.f, d.o});
 }
 
 template <typename Params>

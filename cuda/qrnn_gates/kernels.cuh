@@ -189,8 +189,9 @@ gates_backward(const QrnnGatesBackwardParams p, const int64_t vectors_per_row) {
         const int64_t t = step_time(k, valid, p.reverse);
         buf.load(slot, p, t, c.n);
         if (dout) dbuf[slot] = load_pack<T, V>(dout + t * p.grad_output.stride_t, c.n, p.grad_output.stride_h);
-        if (k >= 1) cbuf[slot] = load_pack<T, V>(states + step_time(k - 1, valid, p.reverse) * p.states.stride_t, c.n,
-                                                p.states.stride_h);
+        if (k >= 1)
+            cbuf[slot] = load_pack<T, V>(states + step_time(k - 1, valid, p.reverse) * p.states.stride_t, c.n,
+                                         p.states.stride_h);
     };
 #pragma unroll
     for (int i = 0; i < U; ++i)
@@ -267,7 +268,9 @@ struct GateKernels : KernelFamilyOf<QrnnGatesForwardParams, QrnnGatesBackwardPar
     template <typename T, int V, typename Params, typename Run>
     static void run(const Params& p, const LaunchPlan&, Run&& runner) {
         const detail::LaunchShape s = detail::launch_shape(p.batch, p.hidden, V, 1, 0, kGatesThreads);
-        of<T, V>(&p, [&](auto with_gate, auto without_gate) { p.output_gate ? runner(with_gate, s) : runner(without_gate, s); });
+        of<T, V>(&p, [&](auto with_gate, auto without_gate) {
+            p.output_gate ? runner(with_gate, s) : runner(without_gate, s);
+        });
     }
 };
 

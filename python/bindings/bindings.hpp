@@ -107,13 +107,13 @@ PyObject* fast_call(PyObject* const* argv, Py_ssize_t nargs, bool may_release_gi
 // Defines fast call `fn`: Python name "fn", docstring `doc`, the numbers of list `List`
 // then `Extra` trailing integers; `...` is its body (params `p`, the parsed `call`).
 #define QRNN_FAST_ENTRY(fn, List, Extra, release_gil, doc, ...)                                   \
-    struct fn {                                                                                    \
-        static constexpr const char* name = #fn;                                                   \
-        static constexpr const char* help = doc;                                                   \
-        static PyObject* run(PyObject*, PyObject* const* argv, Py_ssize_t nargs) {                 \
-            return ::qrnn::bindings::fast_call<::qrnn::args::List, Extra>(                         \
-                argv, nargs, release_gil, [&](const auto& p, const auto& call) { __VA_ARGS__; });  \
-        }                                                                                          \
+    struct fn {                                                                                   \
+        static constexpr const char* name = #fn;                                                  \
+        static constexpr const char* help = doc;                                                  \
+        static PyObject* run(PyObject*, PyObject* const* argv, Py_ssize_t nargs) {                \
+            return ::qrnn::bindings::fast_call<::qrnn::args::List, Extra>(                        \
+                argv, nargs, release_gil, [&](const auto& p, const auto& call) { __VA_ARGS__; }); \
+        }                                                                                         \
     };
 
 // Adds the METH_FASTCALL functions of QRNN_FAST_ENTRY `Entries` to the module (each method
@@ -133,7 +133,7 @@ void def_fast(py::module_& m) {
 void bind_kernels(py::module_& m);     // CPU kernels and their argument lists
 void bind_checkpoint(py::module_& m);  // the checkpoint writer (qrnn.checkpoint)
 #if defined(QRNN_WITH_CUDA)
-void bind_cuda(py::module_& m);  // CUDA launchers (qrnn.ops.core.cuda)
+void bind_cuda(py::module_& m);        // CUDA launchers (qrnn.ops.core.cuda)
 #endif
 
 }  // namespace qrnn::bindings

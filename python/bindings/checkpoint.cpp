@@ -69,7 +69,8 @@ py::dict zip_format() {
 // (torch dtype name, storage class name) per ScalarType code, in code order.
 py::list storage_types() {
     py::list types;
-    for (const ckpt::detail::StorageClass& c : ckpt::detail::kStorageClasses) types.append(py::make_tuple(c.dtype, c.name));
+    for (const ckpt::detail::StorageClass& c : ckpt::detail::kStorageClasses)
+        types.append(py::make_tuple(c.dtype, c.name));
     return types;
 }
 
@@ -105,44 +106,47 @@ py::object checkpoint_error(const ckpt::SaveStatus& s) {
 }  // namespace
 
 void bind_checkpoint(py::module_& m) {
-    m.def("checkpoint_crc32",
-          [](py::buffer data, uint32_t crc) {
-              py::buffer_info info = data.request();
-              const auto n = static_cast<size_t>(info.size * info.itemsize);
-              py::gil_scoped_release release;
-              return ckpt::crc32(info.ptr, n, crc);
-          },
-          py::arg("data"), py::arg("crc") = 0, "CRC-32 (zip) of a buffer, continuing from crc.");
+    m.def(
+        "checkpoint_crc32",
+        [](py::buffer data, uint32_t crc) {
+            py::buffer_info info = data.request();
+            const auto n = static_cast<size_t>(info.size * info.itemsize);
+            py::gil_scoped_release release;
+            return ckpt::crc32(info.ptr, n, crc);
+        },
+        py::arg("data"), py::arg("crc") = 0, "CRC-32 (zip) of a buffer, continuing from crc.");
 
     // Folder rules (names, commit order, temporaries, staging sizes) live in C++ only.
     m.def("checkpoint_file_name", &ckpt::checkpoint_file_name, py::arg("prefix"), py::arg("step"), py::arg("suffix"));
-    m.def("checkpoint_parse_name",
-          [](const std::string& name, const std::string& prefix, const std::string& suffix) -> py::object {
-              uint64_t step;
-              if (!ckpt::parse_checkpoint_name(name, prefix, suffix, &step)) return py::none();
-              return py::int_(step);
-          },
-          py::arg("name"), py::arg("prefix"), py::arg("suffix"), "The step of a final name, or None.");
+    m.def(
+        "checkpoint_parse_name",
+        [](const std::string& name, const std::string& prefix, const std::string& suffix) -> py::object {
+            uint64_t step;
+            if (!ckpt::parse_checkpoint_name(name, prefix, suffix, &step)) return py::none();
+            return py::int_(step);
+        },
+        py::arg("name"), py::arg("prefix"), py::arg("suffix"), "The step of a final name, or None.");
     m.def("checkpoint_is_temporary", &ckpt::is_temporary_name, py::arg("name"));
-    m.def("checkpoint_list",
-          [](const std::string& folder, const std::string& prefix, const std::string& suffix, bool by_step) {
-              std::vector<ckpt::CommittedFile> files;
-              {
-                  py::gil_scoped_release release;
-                  try {
-                      files = ckpt::list_checkpoints(folder, prefix, suffix,
-                                                     by_step ? ckpt::CheckpointOrder::Step : ckpt::CheckpointOrder::Commit);
-                  } catch (const std::system_error& e) {
-                      py::gil_scoped_acquire acquire;
-                      errno = e.code().value();
-                      PyErr_SetFromErrnoWithFilename(PyExc_OSError, folder.c_str());
-                      throw py::error_already_set();
-                  }
-              }
-              return listing(files);
-          },
-          py::arg("folder"), py::arg("prefix"), py::arg("suffix"), py::arg("by_step") = false,
-          "[(name, step, commit_ns)] of committed checkpoints, oldest commit (or step) first.");
+    m.def(
+        "checkpoint_list",
+        [](const std::string& folder, const std::string& prefix, const std::string& suffix, bool by_step) {
+            std::vector<ckpt::CommittedFile> files;
+            {
+                py::gil_scoped_release release;
+                try {
+                    files = ckpt::list_checkpoints(
+                        folder, prefix, suffix, by_step ? ckpt::CheckpointOrder::Step : ckpt::CheckpointOrder::Commit);
+                } catch (const std::system_error& e) {
+                    py::gil_scoped_acquire acquire;
+                    errno = e.code().value();
+                    PyErr_SetFromErrnoWithFilename(PyExc_OSError, folder.c_str());
+                    throw py::error_already_set();
+                }
+            }
+            return listing(files);
+        },
+        py::arg("folder"), py::arg("prefix"), py::arg("suffix"), py::arg("by_step") = false,
+        "[(name, step, commit_ns)] of committed checkpoints, oldest commit (or step) first.");
     m.def("checkpoint_remove_stale_temporaries",
           static_cast<int (*)(const std::string&)>(&ckpt::remove_stale_temporaries), py::arg("folder"),
           py::call_guard<py::gil_scoped_release>());
@@ -159,50 +163,56 @@ void bind_checkpoint(py::module_& m) {
              py::arg("path"), py::arg("create") = false)
         .def_property_readonly("fd", &Folder::fd)
         .def_property_readonly("path", &Folder::path)
-        .def("lock_writer", [](Folder& f, const std::string& prefix) { folder_call([&] { f.lock_writer(prefix); }); },
-             py::arg("prefix"))
+        .def(
+            "lock_writer", [](Folder& f, const std::string& prefix) { folder_call([&] { f.lock_writer(prefix); }); },
+            py::arg("prefix"))
         .def("unlock_writer", &Folder::unlock_writer)
-        .def("write_file",
-             [](const Folder& f, const std::string& name, const py::bytes& data, unsigned mode, bool sync) {
-                 const std::string bytes = data;
-                 return folder_call([&] { return f.write_file(name, bytes.data(), bytes.size(), mode, sync); });
-             },
-             py::arg("name"), py::arg("data"), py::arg("mode") = 0666, py::arg("sync") = true, "The warnings.")
-        .def("publish",
-             [](const Folder& f, const std::string& source, const std::string& name, unsigned mode, bool sync) {
-                 return folder_call([&] { return f.publish(source, name, mode, sync); });
-             },
-             py::arg("source"), py::arg("name"), py::arg("mode") = 0666, py::arg("sync") = true, "The warnings.")
-        .def("create_temporary",
-             [](const Folder& f, const std::string& name, unsigned mode) {
-                 std::string temporary;
-                 const int fd = folder_call([&] { return f.create_temporary(name, mode, &temporary); });
-                 return py::make_tuple(fd, temporary);
-             },
-             py::arg("name"), py::arg("mode") = 0666, "(descriptor, name) of a new locked temporary for `name`")
-        .def("commit",
-             [](const Folder& f, int fd, const std::string& temporary, const std::string& name, int keep_last,
-                const std::string& prefix, const std::string& suffix, bool sync) {
-                 return folder_call([&] { return f.commit(fd, temporary, name, {keep_last, prefix, suffix}, sync); });
-             },
-             py::arg("fd"), py::arg("temporary"), py::arg("name"), py::arg("keep_last") = 0, py::arg("prefix") = "",
-             py::arg("suffix") = "", py::arg("sync") = true,
-             "Commit a filled temporary (closes fd); the warnings.")
-        .def("list",
-             [](const Folder& f, const std::string& prefix, const std::string& suffix, bool by_step) {
-                 return listing(folder_call([&] {
-                     try {
-                         return ckpt::list_checkpoints(f.fd(), prefix, suffix,
-                                                       by_step ? ckpt::CheckpointOrder::Step
-                                                               : ckpt::CheckpointOrder::Commit);
-                     } catch (const std::system_error& e) {
-                         throw std::system_error(e.code(), "could not list '" + f.path() + "'");
-                     }
-                 }));
-             },
-             py::arg("prefix"), py::arg("suffix"), py::arg("by_step") = false)
-        .def("remove_stale_temporaries", [](const Folder& f) { return ckpt::remove_stale_temporaries(f.fd()); },
-             py::call_guard<py::gil_scoped_release>());
+        .def(
+            "write_file",
+            [](const Folder& f, const std::string& name, const py::bytes& data, unsigned mode, bool sync) {
+                const std::string bytes = data;
+                return folder_call([&] { return f.write_file(name, bytes.data(), bytes.size(), mode, sync); });
+            },
+            py::arg("name"), py::arg("data"), py::arg("mode") = 0666, py::arg("sync") = true, "The warnings.")
+        .def(
+            "publish",
+            [](const Folder& f, const std::string& source, const std::string& name, unsigned mode, bool sync) {
+                return folder_call([&] { return f.publish(source, name, mode, sync); });
+            },
+            py::arg("source"), py::arg("name"), py::arg("mode") = 0666, py::arg("sync") = true, "The warnings.")
+        .def(
+            "create_temporary",
+            [](const Folder& f, const std::string& name, unsigned mode) {
+                std::string temporary;
+                const int fd = folder_call([&] { return f.create_temporary(name, mode, &temporary); });
+                return py::make_tuple(fd, temporary);
+            },
+            py::arg("name"), py::arg("mode") = 0666, "(descriptor, name) of a new locked temporary for `name`")
+        .def(
+            "commit",
+            [](const Folder& f, int fd, const std::string& temporary, const std::string& name, int keep_last,
+               const std::string& prefix, const std::string& suffix, bool sync) {
+                return folder_call([&] { return f.commit(fd, temporary, name, {keep_last, prefix, suffix}, sync); });
+            },
+            py::arg("fd"), py::arg("temporary"), py::arg("name"), py::arg("keep_last") = 0, py::arg("prefix") = "",
+            py::arg("suffix") = "", py::arg("sync") = true, "Commit a filled temporary (closes fd); the warnings.")
+        .def(
+            "list",
+            [](const Folder& f, const std::string& prefix, const std::string& suffix, bool by_step) {
+                return listing(folder_call([&] {
+                    try {
+                        return ckpt::list_checkpoints(
+                            f.fd(), prefix, suffix,
+                            by_step ? ckpt::CheckpointOrder::Step : ckpt::CheckpointOrder::Commit);
+                    } catch (const std::system_error& e) {
+                        throw std::system_error(e.code(), "could not list '" + f.path() + "'");
+                    }
+                }));
+            },
+            py::arg("prefix"), py::arg("suffix"), py::arg("by_step") = false)
+        .def(
+            "remove_stale_temporaries", [](const Folder& f) { return ckpt::remove_stale_temporaries(f.fd()); },
+            py::call_guard<py::gil_scoped_release>());
 
     py::class_<ckpt::StagingBuffer>(m, "CheckpointStaging")
         .def(py::init([](uint64_t bytes) {
@@ -210,7 +220,8 @@ void bind_checkpoint(py::module_& m) {
                  return std::make_unique<ckpt::StagingBuffer>(bytes);
              }),
              py::arg("bytes"))
-        .def_property_readonly("address", [](const ckpt::StagingBuffer& b) { return reinterpret_cast<uintptr_t>(b.data()); })
+        .def_property_readonly("address",
+                               [](const ckpt::StagingBuffer& b) { return reinterpret_cast<uintptr_t>(b.data()); })
         .def_property_readonly("capacity", &ckpt::StagingBuffer::size)
         .def("populate", &ckpt::StagingBuffer::populate, py::arg("offset") = 0, py::arg("length") = UINT64_MAX,
              py::arg("threads") = 1, py::call_guard<py::gil_scoped_release>(),
@@ -219,16 +230,17 @@ void bind_checkpoint(py::module_& m) {
     py::class_<ckpt::SaveStatus, std::shared_ptr<ckpt::SaveStatus>>(m, "CheckpointStatus")
         .def("done", &ckpt::SaveStatus::done)
         .def("staged", &ckpt::SaveStatus::staged)
-        .def("wait",
-             [](const ckpt::SaveStatus& s, std::optional<double> timeout) {
-                 py::gil_scoped_release release;
-                 if (!timeout) {
-                     s.wait();
-                     return true;
-                 }
-                 return s.wait_for(*timeout);
-             },
-             py::arg("timeout") = py::none())
+        .def(
+            "wait",
+            [](const ckpt::SaveStatus& s, std::optional<double> timeout) {
+                py::gil_scoped_release release;
+                if (!timeout) {
+                    s.wait();
+                    return true;
+                }
+                return s.wait_for(*timeout);
+            },
+            py::arg("timeout") = py::none())
         .def("wait_staged", &ckpt::SaveStatus::wait_staged, py::call_guard<py::gil_scoped_release>())
         .def("ok", &ckpt::SaveStatus::ok)
         .def("error", &checkpoint_error, "None, or (errno, operation, path, message) of a failed save")
@@ -250,52 +262,55 @@ void bind_checkpoint(py::module_& m) {
              }),
              py::arg("max_pending") = 1, py::arg("copy_threads") = 2, py::arg("direct_io") = true,
              py::arg("sync") = true, py::arg("writer_nice") = 10)
-        .def("plan",
-             [](ckpt::CheckpointWriter&, const std::string& path, const py::bytes& pickle,
-                const std::vector<Source>& sources) {
-                 const ckpt::ArchiveLayout l = ckpt::plan_archive(checkpoint_request(path, pickle, sources));
-                 return py::make_tuple(l.record_offsets, l.staging_size, l.file_size);
-             },
-             py::arg("path"), py::arg("pickle"), py::arg("sources"),
-             "(payload offset of each source, staging bytes needed, file bytes)")
-        .def("submit",
-             [](ckpt::CheckpointWriter& w, const std::string& path, const py::bytes& pickle,
-                const std::vector<Source>& sources, uintptr_t staging, uint64_t staging_capacity,
-                std::shared_ptr<ckpt::Gate> gate, int keep_last, const std::string& prefix,
-                const std::string& suffix, int copy_threads, bool block, std::shared_ptr<ckpt::CheckpointFolder> folder,
-                unsigned file_mode) {
-                 ckpt::SaveRequest r = checkpoint_request(path, pickle, sources);
-                 r.folder = std::move(folder);
-                 r.file_mode = file_mode;
-                 r.staging = reinterpret_cast<void*>(staging);
-                 r.staging_capacity = staging_capacity;
-                 r.gate = std::move(gate);
-                 r.retention = {keep_last, prefix, suffix};
-                 r.copy_threads = copy_threads;
-                 py::gil_scoped_release release;
-                 return block ? w.submit(std::move(r)) : w.try_submit(std::move(r));
-             },
-             py::arg("path"), py::arg("pickle"), py::arg("sources"), py::arg("staging") = 0,
-             py::arg("staging_capacity") = 0, py::arg("gate") = nullptr, py::arg("keep_last") = 0,
-             py::arg("prefix") = "", py::arg("suffix") = "", py::arg("copy_threads") = 0, py::arg("block") = true,
-             py::arg("folder") = nullptr, py::arg("file_mode") = 0666)
-        .def("write_tensors",
-             [](ckpt::CheckpointWriter& w, const std::string& path,
-                const std::vector<std::tuple<std::string, int, std::vector<int64_t>, std::vector<int64_t>, uintptr_t,
-                                             int64_t, uint64_t, bool>>& tensors) {
-                 std::vector<ckpt::TensorRef> refs;
-                 for (const auto& [name, dtype, shape, strides, ptr, offset, bytes, grad] : tensors) {
-                     if (dtype < 0 || dtype > int(ckpt::ScalarType::Bool))
-                         throw std::invalid_argument("tensor '" + name + "': unknown dtype code " + std::to_string(dtype));
-                     refs.push_back({name, static_cast<ckpt::ScalarType>(dtype), shape, strides,
-                                     reinterpret_cast<const void*>(ptr), offset, bytes, grad});
-                 }
-                 py::gil_scoped_release release;
-                 return ckpt::write_tensors(w, path, refs);
-             },
-             py::arg("path"), py::arg("tensors"),
-             "Queue {name: tensor} from (name, dtype code, shape, strides, storage address, storage offset, "
-             "storage bytes, requires_grad) tuples; the C++ tensor-dict writer.")
+        .def(
+            "plan",
+            [](ckpt::CheckpointWriter&, const std::string& path, const py::bytes& pickle,
+               const std::vector<Source>& sources) {
+                const ckpt::ArchiveLayout l = ckpt::plan_archive(checkpoint_request(path, pickle, sources));
+                return py::make_tuple(l.record_offsets, l.staging_size, l.file_size);
+            },
+            py::arg("path"), py::arg("pickle"), py::arg("sources"),
+            "(payload offset of each source, staging bytes needed, file bytes)")
+        .def(
+            "submit",
+            [](ckpt::CheckpointWriter& w, const std::string& path, const py::bytes& pickle,
+               const std::vector<Source>& sources, uintptr_t staging, uint64_t staging_capacity,
+               std::shared_ptr<ckpt::Gate> gate, int keep_last, const std::string& prefix, const std::string& suffix,
+               int copy_threads, bool block, std::shared_ptr<ckpt::CheckpointFolder> folder, unsigned file_mode) {
+                ckpt::SaveRequest r = checkpoint_request(path, pickle, sources);
+                r.folder = std::move(folder);
+                r.file_mode = file_mode;
+                r.staging = reinterpret_cast<void*>(staging);
+                r.staging_capacity = staging_capacity;
+                r.gate = std::move(gate);
+                r.retention = {keep_last, prefix, suffix};
+                r.copy_threads = copy_threads;
+                py::gil_scoped_release release;
+                return block ? w.submit(std::move(r)) : w.try_submit(std::move(r));
+            },
+            py::arg("path"), py::arg("pickle"), py::arg("sources"), py::arg("staging") = 0,
+            py::arg("staging_capacity") = 0, py::arg("gate") = nullptr, py::arg("keep_last") = 0,
+            py::arg("prefix") = "", py::arg("suffix") = "", py::arg("copy_threads") = 0, py::arg("block") = true,
+            py::arg("folder") = nullptr, py::arg("file_mode") = 0666)
+        .def(
+            "write_tensors",
+            [](ckpt::CheckpointWriter& w, const std::string& path,
+               const std::vector<std::tuple<std::string, int, std::vector<int64_t>, std::vector<int64_t>, uintptr_t,
+                                            int64_t, uint64_t, bool>>& tensors) {
+                std::vector<ckpt::TensorRef> refs;
+                for (const auto& [name, dtype, shape, strides, ptr, offset, bytes, grad] : tensors) {
+                    if (dtype < 0 || dtype > int(ckpt::ScalarType::Bool))
+                        throw std::invalid_argument("tensor '" + name + "': unknown dtype code " +
+                                                    std::to_string(dtype));
+                    refs.push_back({name, static_cast<ckpt::ScalarType>(dtype), shape, strides,
+                                    reinterpret_cast<const void*>(ptr), offset, bytes, grad});
+                }
+                py::gil_scoped_release release;
+                return ckpt::write_tensors(w, path, refs);
+            },
+            py::arg("path"), py::arg("tensors"),
+            "Queue {name: tensor} from (name, dtype code, shape, strides, storage address, storage offset, "
+            "storage bytes, requires_grad) tuples; the C++ tensor-dict writer.")
         .def("wait_all", &ckpt::CheckpointWriter::wait_all, py::call_guard<py::gil_scoped_release>())
         .def("close", &ckpt::CheckpointWriter::close, py::call_guard<py::gil_scoped_release>());
 

@@ -1,7 +1,7 @@
-// qrnn._C's CUDA launchers (qrnn.ops.core.cuda and each family's kernels.py), built when the library has them. They take
-// the CPU entry points' numbers with the stream (a cudaStream_t as an integer, read by
-// Python on every call), the schedule (the scan families) and the device index in place of
-// num_threads. A launch only queues work, so the GIL stays held.
+// qrnn._C's CUDA launchers (qrnn.ops.core.cuda and each family's kernels.py), built when the library has them. They
+// take the CPU entry points' numbers with the stream (a cudaStream_t as an integer, read by Python on every call), the
+// schedule (the scan families) and the device index in place of num_threads. A launch only queues work, so the GIL
+// stays held.
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
@@ -33,23 +33,24 @@ void* stream_of(int64_t handle) { return reinterpret_cast<void*>(static_cast<uin
 
 // A scan family's four entries: cuda_<family>_forward / _backward(<fields>, stream, schedule,
 // device) and the host-only cuda_<family>_forward_plan / _backward_plan(<fields>, schedule).
-#define QRNN_CUDA_SCAN_ENTRIES(family)                                                                       \
-    QRNN_FAST_ENTRY(cuda_##family##_forward, family##_forward, 3, false,                                       \
-                    "cuda_" #family "_forward(<" #family "_forward's fields>, stream, schedule, device): launch " \
-                    "on stream (a cudaStream_t) of device (made current for the launch); schedule: a code of "  \
-                    "cuda_schedules()",                                                                        \
-                    cuda::family##_forward(p, stream_of(call.extra(0)), schedule_of(call.extra(1)),            \
-                                           int(call.extra(2))))                                                \
-    QRNN_FAST_ENTRY(cuda_##family##_backward, family##_backward, 3, false,                                     \
-                    "cuda_" #family "_backward(<" #family "_backward's fields>, stream, schedule, device)",      \
-                    cuda::family##_backward(p, stream_of(call.extra(0)), schedule_of(call.extra(1)),           \
-                                            int(call.extra(2))))                                               \
-    /* Host-only: what a launch would use, for tests and the emulator. */                                     \
+#define QRNN_CUDA_SCAN_ENTRIES(family)                                                                         \
+    QRNN_FAST_ENTRY(                                                                                           \
+        cuda_##family##_forward, family##_forward, 3, false,                                                   \
+        "cuda_" #family "_forward(<" #family                                                                   \
+        "_forward's fields>, stream, schedule, device): launch "                                               \
+        "on stream (a cudaStream_t) of device (made current for the launch); schedule: a code of "             \
+        "cuda_schedules()",                                                                                    \
+        cuda::family##_forward(p, stream_of(call.extra(0)), schedule_of(call.extra(1)), int(call.extra(2))))   \
+    QRNN_FAST_ENTRY(                                                                                           \
+        cuda_##family##_backward, family##_backward, 3, false,                                                 \
+        "cuda_" #family "_backward(<" #family "_backward's fields>, stream, schedule, device)",                \
+        cuda::family##_backward(p, stream_of(call.extra(0)), schedule_of(call.extra(1)), int(call.extra(2))))  \
+    /* Host-only: what a launch would use, for tests and the emulator. */                                      \
     QRNN_FAST_ENTRY(cuda_##family##_forward_plan, family##_forward, 1, false,                                  \
-                    "cuda_" #family "_forward_plan(<fields>, schedule) -> (vector_width, chunks), host-only",   \
+                    "cuda_" #family "_forward_plan(<fields>, schedule) -> (vector_width, chunks), host-only",  \
                     return cuda::family##_forward_plan(p, schedule_of(call.extra(0))))                         \
     QRNN_FAST_ENTRY(cuda_##family##_backward_plan, family##_backward, 1, false,                                \
-                    "cuda_" #family "_backward_plan(<fields>, schedule) -> (vector_width, chunks), host-only",  \
+                    "cuda_" #family "_backward_plan(<fields>, schedule) -> (vector_width, chunks), host-only", \
                     return cuda::family##_backward_plan(p, schedule_of(call.extra(0))))
 #define QRNN_CUDA_SCAN_ENTRY_NAMES(family) \
     cuda_##family##_forward, cuda_##family##_backward, cuda_##family##_forward_plan, cuda_##family##_backward_plan,
@@ -74,13 +75,16 @@ QRNN_FAST_ENTRY(cuda_qrnn_gates_backward_width, qrnn_gates_backward, 0, false,
 void bind_cuda(py::module_& m) {
     def_fast<QRNN_CUDA_SCAN_FAMILIES(QRNN_CUDA_SCAN_ENTRY_NAMES) cuda_qrnn_gates_forward, cuda_qrnn_gates_backward,
              cuda_qrnn_gates_forward_width, cuda_qrnn_gates_backward_width>(m);
-    m.def("cuda_schedules", [] {
-        py::dict d;
-        d["auto"] = int(cuda::Schedule::automatic);
-        d["serial"] = int(cuda::Schedule::serial);
-        d["chunked"] = int(cuda::Schedule::chunked);
-        return d;
-    }, "{name: code} of qrnn::cuda::Schedule, the schedule argument of the scan families' launchers");
+    m.def(
+        "cuda_schedules",
+        [] {
+            py::dict d;
+            d["auto"] = int(cuda::Schedule::automatic);
+            d["serial"] = int(cuda::Schedule::serial);
+            d["chunked"] = int(cuda::Schedule::chunked);
+            return d;
+        },
+        "{name: code} of qrnn::cuda::Schedule, the schedule argument of the scan families' launchers");
 }
 
 }  // namespace qrnn::bindings

@@ -10,7 +10,7 @@ namespace qrnn::bindings {
 namespace {
 
 // Each takes its list's numbers, then num_threads; large work runs without the GIL.
-#define QRNN_CPU_ENTRY(kernel, Params, FIELDS)                                                  \
+#define QRNN_CPU_ENTRY(kernel, Params, FIELDS)                                                          \
     QRNN_FAST_ENTRY(kernel, kernel, 1, true, #kernel "(<kernel_fields()['" #kernel "']>, num_threads)", \
                     qrnn::cpu::kernel(p, int(call.extra(0))))
 QRNN_FAMILY_KERNELS(QRNN_CPU_ENTRY)
@@ -19,11 +19,11 @@ QRNN_FAMILY_KERNELS(QRNN_CPU_ENTRY)
 // {list name: ((kind, field), ...)}: the argument lists qrnn.ops builds its calls from.
 py::dict kernel_fields() {
     py::dict lists;
-#define QRNN_EXPORT_LIST(kernel, Params, FIELDS)                                               \
-    {                                                                                          \
-        py::list fields;                                                                       \
+#define QRNN_EXPORT_LIST(kernel, Params, FIELDS)                                                         \
+    {                                                                                                    \
+        py::list fields;                                                                                 \
         for (const args::Field& f : args::kernel::fields) fields.append(py::make_tuple(f.kind, f.name)); \
-        lists[#kernel] = py::tuple(fields);                                                    \
+        lists[#kernel] = py::tuple(fields);                                                              \
     }
     QRNN_KERNEL_ARG_LISTS(QRNN_EXPORT_LIST)
 #undef QRNN_EXPORT_LIST

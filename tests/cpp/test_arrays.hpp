@@ -35,10 +35,18 @@ template <> inline double put<double>(double v) { return v; }
 // NaN bit patterns with a payload, so "still the canary" is a bitwise comparison.
 template <typename T> T canary();
 template <> inline float canary<float>() { return qrnn::bits_to_float(0x7fc0beefu); }
-template <> inline double canary<double>() { uint64_t u = 0x7ff8dead0000beefull; double d; std::memcpy(&d, &u, 8); return d; }
+template <> inline double canary<double>() {
+    uint64_t u = 0x7ff8dead0000beefull;
+    double d;
+    std::memcpy(&d, &u, 8);
+    return d;
+}
 template <> inline bfloat16 canary<bfloat16>() { return bfloat16{0x7fc5}; }
 template <> inline float16 canary<float16>() { return float16{0x7e05}; }
-template <typename T> bool is_canary(const T& v) { T c = canary<T>(); return std::memcmp(&v, &c, sizeof(T)) == 0; }
+template <typename T> bool is_canary(const T& v) {
+    T c = canary<T>();
+    return std::memcmp(&v, &c, sizeof(T)) == 0;
+}
 
 template <typename T> const char* name_of() { return qrnn::dtype_name(qrnn::dtype_of<T>::value); }
 
@@ -53,10 +61,10 @@ template <> inline std::array<double, 2> tolerance<float16>() { return {4e-3, 3e
 // How an array of logical shape (time, batch, hidden) is laid out in memory.
 struct Layout {
     const char* name;
-    std::array<int, 3> order;        // dims from outermost to innermost (0 time, 1 batch, 2 hidden)
-    std::array<int64_t, 3> spread;   // stride multiplier per dim: > 1 leaves gaps
-    bool reverse_time = false;       // negative time stride, data pointer at the last step
-    bool broadcast_batch = false;    // stride 0 over batch (inputs only)
+    std::array<int, 3> order;       // dims from outermost to innermost (0 time, 1 batch, 2 hidden)
+    std::array<int64_t, 3> spread;  // stride multiplier per dim: > 1 leaves gaps
+    bool reverse_time = false;      // negative time stride, data pointer at the last step
+    bool broadcast_batch = false;   // stride 0 over batch (inputs only)
 };
 
 inline const Layout kTimeMajor{"time-major", {0, 1, 2}, {1, 1, 1}};
@@ -66,15 +74,16 @@ inline const Layout kReversed{"reversed-time", {0, 1, 2}, {1, 1, 1}, true};
 inline const Layout kReversedBatchFirstGappy{"reversed-batch-first-gaps", {1, 0, 2}, {1, 2, 3}, true};
 inline const Layout kHiddenMajor{"hidden-outermost", {2, 0, 1}, {1, 1, 1}};
 inline const Layout kBroadcastBatch{"broadcast-batch", {0, 1, 2}, {1, 1, 1}, false, true};
-inline const Layout kOutputLayouts[] = {kTimeMajor, kBatchFirst, kGappy, kReversed, kReversedBatchFirstGappy, kHiddenMajor};
+inline const Layout kOutputLayouts[] = {kTimeMajor,  kBatchFirst, kGappy, kReversed, kReversedBatchFirstGappy,
+                                        kHiddenMajor};
 
 template <typename E>
 struct Strided {
     int64_t size[3];
     int64_t stride[3] = {0, 0, 0};
     int64_t base = 0;
-    std::vector<E> buf;           // exactly as long as the view reaches: ASan sees any overrun
-    std::vector<char> in_view;    // which buffer slots belong to the view (the rest are gaps)
+    std::vector<E> buf;         // exactly as long as the view reaches: ASan sees any overrun
+    std::vector<char> in_view;  // which buffer slots belong to the view (the rest are gaps)
 
     // A 2-D (batch, hidden) array is a 3-D one with one time step.
     Strided(int64_t T, int64_t B, int64_t H, const Layout& layout) : size{T, B, H} {
@@ -127,8 +136,9 @@ struct Strided {
             const double got = get(buf[size_t(o)]), want = expected(t, b, h);
             const bool ok = std::abs(got - want) <= tol[0] + tol[1] * std::abs(want);  // false for NaN
             if (!ok && bad++ < 3)
-                CHECK_MSG(false, std::string(what) + "[t=" + std::to_string(t) + ",b=" + std::to_string(b) + ",h=" +
-                                     std::to_string(h) + "] = " + std::to_string(got) + ", expected " + std::to_string(want));
+                CHECK_MSG(false, std::string(what) + "[t=" + std::to_string(t) + ",b=" + std::to_string(b) +
+                                     ",h=" + std::to_string(h) + "] = " + std::to_string(got) + ", expected " +
+                                     std::to_string(want));
         });
         for (size_t i = 0; i < buf.size(); ++i)
             if (!in_view[i] && !is_canary(buf[i])) {

@@ -12,8 +12,14 @@
 
 namespace qrnn_test {
 
-inline int& failure_count() { static int n = 0; return n; }
-inline std::vector<std::string>& context_stack() { static std::vector<std::string> s; return s; }
+inline int& failure_count() {
+    static int n = 0;
+    return n;
+}
+inline std::vector<std::string>& context_stack() {
+    static std::vector<std::string> s;
+    return s;
+}
 
 inline void report_failure(const char* file, int line, const std::string& what) {
     if (++failure_count() > 40) return;
@@ -40,8 +46,8 @@ inline int result(const char* test_name) {
 
 }  // namespace qrnn_test
 
-#define CHECK(cond)                                                                   \
-    do {                                                                              \
+#define CHECK(cond)                                                                     \
+    do {                                                                                \
         if (!(cond)) qrnn_test::report_failure(__FILE__, __LINE__, "CHECK(" #cond ")"); \
     } while (0)
 
@@ -51,30 +57,30 @@ inline int result(const char* test_name) {
     } while (0)
 
 // `expr` must throw `type` whose what() contains `needle` (e.g. the argument's name).
-#define CHECK_THROWS(expr, type, needle)                                                        \
-    do {                                                                                        \
-        bool qrnn_thrown_ = false;                                                              \
-        try {                                                                                   \
-            expr;                                                                               \
-        } catch (const type& e) {                                                               \
-            qrnn_thrown_ = true;                                                                \
-            if (std::string(e.what()).find(needle) == std::string::npos)                        \
-                qrnn_test::report_failure(__FILE__, __LINE__,                                   \
-                    std::string(#expr " threw " #type " without \"") + needle + "\": " + e.what()); \
-        } catch (const std::exception& e) {                                                     \
-            qrnn_thrown_ = true;                                                                \
-            qrnn_test::report_failure(__FILE__, __LINE__,                                       \
-                std::string(#expr " threw another exception than " #type ": ") + e.what());     \
-        }                                                                                       \
-        if (!qrnn_thrown_)                                                                      \
-            qrnn_test::report_failure(__FILE__, __LINE__, #expr " did not throw " #type);       \
+#define CHECK_THROWS(expr, type, needle)                                                                          \
+    do {                                                                                                          \
+        bool qrnn_thrown_ = false;                                                                                \
+        try {                                                                                                     \
+            expr;                                                                                                 \
+        } catch (const type& e) {                                                                                 \
+            qrnn_thrown_ = true;                                                                                  \
+            if (std::string(e.what()).find(needle) == std::string::npos)                                          \
+                qrnn_test::report_failure(                                                                        \
+                    __FILE__, __LINE__,                                                                           \
+                    std::string(#expr " threw " #type " without \"") + needle + "\": " + e.what());               \
+        } catch (const std::exception& e) {                                                                       \
+            qrnn_thrown_ = true;                                                                                  \
+            qrnn_test::report_failure(__FILE__, __LINE__,                                                         \
+                                      std::string(#expr " threw another exception than " #type ": ") + e.what()); \
+        }                                                                                                         \
+        if (!qrnn_thrown_) qrnn_test::report_failure(__FILE__, __LINE__, #expr " did not throw " #type);          \
     } while (0)
 
-#define CHECK_NOTHROW(expr)                                                                      \
-    do {                                                                                         \
-        try {                                                                                    \
-            expr;                                                                                \
-        } catch (const std::exception& e) {                                                      \
+#define CHECK_NOTHROW(expr)                                                                          \
+    do {                                                                                             \
+        try {                                                                                        \
+            expr;                                                                                    \
+        } catch (const std::exception& e) {                                                          \
             qrnn_test::report_failure(__FILE__, __LINE__, std::string(#expr " threw: ") + e.what()); \
-        }                                                                                        \
+        }                                                                                            \
     } while (0)

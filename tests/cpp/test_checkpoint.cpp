@@ -164,8 +164,8 @@ void concurrent_saves() {
     on_threads(n_threads, [&](int t) {
         for (int s = 0; s < saves_each; ++s) {
             // One large tensor (> the 4 MiB parallel-copy share) now and then.
-            Payload p(uint32_t(t * 100 + s), s == 1 ? std::vector<int64_t>{3, (5 << 20) / 4, 17}
-                                                    : std::vector<int64_t>{1, 1000, 33});
+            Payload p(uint32_t(t * 100 + s),
+                      s == 1 ? std::vector<int64_t>{3, (5 << 20) / 4, 17} : std::vector<int64_t>{1, 1000, 33});
             const std::string path = g_folder + "/c" + std::to_string(t) + "-" + std::to_string(s) + ".pt";
             ckpt::SaveRequest req = ckpt::tensor_dict_request(path, p.refs);
             const auto expected = snapshot(req);
@@ -215,8 +215,8 @@ void close_races_submit() {
                 while (!go) std::this_thread::yield();
                 for (int s = 0; s < 20; ++s) {
                     Payload p(uint32_t(round * 1000 + t * 100 + s), {256, 3});
-                    const std::string path = g_folder + "/r" + std::to_string(round) + "-" + std::to_string(t) +
-                                             "-" + std::to_string(s) + ".pt";
+                    const std::string path = g_folder + "/r" + std::to_string(round) + "-" + std::to_string(t) + "-" +
+                                             std::to_string(s) + ".pt";
                     ckpt::SaveRequest req = ckpt::tensor_dict_request(path, p.refs);
                     const auto expected = snapshot(req);
                     std::shared_ptr<ckpt::SaveStatus> status;
@@ -262,8 +262,8 @@ void concurrent_close_and_wait_all() {
     for (int s = 0; s < 4; ++s) payloads.emplace_back(uint32_t(s), std::vector<int64_t>{512});
     std::thread submitter([&] {
         for (int s = 0; s < 4; ++s)
-            statuses.push_back(writer.submit(ckpt::tensor_dict_request(g_folder + "/w" + std::to_string(s) + ".pt",
-                                                                       payloads[size_t(s)].refs)));
+            statuses.push_back(writer.submit(
+                ckpt::tensor_dict_request(g_folder + "/w" + std::to_string(s) + ".pt", payloads[size_t(s)].refs)));
     });
     std::thread waiter([&] {
         for (int i = 0; i < 20; ++i) writer.wait_all();
@@ -356,8 +356,10 @@ void fork_child_destroys_writer() {
     int status = 0;
     bool exited = false;
     for (int i = 0; i < 600 && !exited; ++i) {  // at most 60 s
-        if (::waitpid(pid, &status, WNOHANG) == pid) exited = true;
-        else std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        if (::waitpid(pid, &status, WNOHANG) == pid)
+            exited = true;
+        else
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     if (!exited) {
         ::kill(pid, SIGKILL);
@@ -457,8 +459,8 @@ void opened_folder() {
     ckpt::CheckpointWriter writer(test_options(1, 1));
     Payload p(3, {64});
     for (const uint64_t step : {1u, 2u}) {
-        ckpt::SaveRequest request = ckpt::tensor_dict_request(folder + "/" + ckpt::checkpoint_file_name("c-", step, ".pt"),
-                                                              p.refs);
+        ckpt::SaveRequest request =
+            ckpt::tensor_dict_request(folder + "/" + ckpt::checkpoint_file_name("c-", step, ".pt"), p.refs);
         request.retention = {1, "c-", ".pt"};
         request.folder = opened;
         request.file_mode = 0600;
@@ -476,8 +478,8 @@ void opened_folder() {
     try {
         ckpt::CheckpointFolder(moved).lock_writer("c-");
     } catch (const std::system_error& e) {
-        refused = e.code().value() == EBUSY && std::string(e.what()).find("pid " + std::to_string(::getpid())) !=
-                                                   std::string::npos;
+        refused = e.code().value() == EBUSY &&
+                  std::string(e.what()).find("pid " + std::to_string(::getpid())) != std::string::npos;
     }
     CHECK(refused);
     ckpt::CheckpointFolder(moved).lock_writer("d-");  // another prefix: another writer
@@ -499,8 +501,8 @@ void opened_folder() {
     durable.sync = true;  // the folder fsync is what is under test
     auto faulty = ckpt::testing::writer_with_faults(durable, refuse);
     for (const uint64_t step : {3u, 4u}) {
-        ckpt::SaveRequest request = ckpt::tensor_dict_request(moved + "/" + ckpt::checkpoint_file_name("c-", step, ".pt"),
-                                                              p.refs);
+        ckpt::SaveRequest request =
+            ckpt::tensor_dict_request(moved + "/" + ckpt::checkpoint_file_name("c-", step, ".pt"), p.refs);
         request.retention = {1, "c-", ".pt"};
         auto status = faulty->submit(std::move(request));
         CHECK(status->wait_for(60) && status->ok() && status->warnings().size() == (step == 3 ? 1u : 0u));
@@ -508,8 +510,7 @@ void opened_folder() {
         CHECK(kept.size() == 1 && kept[0].step == step);  // retention goes on
     }
     faulty->close();
-    for (const char* name : {"c-000000000004.pt", "metrics.jsonl", "best.pt"})
-        ::unlink((moved + "/" + name).c_str());
+    for (const char* name : {"c-000000000004.pt", "metrics.jsonl", "best.pt"}) ::unlink((moved + "/" + name).c_str());
     ::unlink((other + "/c-000000000100.pt").c_str());
     ::unlink(folder.c_str());
     ::unlink(target.c_str());

@@ -22,7 +22,8 @@ namespace qrnn_test {
 inline bool cpu_has(const std::string& isa) {
 #if defined(__x86_64__) || defined(_M_X64)
     __builtin_cpu_init();
-    if (isa == "avx2") return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    if (isa == "avx2")
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
     const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
     if (isa == "avx512") return avx512;
@@ -43,7 +44,8 @@ inline int start_kernel_test(const char* test_name) {
     const std::string level = qrnn::cpu::simd_level();
     if (!want.empty() && level != want) {
         if (!cpu_has(want)) {
-            std::printf("skipped: QRNN_SIMD=%s but this CPU lacks it (dispatches to %s)\n", want.c_str(), level.c_str());
+            std::printf("skipped: QRNN_SIMD=%s but this CPU lacks it (dispatches to %s)\n", want.c_str(),
+                        level.c_str());
             return 77;
         }
         CHECK_MSG(false, "QRNN_SIMD=" + want + " was not honoured: the kernels use " + level);
@@ -58,9 +60,21 @@ inline int start_kernel_test(const char* test_name) {
 template <typename Make, typename Call>
 void check_size_arguments(Make make, Call call, int64_t negative_batch) {
     CHECK_NOTHROW(call(make()));
-    { auto p = make(); p.seq_len = -1; CHECK_THROWS(call(p), std::invalid_argument, "seq_len"); }
-    { auto p = make(); p.batch = negative_batch; CHECK_THROWS(call(p), std::invalid_argument, "batch"); }
-    { auto p = make(); p.hidden = std::numeric_limits<int64_t>::min(); CHECK_THROWS(call(p), std::invalid_argument, "hidden"); }
+    {
+        auto p = make();
+        p.seq_len = -1;
+        CHECK_THROWS(call(p), std::invalid_argument, "seq_len");
+    }
+    {
+        auto p = make();
+        p.batch = negative_batch;
+        CHECK_THROWS(call(p), std::invalid_argument, "batch");
+    }
+    {
+        auto p = make();
+        p.hidden = std::numeric_limits<int64_t>::min();
+        CHECK_THROWS(call(p), std::invalid_argument, "hidden");
+    }
 }
 
 }  // namespace qrnn_test

@@ -113,8 +113,7 @@ void concurrent_callers() {
 void nested_calls() {
     std::atomic<int64_t> total{0};
     parallel_for(8, 4, [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i)
-            parallel_for(10, 4, [&](int64_t b, int64_t e) { total += e - b; });
+        for (int64_t i = begin; i < end; ++i) parallel_for(10, 4, [&](int64_t b, int64_t e) { total += e - b; });
     });
     CHECK(total == 80);
 }

@@ -70,11 +70,11 @@ struct Case {
 
     Case(int64_t steps, int64_t B_, int64_t H_, const Layout& in, const Options& opt)
         : T_(steps), B(B_), H(H_), n_gates(opt.output_gate ? 3 : 2), o(opt),
-          gates(steps, B_, (opt.output_gate ? 3 : 2) * H_, in), mask(steps, B_, H_, in),
-          c0(1, B_, H_, in) {
+          gates(steps, B_, (opt.output_gate ? 3 : 2) * H_, in), mask(steps, B_, H_, in), c0(1, B_, H_, in) {
         gates.fill_random(-4, 4);
         std::uniform_int_distribution<int> bit(0, 3);
-        mask.for_each([&](int64_t, int64_t, int64_t, int64_t off) { mask.buf[size_t(off)] = put<T>(bit(rng) ? 1.0 : 0.0); });
+        mask.for_each(
+            [&](int64_t, int64_t, int64_t, int64_t off) { mask.buf[size_t(off)] = put<T>(bit(rng) ? 1.0 : 0.0); });
         c0.fill_random(-1, 1);
         lengths_buf.assign(size_t(std::max<int64_t>(1, 2 * B)), int64_t(-777));  // gaps: invalid on purpose
         std::uniform_int_distribution<int64_t> len(0, steps);
@@ -208,12 +208,13 @@ void backward_case(int64_t T_, int64_t B, int64_t H, const Layout& in, const Lay
     grad_gates.check_output("grad_gates", [&](int64_t t, int64_t b, int64_t jj) {
         return ref_dg[size_t((t * B + b) * c.n_gates * H + jj)];
     });
-    if (o.c0) grad_c0.check_output("grad_c0", [&](int64_t, int64_t b, int64_t j) { return ref_dc0[size_t(b * H + j)]; });
+    if (o.c0)
+        grad_c0.check_output("grad_c0", [&](int64_t, int64_t b, int64_t j) { return ref_dc0[size_t(b * H + j)]; });
 }
 
 struct Shape { int64_t T, B, H; };
-const Shape kShapes[] = {{1, 1, 1}, {1, 1, 3}, {5, 1, 17}, {7, 3, 17}, {4, 2, 33}, {3, 2, 300},
-                         {0, 2, 3}, {3, 0, 3}, {3, 2, 0}};
+const Shape kShapes[] = {{1, 1, 1},   {1, 1, 3}, {5, 1, 17}, {7, 3, 17}, {4, 2, 33},
+                         {3, 2, 300}, {0, 2, 3}, {3, 0, 3},  {3, 2, 0}};
 const Layout kInputs[] = {kTimeMajor, kBatchFirst, kGappy, kReversed, kReversedBatchFirstGappy, kHiddenMajor};
 
 template <typename T, typename S>
@@ -250,49 +251,161 @@ void invalid_arguments() {
     const int64_t max = std::numeric_limits<int64_t>::max();
     auto fwd = [&] {
         qrnn::QrnnGatesForwardParams p;
-        p.seq_len = 2; p.batch = 2; p.hidden = 2;
-        p.gates = {g, 12, 6, 1}; p.gate_stride = 2;
-        p.output = {out, 4, 2, 1}; p.states = {st, 4, 2, 1};
+        p.seq_len = 2;
+        p.batch = 2;
+        p.hidden = 2;
+        p.gates = {g, 12, 6, 1};
+        p.gate_stride = 2;
+        p.output = {out, 4, 2, 1};
+        p.states = {st, 4, 2, 1};
         return p;
     };
     auto bwd = [&] {
         qrnn::QrnnGatesBackwardParams p;
-        p.seq_len = 2; p.batch = 2; p.hidden = 2;
-        p.gates = {g, 12, 6, 1}; p.gate_stride = 2;
-        p.states = {st, 4, 2, 1}; p.grad_output = {out, 4, 2, 1};
-        p.grad_gates = {dg, 12, 6, 1}; p.grad_gate_stride = 2;
+        p.seq_len = 2;
+        p.batch = 2;
+        p.hidden = 2;
+        p.gates = {g, 12, 6, 1};
+        p.gate_stride = 2;
+        p.states = {st, 4, 2, 1};
+        p.grad_output = {out, 4, 2, 1};
+        p.grad_gates = {dg, 12, 6, 1};
+        p.grad_gate_stride = 2;
         return p;
     };
     check_size_arguments(fwd, [](const qrnn::QrnnGatesForwardParams& p) { qrnn_gates_forward(p); }, -1);
     CHECK_NOTHROW(qrnn_gates_backward(bwd()));
-    { auto p = fwd(); p.gates.data = nullptr; CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "gates"); }
-    { auto p = fwd(); p.output.data = nullptr; CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "output"); }
-    { auto p = fwd(); p.gate_stride = max; CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "gates"); }
-    { auto p = fwd(); p.gate_stride = std::numeric_limits<int64_t>::min(); CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "gates"); }
-    { auto p = fwd(); p.states.stride_t = max; CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "states"); }
-    { auto p = fwd(); p.seq_len = p.batch = p.hidden = int64_t(1) << 22; CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "overflow"); }
-    { auto p = fwd(); p.dtype = DType(9); CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "dtype"); }
-    { auto p = fwd(); p.forget_scale = std::nan(""); CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "forget_scale"); }
-    { auto p = fwd(); p.forget_scale = -0.1; CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "forget_scale"); }
-    { auto p = fwd(); p.forget_scale = 1.5; CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "forget_scale"); }
-    { auto p = fwd(); p.forget_scale = std::numeric_limits<double>::infinity(); CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "forget_scale"); }
-    { auto p = fwd(); p.lengths = lengths; lengths[1] = 3; CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "lengths[1]"); }
-    { auto p = fwd(); p.lengths = lengths; lengths[1] = -1; CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "lengths[1]"); }
+    {
+        auto p = fwd();
+        p.gates.data = nullptr;
+        CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "gates");
+    }
+    {
+        auto p = fwd();
+        p.output.data = nullptr;
+        CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "output");
+    }
+    {
+        auto p = fwd();
+        p.gate_stride = max;
+        CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "gates");
+    }
+    {
+        auto p = fwd();
+        p.gate_stride = std::numeric_limits<int64_t>::min();
+        CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "gates");
+    }
+    {
+        auto p = fwd();
+        p.states.stride_t = max;
+        CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "states");
+    }
+    {
+        auto p = fwd();
+        p.seq_len = p.batch = p.hidden = int64_t(1) << 22;
+        CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "overflow");
+    }
+    {
+        auto p = fwd();
+        p.dtype = DType(9);
+        CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "dtype");
+    }
+    {
+        auto p = fwd();
+        p.forget_scale = std::nan("");
+        CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "forget_scale");
+    }
+    {
+        auto p = fwd();
+        p.forget_scale = -0.1;
+        CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "forget_scale");
+    }
+    {
+        auto p = fwd();
+        p.forget_scale = 1.5;
+        CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "forget_scale");
+    }
+    {
+        auto p = fwd();
+        p.forget_scale = std::numeric_limits<double>::infinity();
+        CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "forget_scale");
+    }
+    {
+        auto p = fwd();
+        p.lengths = lengths;
+        lengths[1] = 3;
+        CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "lengths[1]");
+    }
+    {
+        auto p = fwd();
+        p.lengths = lengths;
+        lengths[1] = -1;
+        CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "lengths[1]");
+    }
     lengths[1] = 1;
-    { auto p = fwd(); p.batch = 3; p.lengths = lengths; p.lengths_stride = max / 2 + 1;
-      CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "lengths"); }
-    { auto p = fwd(); p.c0 = {out, 2, 1}; p.c0_dtype = DType::float64; CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "c0_dtype"); }
-    { auto p = fwd(); p.c_n = {out, 2, 1}; p.c_n_dtype = DType(5); CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "c_n_dtype"); }
-    { auto p = fwd(); p.dtype = DType::bfloat16; p.c0 = {out, 2, 1}; p.c0_dtype = DType::float16;
-      CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "c0_dtype"); }
-    { auto p = bwd(); p.states.data = nullptr; CHECK_THROWS(qrnn_gates_backward(p), std::invalid_argument, "states"); }
-    { auto p = bwd(); p.grad_gates.data = nullptr; CHECK_THROWS(qrnn_gates_backward(p), std::invalid_argument, "grad_gates"); }
-    { auto p = bwd(); p.grad_gate_stride = max; CHECK_THROWS(qrnn_gates_backward(p), std::invalid_argument, "grad_gates"); }
-    { auto p = bwd(); p.grad_c0 = {out, max, 1}; p.c0_dtype = DType::float32; CHECK_THROWS(qrnn_gates_backward(p), std::invalid_argument, "grad_c0"); }
-    { auto p = bwd(); p.lengths = lengths; lengths[0] = 5; CHECK_THROWS(qrnn_gates_backward(p), std::invalid_argument, "lengths[0]"); }
+    {
+        auto p = fwd();
+        p.batch = 3;
+        p.lengths = lengths;
+        p.lengths_stride = max / 2 + 1;
+        CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "lengths");
+    }
+    {
+        auto p = fwd();
+        p.c0 = {out, 2, 1};
+        p.c0_dtype = DType::float64;
+        CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "c0_dtype");
+    }
+    {
+        auto p = fwd();
+        p.c_n = {out, 2, 1};
+        p.c_n_dtype = DType(5);
+        CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "c_n_dtype");
+    }
+    {
+        auto p = fwd();
+        p.dtype = DType::bfloat16;
+        p.c0 = {out, 2, 1};
+        p.c0_dtype = DType::float16;
+        CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "c0_dtype");
+    }
+    {
+        auto p = bwd();
+        p.states.data = nullptr;
+        CHECK_THROWS(qrnn_gates_backward(p), std::invalid_argument, "states");
+    }
+    {
+        auto p = bwd();
+        p.grad_gates.data = nullptr;
+        CHECK_THROWS(qrnn_gates_backward(p), std::invalid_argument, "grad_gates");
+    }
+    {
+        auto p = bwd();
+        p.grad_gate_stride = max;
+        CHECK_THROWS(qrnn_gates_backward(p), std::invalid_argument, "grad_gates");
+    }
+    {
+        auto p = bwd();
+        p.grad_c0 = {out, max, 1};
+        p.c0_dtype = DType::float32;
+        CHECK_THROWS(qrnn_gates_backward(p), std::invalid_argument, "grad_c0");
+    }
+    {
+        auto p = bwd();
+        p.lengths = lengths;
+        lengths[0] = 5;
+        CHECK_THROWS(qrnn_gates_backward(p), std::invalid_argument, "lengths[0]");
+    }
     lengths[0] = 2;
     // Zero elements: null pointers are fine.
-    { auto p = fwd(); p.batch = 0; p.gates = {}; p.output = {}; p.states = {}; CHECK_NOTHROW(qrnn_gates_forward(p)); }
+    {
+        auto p = fwd();
+        p.batch = 0;
+        p.gates = {};
+        p.output = {};
+        p.states = {};
+        CHECK_NOTHROW(qrnn_gates_forward(p));
+    }
 }
 
 // An empty sequence over a huge (batch, hidden) has nothing to compute: it must return at

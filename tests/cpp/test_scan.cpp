@@ -89,13 +89,11 @@ std::vector<double> reference_forward(const Strided<T>& u, const Strided<T>& v, 
     return h;
 }
 
-struct BackwardRef {
-    std::vector<double> grad_u, grad_v, grad_h0;
-};
+struct BackwardRef { std::vector<double> grad_u, grad_v, grad_h0; };
 
 template <typename F, typename T, typename S>
-BackwardRef reference_backward(const Strided<T>& u, const Strided<T>& v, const Strided<T>& h,
-                               const Strided<S>* h0, const Strided<T>& grad_h) {
+BackwardRef reference_backward(const Strided<T>& u, const Strided<T>& v, const Strided<T>& h, const Strided<S>* h0,
+                               const Strided<T>& grad_h) {
     const int64_t T_ = u.size[0], B = u.size[1], H = u.size[2];
     BackwardRef r{std::vector<double>(size_t(T_ * B * H)), std::vector<double>(size_t(T_ * B * H)),
                   std::vector<double>(size_t(B * H))};
@@ -118,10 +116,10 @@ BackwardRef reference_backward(const Strided<T>& u, const Strided<T>& v, const S
 // ---- one case ---------------------------------------------------------------------------
 struct Shape { int64_t T, B, H; };
 
-std::string describe(const char* family, const char* dir, const char* dtype, const char* state_dtype, Shape s, const Layout& in,
-                     const Layout& out, bool has_h0, bool has_grad_h0, int threads) {
-    return std::string(family) + " " + dir + " dtype=" + dtype + " T=" + std::to_string(s.T) + " B=" + std::to_string(s.B) +
-           " H=" + std::to_string(s.H) + " inputs=" + in.name + " outputs=" + out.name +
+std::string describe(const char* family, const char* dir, const char* dtype, const char* state_dtype, Shape s,
+                     const Layout& in, const Layout& out, bool has_h0, bool has_grad_h0, int threads) {
+    return std::string(family) + " " + dir + " dtype=" + dtype + " T=" + std::to_string(s.T) +
+           " B=" + std::to_string(s.B) + " H=" + std::to_string(s.H) + " inputs=" + in.name + " outputs=" + out.name +
            " h0=" + (has_h0 ? state_dtype : "absent") + " grad_h0=" + (has_grad_h0 ? state_dtype : "absent") +
            " threads=" + std::to_string(threads);
 }
@@ -143,8 +141,8 @@ Params params_of(Shape s, Strided<T>& u, Strided<T>& v, Strided<S>& h0, bool has
 // F: the family; T: sequence dtype; S: h0 / grad_h0 dtype (T, or float for a 16-bit T).
 template <typename F, typename T, typename S>
 void forward_case(Shape s, const Layout& in, const Layout& out, bool has_h0, int threads) {
-    qrnn_test::Context ctx(describe(F::name, "forward", name_of<T>(), name_of<S>(), s, in, out, has_h0, false,
-                                    threads));
+    qrnn_test::Context ctx(
+        describe(F::name, "forward", name_of<T>(), name_of<S>(), s, in, out, has_h0, false, threads));
     Strided<T> u(s.T, s.B, s.H, in), v(s.T, s.B, s.H, in), h(s.T, s.B, s.H, out);
     Strided<S> h0(1, s.B, s.H, in);
     u.fill_random(F::u_low, F::u_high);
@@ -159,8 +157,8 @@ void forward_case(Shape s, const Layout& in, const Layout& out, bool has_h0, int
 
 template <typename F, typename T, typename S>
 void backward_case(Shape s, const Layout& in, const Layout& out, bool has_h0, bool has_grad_h0, int threads) {
-    qrnn_test::Context ctx(describe(F::name, "backward", name_of<T>(), name_of<S>(), s, in, out, has_h0,
-                                    has_grad_h0, threads));
+    qrnn_test::Context ctx(
+        describe(F::name, "backward", name_of<T>(), name_of<S>(), s, in, out, has_h0, has_grad_h0, threads));
     Strided<T> u(s.T, s.B, s.H, in), v(s.T, s.B, s.H, in), h(s.T, s.B, s.H, in), grad_h(s.T, s.B, s.H, in);
     Strided<T> grad_u(s.T, s.B, s.H, out), grad_v(s.T, s.B, s.H, out);
     Strided<S> h0(1, s.B, s.H, in), grad_h0(1, s.B, s.H, out);
@@ -177,10 +175,13 @@ void backward_case(Shape s, const Layout& in, const Layout& out, bool has_h0, bo
     CHECK_NOTHROW(F::backward(p, threads));
     const auto ref = reference_backward<F, T, S>(u, v, h, has_h0 ? &h0 : nullptr, grad_h);
     auto idx = [&](int64_t t, int64_t b, int64_t j) { return size_t((t * s.B + b) * s.H + j); };
-    grad_u.check_output("grad of the first input", [&](int64_t t, int64_t b, int64_t j) { return ref.grad_u[idx(t, b, j)]; });
-    grad_v.check_output("grad of the second input", [&](int64_t t, int64_t b, int64_t j) { return ref.grad_v[idx(t, b, j)]; });
+    grad_u.check_output("grad of the first input",
+                        [&](int64_t t, int64_t b, int64_t j) { return ref.grad_u[idx(t, b, j)]; });
+    grad_v.check_output("grad of the second input",
+                        [&](int64_t t, int64_t b, int64_t j) { return ref.grad_v[idx(t, b, j)]; });
     if (has_grad_h0)
-        grad_h0.check_output("grad_h0", [&](int64_t, int64_t b, int64_t j) { return ref.grad_h0[size_t(b * s.H + j)]; });
+        grad_h0.check_output("grad_h0",
+                             [&](int64_t, int64_t b, int64_t j) { return ref.grad_h0[size_t(b * s.H + j)]; });
     else
         CHECK_MSG(std::all_of(grad_h0.buf.begin(), grad_h0.buf.end(), is_canary<S>), "absent grad_h0 was written");
 }
@@ -188,11 +189,11 @@ void backward_case(Shape s, const Layout& in, const Layout& out, bool has_h0, bo
 // Odd sizes (1, 3, 17 hidden; one step; one row), sizes crossing the 512-unit work block,
 // and zero sizes, each through every input layout with a rotating output layout.
 const Shape kShapes[] = {
-    {1, 1, 1}, {1, 1, 3}, {1, 3, 17}, {5, 1, 17}, {7, 3, 17}, {3, 2, 1}, {13, 5, 64},
-    {4, 2, 513}, {3, 1, 1030}, {0, 2, 3}, {3, 0, 3}, {3, 2, 0}, {0, 0, 0},
+    {1, 1, 1},   {1, 1, 3},    {1, 3, 17}, {5, 1, 17}, {7, 3, 17}, {3, 2, 1}, {13, 5, 64},
+    {4, 2, 513}, {3, 1, 1030}, {0, 2, 3},  {3, 0, 3},  {3, 2, 0},  {0, 0, 0},
 };
-const Layout kInputLayouts[] = {kTimeMajor, kBatchFirst, kGappy, kReversed, kReversedBatchFirstGappy, kHiddenMajor,
-                                kBroadcastBatch};
+const Layout kInputLayouts[] = {kTimeMajor,   kBatchFirst,    kGappy, kReversed, kReversedBatchFirstGappy,
+                                kHiddenMajor, kBroadcastBatch};
 
 // Everything runs through the thread pool when `threaded_only` (the ThreadSanitizer run).
 bool threaded_only = false;
@@ -202,17 +203,17 @@ void sweep(bool state_modes_with_absent) {
     int k = 0;
     for (const Shape& s : kShapes)
         if (!threaded_only)
-        for (const Layout& in : kInputLayouts) {
-            const Layout& out = kOutputLayouts[size_t(k++) % std::size(kOutputLayouts)];
-            if (state_modes_with_absent) {
-                forward_case<F, T, S>(s, in, out, false, 1);
-                backward_case<F, T, S>(s, in, out, false, false, 1);
-                backward_case<F, T, S>(s, in, out, false, true, 1);  // gradient of an all-zero initial state
+            for (const Layout& in : kInputLayouts) {
+                const Layout& out = kOutputLayouts[size_t(k++) % std::size(kOutputLayouts)];
+                if (state_modes_with_absent) {
+                    forward_case<F, T, S>(s, in, out, false, 1);
+                    backward_case<F, T, S>(s, in, out, false, false, 1);
+                    backward_case<F, T, S>(s, in, out, false, true, 1);  // gradient of an all-zero initial state
+                }
+                forward_case<F, T, S>(s, in, out, true, 1);
+                backward_case<F, T, S>(s, in, out, true, true, 1);
+                backward_case<F, T, S>(s, in, out, true, false, 1);
             }
-            forward_case<F, T, S>(s, in, out, true, 1);
-            backward_case<F, T, S>(s, in, out, true, true, 1);
-            backward_case<F, T, S>(s, in, out, true, false, 1);
-        }
     // Enough work for several threads of the pool (items = batch x hidden blocks).
     for (const Layout& in : {kTimeMajor, kReversedBatchFirstGappy}) {
         forward_case<F, T, S>({16, 8, 1100}, in, kBatchFirst, true, 4);
@@ -253,7 +254,8 @@ void fixed_entry_points() {
         grad_f.check_output("grad_f", [&](int64_t t, int64_t b, int64_t j) { return r.grad_u[idx(t, b, j)]; });
         grad_x.check_output("grad_x", [&](int64_t t, int64_t b, int64_t j) { return r.grad_v[idx(t, b, j)]; });
         if (has_h0)
-            grad_h0.check_output("grad_h0", [&](int64_t, int64_t b, int64_t j) { return r.grad_h0[size_t(b * H + j)]; });
+            grad_h0.check_output("grad_h0",
+                                 [&](int64_t, int64_t b, int64_t j) { return r.grad_h0[size_t(b * H + j)]; });
     }
     // Zero sizes with null pointers do nothing.
     CHECK_NOTHROW(qrnn::cpu::forget_mult(nullptr, nullptr, nullptr, nullptr, 0, 4, 4));
@@ -287,65 +289,199 @@ void invalid_arguments() {
 
     auto fwd = [&] {
         qrnn::ForgetMultForwardParams p;
-        p.seq_len = 2; p.batch = 2; p.hidden = 2;
-        p.f = {buf, 4, 2, 1}; p.x = {buf, 4, 2, 1}; p.h = {buf + 8, 4, 2, 1};
+        p.seq_len = 2;
+        p.batch = 2;
+        p.hidden = 2;
+        p.f = {buf, 4, 2, 1};
+        p.x = {buf, 4, 2, 1};
+        p.h = {buf + 8, 4, 2, 1};
         return p;
     };
     auto bwd = [&] {
         qrnn::ForgetMultBackwardParams p;
-        p.seq_len = 2; p.batch = 2; p.hidden = 2;
-        p.f = {buf, 4, 2, 1}; p.x = {buf, 4, 2, 1}; p.h = {buf, 4, 2, 1}; p.grad_h = {buf, 4, 2, 1};
-        p.grad_f = {buf + 8, 4, 2, 1}; p.grad_x = {buf + 16, 4, 2, 1};
+        p.seq_len = 2;
+        p.batch = 2;
+        p.hidden = 2;
+        p.f = {buf, 4, 2, 1};
+        p.x = {buf, 4, 2, 1};
+        p.h = {buf, 4, 2, 1};
+        p.grad_h = {buf, 4, 2, 1};
+        p.grad_f = {buf + 8, 4, 2, 1};
+        p.grad_x = {buf + 16, 4, 2, 1};
         return p;
     };
     check_size_arguments(fwd, [](const qrnn::ForgetMultForwardParams& p) { forget_mult_forward(p); }, -3);
     CHECK_NOTHROW(forget_mult_backward(bwd()));
 
-    { auto p = fwd(); p.f.data = nullptr; CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "f"); }
-    { auto p = fwd(); p.x.data = nullptr; CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "x"); }
-    { auto p = fwd(); p.h.data = nullptr; CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "h"); }
-    { auto p = fwd(); p.seq_len = big; p.batch = big; p.hidden = big;
-      CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "overflow"); }
-    { auto p = fwd(); p.seq_len = max; p.batch = 2; CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "overflow"); }
-    { auto p = fwd(); p.seq_len = 3; p.f.stride_t = max / 2 + 1; CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "f"); }
-    { auto p = fwd(); p.x.stride_b = std::numeric_limits<int64_t>::min(); CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "x"); }
-    { auto p = fwd(); p.h.stride_h = -max; p.h.stride_t = -max; CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "h"); }
-    { auto p = fwd(); p.h0 = {buf, max, 1}; CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "h0"); }
-    { auto p = fwd(); p.dtype = DType(7); CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "dtype"); }
-    { auto p = fwd(); p.dtype = DType(-1); CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "dtype"); }
-    { auto p = fwd(); p.h0 = {buf, 2, 1}; p.h0_dtype = DType::float64;
-      CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "h0_dtype"); }
-    { auto p = fwd(); p.dtype = DType::float64; p.h0 = {buf, 2, 1}; p.h0_dtype = DType::float32;
-      CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "h0_dtype"); }
-    { auto p = fwd(); p.dtype = DType::bfloat16; p.h0 = {buf, 2, 1}; p.h0_dtype = DType::float16;
-      CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "h0_dtype"); }
-    { auto p = fwd(); p.h0 = {buf, 2, 1}; p.h0_dtype = DType(42);
-      CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "h0_dtype"); }
+    {
+        auto p = fwd();
+        p.f.data = nullptr;
+        CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "f");
+    }
+    {
+        auto p = fwd();
+        p.x.data = nullptr;
+        CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "x");
+    }
+    {
+        auto p = fwd();
+        p.h.data = nullptr;
+        CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "h");
+    }
+    {
+        auto p = fwd();
+        p.seq_len = big;
+        p.batch = big;
+        p.hidden = big;
+        CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "overflow");
+    }
+    {
+        auto p = fwd();
+        p.seq_len = max;
+        p.batch = 2;
+        CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "overflow");
+    }
+    {
+        auto p = fwd();
+        p.seq_len = 3;
+        p.f.stride_t = max / 2 + 1;
+        CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "f");
+    }
+    {
+        auto p = fwd();
+        p.x.stride_b = std::numeric_limits<int64_t>::min();
+        CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "x");
+    }
+    {
+        auto p = fwd();
+        p.h.stride_h = -max;
+        p.h.stride_t = -max;
+        CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "h");
+    }
+    {
+        auto p = fwd();
+        p.h0 = {buf, max, 1};
+        CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "h0");
+    }
+    {
+        auto p = fwd();
+        p.dtype = DType(7);
+        CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "dtype");
+    }
+    {
+        auto p = fwd();
+        p.dtype = DType(-1);
+        CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "dtype");
+    }
+    {
+        auto p = fwd();
+        p.h0 = {buf, 2, 1};
+        p.h0_dtype = DType::float64;
+        CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "h0_dtype");
+    }
+    {
+        auto p = fwd();
+        p.dtype = DType::float64;
+        p.h0 = {buf, 2, 1};
+        p.h0_dtype = DType::float32;
+        CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "h0_dtype");
+    }
+    {
+        auto p = fwd();
+        p.dtype = DType::bfloat16;
+        p.h0 = {buf, 2, 1};
+        p.h0_dtype = DType::float16;
+        CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "h0_dtype");
+    }
+    {
+        auto p = fwd();
+        p.h0 = {buf, 2, 1};
+        p.h0_dtype = DType(42);
+        CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "h0_dtype");
+    }
     // Zero elements: null pointers and any strides are fine, nothing is touched.
-    { auto p = fwd(); p.seq_len = 0; p.f = {}; p.x = {}; p.h = {nullptr, max, max, max};
-      CHECK_NOTHROW(forget_mult_forward(p)); }
+    {
+        auto p = fwd();
+        p.seq_len = 0;
+        p.f = {};
+        p.x = {};
+        p.h = {nullptr, max, max, max};
+        CHECK_NOTHROW(forget_mult_forward(p));
+    }
 
-    { auto p = bwd(); p.seq_len = -1; CHECK_THROWS(forget_mult_backward(p), std::invalid_argument, "seq_len"); }
-    { auto p = bwd(); p.hidden = -1; CHECK_THROWS(forget_mult_backward(p), std::invalid_argument, "hidden"); }
-    { auto p = bwd(); p.h.data = nullptr; CHECK_THROWS(forget_mult_backward(p), std::invalid_argument, "h"); }
-    { auto p = bwd(); p.grad_h.data = nullptr; CHECK_THROWS(forget_mult_backward(p), std::invalid_argument, "grad_h"); }
-    { auto p = bwd(); p.grad_f.data = nullptr; CHECK_THROWS(forget_mult_backward(p), std::invalid_argument, "grad_f"); }
-    { auto p = bwd(); p.grad_x.data = nullptr; CHECK_THROWS(forget_mult_backward(p), std::invalid_argument, "grad_x"); }
-    { auto p = bwd(); p.grad_f.stride_t = max; CHECK_THROWS(forget_mult_backward(p), std::invalid_argument, "grad_f"); }
-    { auto p = bwd(); p.grad_h0 = {buf + 32, max, 1}; CHECK_THROWS(forget_mult_backward(p), std::invalid_argument, "grad_h0"); }
-    { auto p = bwd(); p.seq_len = big; p.batch = big; p.hidden = big;
-      CHECK_THROWS(forget_mult_backward(p), std::invalid_argument, "overflow"); }
-    { auto p = bwd(); p.dtype = DType::float64; p.grad_h0 = {buf + 32, 2, 1}; p.h0_dtype = DType::float32;
-      CHECK_THROWS(forget_mult_backward(p), std::invalid_argument, "h0_dtype"); }
+    {
+        auto p = bwd();
+        p.seq_len = -1;
+        CHECK_THROWS(forget_mult_backward(p), std::invalid_argument, "seq_len");
+    }
+    {
+        auto p = bwd();
+        p.hidden = -1;
+        CHECK_THROWS(forget_mult_backward(p), std::invalid_argument, "hidden");
+    }
+    {
+        auto p = bwd();
+        p.h.data = nullptr;
+        CHECK_THROWS(forget_mult_backward(p), std::invalid_argument, "h");
+    }
+    {
+        auto p = bwd();
+        p.grad_h.data = nullptr;
+        CHECK_THROWS(forget_mult_backward(p), std::invalid_argument, "grad_h");
+    }
+    {
+        auto p = bwd();
+        p.grad_f.data = nullptr;
+        CHECK_THROWS(forget_mult_backward(p), std::invalid_argument, "grad_f");
+    }
+    {
+        auto p = bwd();
+        p.grad_x.data = nullptr;
+        CHECK_THROWS(forget_mult_backward(p), std::invalid_argument, "grad_x");
+    }
+    {
+        auto p = bwd();
+        p.grad_f.stride_t = max;
+        CHECK_THROWS(forget_mult_backward(p), std::invalid_argument, "grad_f");
+    }
+    {
+        auto p = bwd();
+        p.grad_h0 = {buf + 32, max, 1};
+        CHECK_THROWS(forget_mult_backward(p), std::invalid_argument, "grad_h0");
+    }
+    {
+        auto p = bwd();
+        p.seq_len = big;
+        p.batch = big;
+        p.hidden = big;
+        CHECK_THROWS(forget_mult_backward(p), std::invalid_argument, "overflow");
+    }
+    {
+        auto p = bwd();
+        p.dtype = DType::float64;
+        p.grad_h0 = {buf + 32, 2, 1};
+        p.h0_dtype = DType::float32;
+        CHECK_THROWS(forget_mult_backward(p), std::invalid_argument, "h0_dtype");
+    }
 
     // An empty sequence over a huge (batch, hidden) must return at once: nothing to write.
-    { auto p = bwd(); p.seq_len = 0; p.batch = int64_t(1) << 31; p.hidden = int64_t(1) << 31;
-      p.f = {}; p.x = {}; p.h = {}; p.grad_h = {}; p.grad_f = {}; p.grad_x = {};
-      CHECK_NOTHROW(forget_mult_backward(p));
-      p.batch = p.hidden = int64_t(1) << 32;  // batch * hidden overflows int64: still nothing to do
-      CHECK_NOTHROW(forget_mult_backward(p));
-      p.grad_h0 = {buf + 32, 1, 1};  // ...unless grad_h0 must be written
-      CHECK_THROWS(forget_mult_backward(p), std::invalid_argument, "overflow"); }
+    {
+        auto p = bwd();
+        p.seq_len = 0;
+        p.batch = int64_t(1) << 31;
+        p.hidden = int64_t(1) << 31;
+        p.f = {};
+        p.x = {};
+        p.h = {};
+        p.grad_h = {};
+        p.grad_f = {};
+        p.grad_x = {};
+        CHECK_NOTHROW(forget_mult_backward(p));
+        p.batch = p.hidden = int64_t(1) << 32;  // batch * hidden overflows int64: still nothing to do
+        CHECK_NOTHROW(forget_mult_backward(p));
+        p.grad_h0 = {buf + 32, 1, 1};           // ...unless grad_h0 must be written
+        CHECK_THROWS(forget_mult_backward(p), std::invalid_argument, "overflow");
+    }
 
     // The fixed entry points check the same way, including sizes whose products overflow.
     CHECK_THROWS(qrnn::cpu::forget_mult(buf, buf, nullptr, buf + 8, -1, 2, 2), std::invalid_argument, "seq_len");
@@ -380,7 +516,9 @@ void concurrent_callers() {
             for (int k = 0; k < calls_each; ++k) {
                 std::vector<float> h(size_t(T * B * H), std::nanf(""));
                 qrnn::ForgetMultForwardParams p;
-                p.seq_len = T; p.batch = B; p.hidden = H;
+                p.seq_len = T;
+                p.batch = B;
+                p.hidden = H;
                 p.f = fs[size_t(c)].cview3();
                 p.x = xs[size_t(c)].cview3();
                 p.h = {h.data(), B * H, H, 1};

@@ -1,9 +1,9 @@
 // Runs the CUDA kernels of cuda/forget_mult/kernels.cuh, cuda/linear_scan/kernels.cuh (both
-// on the shared schedules of cuda/common/scan.cuh) and cuda/qrnn_gates/kernels.cuh on the CPU, compiled by the host C++ compiler against the CUDA headers (whose half/bfloat16
-// conversions have host versions), so the kernels' indexing, vector and tail paths (every
-// vector access checked for alignment), the chunked schedule's carry logic and the gate
-// kernels' lengths/reverse walks are checked on machines without a GPU (the emulator fixture in tests/conftest.py builds this file;
-// tests/test_*_cuda_emulated.py drive it).
+// on the shared schedules of cuda/common/scan.cuh) and cuda/qrnn_gates/kernels.cuh on the CPU, compiled by the host C++
+// compiler against the CUDA headers (whose half/bfloat16 conversions have host versions), so the kernels' indexing,
+// vector and tail paths (every vector access checked for alignment), the chunked schedule's carry logic and the gate
+// kernels' lengths/reverse walks are checked on machines without a GPU (the emulator fixture in tests/conftest.py
+// builds this file; tests/test_*_cuda_emulated.py drive it).
 //
 // A grid runs one block at a time. In a chunked block every CUDA thread is a fiber
 // (ucontext) with its own stack: each runs until it reaches __syncthreads, and when all
@@ -119,12 +119,16 @@ inline R checked_load(const R* p, const char* what) {
 }  // namespace qrnn_emu
 
 template <typename R>
-inline R __ldg(const R* p) { return ::qrnn_emu::checked_load(p, "load (__ldg)"); }
+inline R __ldg(const R* p) {
+    return ::qrnn_emu::checked_load(p, "load (__ldg)");
+}
 
 #define QRNN_EMULATOR 1
 namespace qrnn::cuda::kernels {
 template <typename R>
-inline R load_vector(const R* p) { return ::qrnn_emu::checked_load(p, "vector load"); }
+inline R load_vector(const R* p) {
+    return ::qrnn_emu::checked_load(p, "vector load");
+}
 template <typename R>
 inline void store_vector(R* p, const R& r) {
     ::qrnn_emu::check_aligned(p, sizeof(R), "vector store");

@@ -47,8 +47,18 @@ QRNN_API uint32_t crc32(const void* data, size_t size, uint32_t crc = 0);
 
 // Element types of tensor storages, as torch names them in a checkpoint.
 enum class ScalarType : uint8_t {
-    Float32, Float64, Float16, BFloat16, Complex64, Complex128,
-    Int8, Int16, Int32, Int64, UInt8, Bool,
+    Float32,
+    Float64,
+    Float16,
+    BFloat16,
+    Complex64,
+    Complex128,
+    Int8,
+    Int16,
+    Int32,
+    Int64,
+    UInt8,
+    Bool,
 };
 QRNN_API size_t element_size(ScalarType type);
 
@@ -151,9 +161,9 @@ struct Retention {
 class CheckpointFolder;
 
 struct SaveRequest {
-    std::string path;              // final file name; its folder must exist
-    std::string pickle;            // the data.pkl record (pickle protocol 2)
-    std::vector<Record> records;   // stored after the fixed torch records, in this order
+    std::string path;             // final file name; its folder must exist
+    std::string pickle;           // the data.pkl record (pickle protocol 2)
+    std::vector<Record> records;  // stored after the fixed torch records, in this order
     Retention retention;
     // Optional caller-owned staging image (>= staging_size() of this request, any
     // alignment); by default the writer allocates its own and reuses it for later saves.
@@ -237,9 +247,9 @@ QRNN_API bool parse_checkpoint_name(const std::string& name, const std::string& 
 QRNN_API bool is_temporary_name(const std::string& name);
 
 struct CommittedFile {
-    std::string name;        // file name in the folder
+    std::string name;       // file name in the folder
     uint64_t step = 0;
-    int64_t commit_ns = 0;   // commit order key (modification time, ns since the epoch)
+    int64_t commit_ns = 0;  // commit order key (modification time, ns since the epoch)
 };
 enum class CheckpointOrder { Commit, Step };
 // Committed checkpoints of this naming in `folder`, oldest first (by commit, ties by step;
@@ -282,8 +292,8 @@ public:
     // Writes `name` crash-safely: an exclusive temporary that follows no link, fsync,
     // rename over `name`, folder fsync (`sync` false skips the fsyncs: tests only). Returns
     // the warnings, as commit() does.
-    std::vector<std::string> write_file(const std::string& name, const void* data, size_t size,
-                                        unsigned mode = 0666, bool sync = true) const;
+    std::vector<std::string> write_file(const std::string& name, const void* data, size_t size, unsigned mode = 0666,
+                                        bool sync = true) const;
     // Makes `name` a second name of the committed file `source` (a hard link, or a copy
     // where the file system has none), by the same rules as write_file.
     std::vector<std::string> publish(const std::string& source, const std::string& name, unsigned mode = 0666,
@@ -355,7 +365,6 @@ QRNN_API SaveRequest tensor_dict_request(const std::string& path, const std::vec
 
 // Convenience: queue a {name: tensor} checkpoint on `writer`.
 QRNN_API std::shared_ptr<SaveStatus> write_tensors(CheckpointWriter& writer, const std::string& path,
-                                                   const std::vector<TensorRef>& tensors,
-                                                   Retention retention = {});
+                                                   const std::vector<TensorRef>& tensors, Retention retention = {});
 
 }  // namespace qrnn::checkpoint

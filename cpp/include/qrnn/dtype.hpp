@@ -29,9 +29,7 @@ inline const char* dtype_name(DType d) {
     return "unknown";
 }
 
-inline int64_t dtype_size(DType d) {
-    return (d == DType::float64) ? 8 : (d == DType::float32) ? 4 : 2;
-}
+inline int64_t dtype_size(DType d) { return (d == DType::float64) ? 8 : (d == DType::float32) ? 4 : 2; }
 
 template <typename T> struct dtype_of;
 template <> struct dtype_of<float> { static constexpr DType value = DType::float32; };
@@ -52,8 +50,16 @@ inline namespace QRNN_ISA {
 inline namespace portable {
 #endif
 
-inline float bits_to_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
-inline uint32_t float_to_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
+inline float bits_to_float(uint32_t u) {
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
+inline uint32_t float_to_bits(float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    return u;
+}
 
 inline float to_float(float v) { return v; }
 inline double to_float(double v) { return v; }

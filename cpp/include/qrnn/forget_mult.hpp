@@ -45,14 +45,14 @@ QRNN_API void forget_mult_backward(const ForgetMultBackwardParams& params, int n
 
 // Fixed minimal entry point: contiguous time-major float32 arrays of shape
 // (seq_len, batch, hidden); h0 is (batch, hidden) or nullptr.
-QRNN_API void forget_mult(const float* f, const float* x, const float* h0, float* h,
-                          int64_t seq_len, int64_t batch, int64_t hidden);
+QRNN_API void forget_mult(const float* f, const float* x, const float* h0, float* h, int64_t seq_len, int64_t batch,
+                          int64_t hidden);
 
 // Its backward: grad_f, grad_x (seq_len, batch, hidden) and grad_h0 (batch, hidden,
 // may be nullptr) from grad_h, given the forward inputs and output h.
-QRNN_API void forget_mult_backward(const float* f, const float* x, const float* h0, const float* h,
-                                   const float* grad_h, float* grad_f, float* grad_x, float* grad_h0,
-                                   int64_t seq_len, int64_t batch, int64_t hidden);
+QRNN_API void forget_mult_backward(const float* f, const float* x, const float* h0, const float* h, const float* grad_h,
+                                   float* grad_f, float* grad_x, float* grad_h0, int64_t seq_len, int64_t batch,
+                                   int64_t hidden);
 
 // The instruction set the kernels dispatch to on this CPU: "avx512", "avx2" or "generic".
 QRNN_API const char* simd_level();
@@ -64,21 +64,39 @@ QRNN_API const char* simd_level();
 // Its kernels' argument lists, X(kind, field) in the order qrnn._C reads them (kinds:
 // src/common/kernel_args.hpp), and its ops' schemas: Python defines the torch ops from
 // these strings (qrnn._C exports them) and the C++ operator library registers the same.
-#define QRNN_FORGET_MULT_FORWARD_FIELDS(X)                                                          \
-    X(dtype, dtype) X(integer, seq_len) X(integer, batch) X(integer, hidden) X(cview3, f)             \
-    X(cview3, x) X(cview2, h0) X(dtype, h0_dtype) X(view3, h)
+#define QRNN_FORGET_MULT_FORWARD_FIELDS(X) \
+    X(dtype, dtype)                        \
+    X(integer, seq_len)                    \
+    X(integer, batch)                      \
+    X(integer, hidden)                     \
+    X(cview3, f)                           \
+    X(cview3, x)                           \
+    X(cview2, h0)                          \
+    X(dtype, h0_dtype)                     \
+    X(view3, h)
 
-#define QRNN_FORGET_MULT_BACKWARD_FIELDS(X)                                                         \
-    X(dtype, dtype) X(integer, seq_len) X(integer, batch) X(integer, hidden) X(cview3, f)             \
-    X(cview3, x) X(cview3, h) X(cview2, h0) X(dtype, h0_dtype) X(cview3, grad_h) X(view3, grad_f)     \
-    X(view3, grad_x) X(view2, grad_h0)
+#define QRNN_FORGET_MULT_BACKWARD_FIELDS(X) \
+    X(dtype, dtype)                         \
+    X(integer, seq_len)                     \
+    X(integer, batch)                       \
+    X(integer, hidden)                      \
+    X(cview3, f)                            \
+    X(cview3, x)                            \
+    X(cview3, h)                            \
+    X(cview2, h0)                           \
+    X(dtype, h0_dtype)                      \
+    X(cview3, grad_h)                       \
+    X(view3, grad_f)                        \
+    X(view3, grad_x)                        \
+    X(view2, grad_h0)
 
-#define QRNN_FORGET_MULT_KERNELS(L)                                                             \
-    L(forget_mult_forward, ForgetMultForwardParams, QRNN_FORGET_MULT_FORWARD_FIELDS)             \
+#define QRNN_FORGET_MULT_KERNELS(L)                                                  \
+    L(forget_mult_forward, ForgetMultForwardParams, QRNN_FORGET_MULT_FORWARD_FIELDS) \
     L(forget_mult_backward, ForgetMultBackwardParams, QRNN_FORGET_MULT_BACKWARD_FIELDS)
 
 // S(name, schema): the qrnn:: ops, forward first.
-#define QRNN_FORGET_MULT_SCHEMAS(S)                                                             \
-    S(forget_mult, "forget_mult(Tensor f, Tensor x, Tensor? h0, bool batch_first) -> Tensor")   \
-    S(forget_mult_backward, "forget_mult_backward(Tensor grad_h, Tensor f, Tensor x, Tensor h, Tensor? h0, " \
-                            "bool batch_first) -> (Tensor, Tensor, Tensor)")
+#define QRNN_FORGET_MULT_SCHEMAS(S)                                                           \
+    S(forget_mult, "forget_mult(Tensor f, Tensor x, Tensor? h0, bool batch_first) -> Tensor") \
+    S(forget_mult_backward,                                                                   \
+      "forget_mult_backward(Tensor grad_h, Tensor f, Tensor x, Tensor h, Tensor? h0, "        \
+      "bool batch_first) -> (Tensor, Tensor, Tensor)")

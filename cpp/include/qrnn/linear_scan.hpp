@@ -52,21 +52,38 @@ QRNN_API void linear_scan_backward(const LinearScanBackwardParams& params, int n
 // Its kernels' argument lists, X(kind, field) in the order qrnn._C reads them (kinds:
 // src/common/kernel_args.hpp), and its ops' schemas: Python defines the torch ops from
 // these strings (qrnn._C exports them) and the C++ operator library registers the same.
-#define QRNN_LINEAR_SCAN_FORWARD_FIELDS(X)                                                      \
-    X(dtype, dtype) X(integer, seq_len) X(integer, batch) X(integer, hidden) X(cview3, a)        \
-    X(cview3, b) X(cview2, h0) X(dtype, h0_dtype) X(view3, h)
+#define QRNN_LINEAR_SCAN_FORWARD_FIELDS(X) \
+    X(dtype, dtype)                        \
+    X(integer, seq_len)                    \
+    X(integer, batch)                      \
+    X(integer, hidden)                     \
+    X(cview3, a)                           \
+    X(cview3, b)                           \
+    X(cview2, h0)                          \
+    X(dtype, h0_dtype)                     \
+    X(view3, h)
 
-#define QRNN_LINEAR_SCAN_BACKWARD_FIELDS(X)                                                     \
-    X(dtype, dtype) X(integer, seq_len) X(integer, batch) X(integer, hidden) X(cview3, a)        \
-    X(cview3, h) X(cview2, h0) X(dtype, h0_dtype) X(cview3, grad_h) X(view3, grad_a)            \
-    X(view3, grad_b) X(view2, grad_h0)
+#define QRNN_LINEAR_SCAN_BACKWARD_FIELDS(X) \
+    X(dtype, dtype)                         \
+    X(integer, seq_len)                     \
+    X(integer, batch)                       \
+    X(integer, hidden)                      \
+    X(cview3, a)                            \
+    X(cview3, h)                            \
+    X(cview2, h0)                           \
+    X(dtype, h0_dtype)                      \
+    X(cview3, grad_h)                       \
+    X(view3, grad_a)                        \
+    X(view3, grad_b)                        \
+    X(view2, grad_h0)
 
-#define QRNN_LINEAR_SCAN_KERNELS(L)                                                             \
-    L(linear_scan_forward, LinearScanForwardParams, QRNN_LINEAR_SCAN_FORWARD_FIELDS)             \
+#define QRNN_LINEAR_SCAN_KERNELS(L)                                                  \
+    L(linear_scan_forward, LinearScanForwardParams, QRNN_LINEAR_SCAN_FORWARD_FIELDS) \
     L(linear_scan_backward, LinearScanBackwardParams, QRNN_LINEAR_SCAN_BACKWARD_FIELDS)
 
 // S(name, schema): the qrnn:: ops, forward first.
-#define QRNN_LINEAR_SCAN_SCHEMAS(S)                                                             \
+#define QRNN_LINEAR_SCAN_SCHEMAS(S)                                                                         \
     S(linear_scan, "linear_scan(Tensor a, Tensor b, Tensor? h0, bool reverse, bool batch_first) -> Tensor") \
-    S(linear_scan_backward, "linear_scan_backward(Tensor grad_h, Tensor a, Tensor h, Tensor? h0, bool reverse, " \
-                            "bool batch_first) -> (Tensor, Tensor, Tensor)")
+    S(linear_scan_backward,                                                                                 \
+      "linear_scan_backward(Tensor grad_h, Tensor a, Tensor h, Tensor? h0, bool reverse, "                  \
+      "bool batch_first) -> (Tensor, Tensor, Tensor)")

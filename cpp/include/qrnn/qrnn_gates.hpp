@@ -39,44 +39,44 @@ namespace qrnn {
 
 struct QrnnGatesForwardParams {
     int64_t seq_len = 0, batch = 0, hidden = 0;
-    DType dtype = DType::float32;   // storage of gates, forget_mask, output, states
-    bool output_gate = true;        // G has an O block; output = o * c (else output = c)
-    ConstView3 gates;               // pre-activations, see the layout above
-    int64_t gate_stride = 0;        // elements from a Z element to its F (and F to O)
-    ConstView3 forget_mask;         // optional zoneout keep mask over (t, b, j)
-    double forget_scale = 1.0;      // multiplies f (evaluation zoneout: 1 - p)
-    ConstView2 c0;                  // optional initial state (batch, hidden)
-    DType c0_dtype = DType::float32;  // dtype, or float32 when dtype is 16-bit
+    DType dtype = DType::float32;      // storage of gates, forget_mask, output, states
+    bool output_gate = true;           // G has an O block; output = o * c (else output = c)
+    ConstView3 gates;                  // pre-activations, see the layout above
+    int64_t gate_stride = 0;           // elements from a Z element to its F (and F to O)
+    ConstView3 forget_mask;            // optional zoneout keep mask over (t, b, j)
+    double forget_scale = 1.0;         // multiplies f (evaluation zoneout: 1 - p)
+    ConstView2 c0;                     // optional initial state (batch, hidden)
+    DType c0_dtype = DType::float32;   // dtype, or float32 when dtype is 16-bit
     const int64_t* lengths = nullptr;  // optional valid steps per sequence, 0 <= lengths[b] <= seq_len
     int64_t lengths_stride = 1;
-    bool reverse = false;           // walk each sequence from its end back to step 0
-    View3 output;                   // every element written (padding steps as 0)
-    View3 states;                   // optional: c[t] for every step, what the backward reads
-                                    // (needed when output_gate; otherwise pass output there)
-    View2 c_n;                      // optional final state (batch, hidden)
+    bool reverse = false;              // walk each sequence from its end back to step 0
+    View3 output;                      // every element written (padding steps as 0)
+    View3 states;                      // optional: c[t] for every step, what the backward reads
+                                       // (needed when output_gate; otherwise pass output there)
+    View2 c_n;                         // optional final state (batch, hidden)
     DType c_n_dtype = DType::float32;  // dtype, or float32 when dtype is 16-bit
 };
 
 struct QrnnGatesBackwardParams {
     int64_t seq_len = 0, batch = 0, hidden = 0;
-    DType dtype = DType::float32;   // storage of gates, forget_mask, states, grad_output, grad_gates
+    DType dtype = DType::float32;     // storage of gates, forget_mask, states, grad_output, grad_gates
     bool output_gate = true;
-    ConstView3 gates;               // the forward's pre-activations (activations are recomputed)
+    ConstView3 gates;                 // the forward's pre-activations (activations are recomputed)
     int64_t gate_stride = 0;
-    ConstView3 forget_mask;         // as in the forward pass
+    ConstView3 forget_mask;           // as in the forward pass
     double forget_scale = 1.0;
-    ConstView2 c0;                  // as in the forward pass
+    ConstView2 c0;                    // as in the forward pass
     DType c0_dtype = DType::float32;  // of c0 and grad_c0
     const int64_t* lengths = nullptr;
     int64_t lengths_stride = 1;
     bool reverse = false;
-    ConstView3 states;              // the forward's c[t] (its `states`, or its `output` without output gate)
-    ConstView3 grad_output;         // optional (absent: zeros)
-    ConstView2 grad_c_n;            // optional (absent: zeros)
+    ConstView3 states;                 // the forward's c[t] (its `states`, or its `output` without output gate)
+    ConstView3 grad_output;            // optional (absent: zeros)
+    ConstView2 grad_c_n;               // optional (absent: zeros)
     DType c_n_dtype = DType::float32;  // of grad_c_n
-    View3 grad_gates;               // every element written (padding steps as 0), G's form
+    View3 grad_gates;                  // every element written (padding steps as 0), G's form
     int64_t grad_gate_stride = 0;
-    View2 grad_c0;                  // optional output, c0_dtype
+    View2 grad_c0;                     // optional output, c0_dtype
 };
 
 namespace cpu {
@@ -95,26 +95,49 @@ QRNN_API void qrnn_gates_backward(const QrnnGatesBackwardParams& params, int num
 // src/common/kernel_args.hpp), and its ops' schemas: Python defines the torch ops from
 // these strings (qrnn._C exports them) and the C++ operator library registers the same.
 // The fields both fused-gate directions start with.
-#define QRNN_GATES_COMMON_FIELDS(X)                                                                 \
-    X(real, forget_scale) X(dtype, dtype) X(integer, seq_len) X(integer, batch) X(integer, hidden)    \
-    X(flag, output_gate) X(cview3, gates) X(integer, gate_stride) X(cview3, forget_mask)             \
-    X(cview2, c0) X(dtype, c0_dtype) X(lengths, lengths) X(integer, lengths_stride) X(flag, reverse)
+#define QRNN_GATES_COMMON_FIELDS(X) \
+    X(real, forget_scale)           \
+    X(dtype, dtype)                 \
+    X(integer, seq_len)             \
+    X(integer, batch)               \
+    X(integer, hidden)              \
+    X(flag, output_gate)            \
+    X(cview3, gates)                \
+    X(integer, gate_stride)         \
+    X(cview3, forget_mask)          \
+    X(cview2, c0)                   \
+    X(dtype, c0_dtype)              \
+    X(lengths, lengths)             \
+    X(integer, lengths_stride)      \
+    X(flag, reverse)
 
-#define QRNN_GATES_FORWARD_FIELDS(X)                                                                \
-    QRNN_GATES_COMMON_FIELDS(X) X(view3, output) X(view3, states) X(view2, c_n) X(dtype, c_n_dtype)
+#define QRNN_GATES_FORWARD_FIELDS(X) \
+    QRNN_GATES_COMMON_FIELDS(X)      \
+    X(view3, output)                 \
+    X(view3, states)                 \
+    X(view2, c_n)                    \
+    X(dtype, c_n_dtype)
 
-#define QRNN_GATES_BACKWARD_FIELDS(X)                                                               \
-    QRNN_GATES_COMMON_FIELDS(X) X(cview3, states) X(cview3, grad_output) X(cview2, grad_c_n)          \
-    X(dtype, c_n_dtype) X(view3, grad_gates) X(integer, grad_gate_stride) X(view2, grad_c0)
+#define QRNN_GATES_BACKWARD_FIELDS(X) \
+    QRNN_GATES_COMMON_FIELDS(X)       \
+    X(cview3, states)                 \
+    X(cview3, grad_output)            \
+    X(cview2, grad_c_n)               \
+    X(dtype, c_n_dtype)               \
+    X(view3, grad_gates)              \
+    X(integer, grad_gate_stride)      \
+    X(view2, grad_c0)
 
-#define QRNN_QRNN_GATES_KERNELS(L)                                                              \
-    L(qrnn_gates_forward, QrnnGatesForwardParams, QRNN_GATES_FORWARD_FIELDS)                     \
+#define QRNN_QRNN_GATES_KERNELS(L)                                           \
+    L(qrnn_gates_forward, QrnnGatesForwardParams, QRNN_GATES_FORWARD_FIELDS) \
     L(qrnn_gates_backward, QrnnGatesBackwardParams, QRNN_GATES_BACKWARD_FIELDS)
 
 // S(name, schema): the qrnn:: ops, forward first.
-#define QRNN_QRNN_GATES_SCHEMAS(S)                                                              \
-    S(qrnn_gates, "qrnn_gates(Tensor gates, Tensor? c0, Tensor? forget_mask, Tensor? lengths, float forget_scale, " \
-                  "bool output_gate, bool batch_first, bool reverse) -> (Tensor, Tensor, Tensor)")            \
-    S(qrnn_gates_backward, "qrnn_gates_backward(Tensor? grad_output, Tensor? grad_c_n, Tensor gates, Tensor states, " \
-                           "Tensor? c0, Tensor? forget_mask, Tensor? lengths, float forget_scale, bool output_gate, " \
-                           "bool batch_first, bool reverse) -> (Tensor, Tensor)")
+#define QRNN_QRNN_GATES_SCHEMAS(S)                                                                      \
+    S(qrnn_gates,                                                                                       \
+      "qrnn_gates(Tensor gates, Tensor? c0, Tensor? forget_mask, Tensor? lengths, float forget_scale, " \
+      "bool output_gate, bool batch_first, bool reverse) -> (Tensor, Tensor, Tensor)")                  \
+    S(qrnn_gates_backward,                                                                              \
+      "qrnn_gates_backward(Tensor? grad_output, Tensor? grad_c_n, Tensor gates, Tensor states, "        \
+      "Tensor? c0, Tensor? forget_mask, Tensor? lengths, float forget_scale, bool output_gate, "        \
+      "bool batch_first, bool reverse) -> (Tensor, Tensor)")

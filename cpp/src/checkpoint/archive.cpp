@@ -22,9 +22,15 @@ const char* const kVersion = "3\n";
 
 struct Cursor {
     uint8_t* p;
-    void u16(uint64_t v) { for (int i = 0; i < 2; ++i) *p++ = uint8_t(v >> (8 * i)); }
-    void u32(uint64_t v) { for (int i = 0; i < 4; ++i) *p++ = uint8_t(v >> (8 * i)); }
-    void u64(uint64_t v) { for (int i = 0; i < 8; ++i) *p++ = uint8_t(v >> (8 * i)); }
+    void u16(uint64_t v) {
+        for (int i = 0; i < 2; ++i) *p++ = uint8_t(v >> (8 * i));
+    }
+    void u32(uint64_t v) {
+        for (int i = 0; i < 4; ++i) *p++ = uint8_t(v >> (8 * i));
+    }
+    void u64(uint64_t v) {
+        for (int i = 0; i < 8; ++i) *p++ = uint8_t(v >> (8 * i));
+    }
     void bytes(const void* src, size_t n) {
         if (n) std::memcpy(p, src, n);
         p += n;
@@ -106,8 +112,8 @@ Plan make_plan(const SaveRequest& request) {
     if (request.path.empty()) throw std::invalid_argument("checkpoint path must not be empty");
     Plan plan;
     plan.prefix = archive_prefix(request.path);
-    static const char* const reserved[] = {"data.pkl", ".format_version", ".storage_alignment", "byteorder",
-                                           "version", ".data/serialization_id"};
+    static const char* const reserved[] = {"data.pkl",  ".format_version", ".storage_alignment",
+                                           "byteorder", "version",         ".data/serialization_id"};
     struct Item {
         std::string name;
         uint64_t size;
@@ -369,7 +375,8 @@ SaveRequest tensor_dict_request(const std::string& path, const std::vector<Tenso
             strides.assign(t.shape.size(), 1);
             for (size_t d = t.shape.size(); d-- > 1;) strides[d - 1] = strides[d] * std::max<int64_t>(t.shape[d], 1);
         }
-        if (strides.size() != t.shape.size()) throw std::invalid_argument(who + ": strides must have one entry per dimension");
+        if (strides.size() != t.shape.size())
+            throw std::invalid_argument(who + ": strides must have one entry per dimension");
         for (int64_t s : strides)
             if (s < 0) throw std::invalid_argument(who + ": strides must be >= 0");
         if (t.storage_offset < 0) throw std::invalid_argument(who + ": storage_offset must be >= 0");

@@ -18,15 +18,14 @@
 
 namespace qrnn::checkpoint::detail {
 
-constexpr uint64_t kAlignment = 64;            // payload alignment (torch's kFieldAlignment)
+constexpr uint64_t kAlignment = 64;                   // payload alignment (torch's kFieldAlignment)
 constexpr uint64_t kIoAlignment = kStagingAlignment;  // O_DIRECT buffer / offset / length alignment
-constexpr uint64_t kZip32Limit = 0xFFFFFFFFu;  // at or above: ZIP64 fields
+constexpr uint64_t kZip32Limit = 0xFFFFFFFFu;         // at or above: ZIP64 fields
 constexpr size_t kSerializationIdSize = 40;
 
 // Zip records as written here (and checked by qrnn.checkpoint.verify through qrnn._C).
 constexpr uint32_t kLocalHeaderSig = 0x04034b50, kDescriptorSig = 0x08074b50;
-constexpr uint32_t kCentralSig = 0x02014b50, kEnd64Sig = 0x06064b50, kLocator64Sig = 0x07064b50,
-                   kEndSig = 0x06054b50;
+constexpr uint32_t kCentralSig = 0x02014b50, kEnd64Sig = 0x06064b50, kLocator64Sig = 0x07064b50, kEndSig = 0x06054b50;
 constexpr uint64_t kLocalHeaderSize = 30, kCentralHeaderSize = 46;
 constexpr uint64_t kEnd64Size = 56, kLocator64Size = 20, kEndSize = 22;
 constexpr uint16_t kFlagsWithDescriptor = 0x0808, kFlagsNoDescriptor = 0x0800;
@@ -35,14 +34,14 @@ constexpr uint16_t kFlagsWithDescriptor = 0x0808, kFlagsNoDescriptor = 0x0800;
 inline std::string storage_record_name(size_t key) { return "data/" + std::to_string(key); }
 
 struct PlannedRecord {
-    std::string name;             // full name inside the archive, "<prefix>/<record>"
-    uint64_t size = 0;            // payload bytes
-    uint64_t header_offset = 0;   // local header
+    std::string name;            // full name inside the archive, "<prefix>/<record>"
+    uint64_t size = 0;           // payload bytes
+    uint64_t header_offset = 0;  // local header
     uint64_t payload_offset = 0;
     uint64_t descriptor_offset = 0;
-    uint32_t descriptor_size = 0; // 0 (empty payload), 16, or 24 (ZIP64)
-    bool zip64 = false;           // size or header offset needs 64-bit fields
-    uint32_t crc = 0;             // filled by the writer
+    uint32_t descriptor_size = 0;  // 0 (empty payload), 16, or 24 (ZIP64)
+    bool zip64 = false;            // size or header offset needs 64-bit fields
+    uint32_t crc = 0;              // filled by the writer
 };
 
 struct Plan {
@@ -53,7 +52,7 @@ struct Plan {
     uint64_t central_offset = 0;
     uint64_t central_size = 0;
     uint64_t file_size = 0;
-    uint64_t staging_size = 0;           // file_size rounded up to kIoAlignment
+    uint64_t staging_size = 0;  // file_size rounded up to kIoAlignment
 };
 
 // torch's legacy storage class of each element type, with torch's dtype name and the element
@@ -64,10 +63,18 @@ struct StorageClass {
     size_t bytes;
 };
 inline constexpr StorageClass kStorageClasses[] = {
-    {"float32", "FloatStorage", 4}, {"float64", "DoubleStorage", 8}, {"float16", "HalfStorage", 2},
-    {"bfloat16", "BFloat16Storage", 2}, {"complex64", "ComplexFloatStorage", 8},
-    {"complex128", "ComplexDoubleStorage", 16}, {"int8", "CharStorage", 1}, {"int16", "ShortStorage", 2},
-    {"int32", "IntStorage", 4}, {"int64", "LongStorage", 8}, {"uint8", "ByteStorage", 1}, {"bool", "BoolStorage", 1},
+    {"float32", "FloatStorage", 4},
+    {"float64", "DoubleStorage", 8},
+    {"float16", "HalfStorage", 2},
+    {"bfloat16", "BFloat16Storage", 2},
+    {"complex64", "ComplexFloatStorage", 8},
+    {"complex128", "ComplexDoubleStorage", 16},
+    {"int8", "CharStorage", 1},
+    {"int16", "ShortStorage", 2},
+    {"int32", "IntStorage", 4},
+    {"int64", "LongStorage", 8},
+    {"uint8", "ByteStorage", 1},
+    {"bool", "BoolStorage", 1},
 };
 static_assert(sizeof kStorageClasses / sizeof kStorageClasses[0] == size_t(ScalarType::Bool) + 1);
 

@@ -44,8 +44,8 @@ uint32_t update_slice8(uint32_t state, const uint8_t* p, size_t n) {
     while (n >= 8) {
         const uint32_t lo = load_le32(p) ^ state;
         const uint32_t hi = load_le32(p + 4);
-        state = t[7][lo & 0xFF] ^ t[6][(lo >> 8) & 0xFF] ^ t[5][(lo >> 16) & 0xFF] ^ t[4][lo >> 24] ^
-                t[3][hi & 0xFF] ^ t[2][(hi >> 8) & 0xFF] ^ t[1][(hi >> 16) & 0xFF] ^ t[0][hi >> 24];
+        state = t[7][lo & 0xFF] ^ t[6][(lo >> 8) & 0xFF] ^ t[5][(lo >> 16) & 0xFF] ^ t[4][lo >> 24] ^ t[3][hi & 0xFF] ^
+                t[2][(hi >> 8) & 0xFF] ^ t[1][(hi >> 16) & 0xFF] ^ t[0][hi >> 24];
         p += 8;
         n -= 8;
     }
@@ -64,7 +64,7 @@ __attribute__((target("pclmul,sse4.1"))) inline __m128i fold(__m128i x, __m128i 
 
 // Four consecutive 16-byte lanes (x0 first) and a tail -> the register.
 __attribute__((target("pclmul,sse4.1"))) uint32_t finish_lanes(__m128i x0, __m128i x1, __m128i x2, __m128i x3,
-                                                              const uint8_t* p, size_t n) {
+                                                               const uint8_t* p, size_t n) {
     const __m128i k1 = _mm_set_epi64x(static_cast<long long>(kFold1Hi), static_cast<long long>(kFold1Lo));
     x0 = _mm_xor_si128(fold(x0, k1), x1);
     x0 = _mm_xor_si128(fold(x0, k1), x2);
@@ -111,8 +111,8 @@ QRNN_AVX512_TARGET inline __m512i pair4(uint64_t hi, uint64_t lo) {
 }
 
 QRNN_AVX512_TARGET inline __m512i fold512(__m512i z, __m512i k, __m512i data) {
-    return _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(z, k, 0x00), _mm512_clmulepi64_epi128(z, k, 0x11),
-                                     data, 0x96);  // a ^ b ^ c
+    return _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(z, k, 0x00), _mm512_clmulepi64_epi128(z, k, 0x11), data,
+                                     0x96);  // a ^ b ^ c
 }
 
 // Needs n >= 256: four 64-byte accumulators (256 bytes per step), then one, then 128-bit lanes.
@@ -150,7 +150,7 @@ bool cpu_has_vpclmul512() {
     if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_OSXSAVE)) return false;
     unsigned lo, hi;
     __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    if ((lo & 0xE6) != 0xE6) return false;  // the OS saves XMM, YMM and all ZMM state
+    if ((lo & 0xE6) != 0xE6) return false;         // the OS saves XMM, YMM and all ZMM state
     if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
     return (b & bit_AVX512F) && (c & (1u << 10));  // VPCLMULQDQ
 }

@@ -42,8 +42,10 @@ std::string errno_text(int code) {
     char buf[256] = {0};
     // GNU strerror_r returns a pointer, XSI an int: handle both.
     auto pick = [&](auto r) -> std::string {
-        if constexpr (std::is_same_v<decltype(r), int>) return r == 0 ? std::string(buf) : "unknown error";
-        else return std::string(r ? r : "unknown error");
+        if constexpr (std::is_same_v<decltype(r), int>)
+            return r == 0 ? std::string(buf) : "unknown error";
+        else
+            return std::string(r ? r : "unknown error");
     };
     return pick(strerror_r(code, buf, sizeof buf));
 }
@@ -124,8 +126,7 @@ int create_temporary(int folder_fd, const std::string& folder, const std::string
 }
 
 OutputFile::OutputFile(int folder_fd, const std::string& folder, std::string final_path, unsigned mode,
-                       bool want_direct, const uint8_t* image, const testing::FaultInjection* fault,
-                       int* faults_fired)
+                       bool want_direct, const uint8_t* image, const testing::FaultInjection* fault, int* faults_fired)
     : final_(std::move(final_path)), image_(image), fault_(fault), fired_(faults_fired) {
     fd_ = create_temporary(folder_fd, folder, base_of(final_), mode, &name_, final_);
     path_ = folder + "/" + name_;
@@ -267,9 +268,9 @@ void commit_temporary(int folder_fd, const std::string& folder, int fd, const st
             refused = fsync_folder(folder_fd, folder, final_path, fault ? fault->folder_sync_errno : 0);
         } catch (IoFailure& f) {  // the file is complete under its name; its entry may not be durable
             f.error.message = "checkpoint '" + final_path + "' was written and renamed into place, but " +
-                              f.error.operation + " '" + f.error.path + "' failed: " +
-                              errno_text(f.error.error_number) + " (errno " + std::to_string(f.error.error_number) +
-                              ")";
+                              f.error.operation + " '" + f.error.path +
+                              "' failed: " + errno_text(f.error.error_number) + " (errno " +
+                              std::to_string(f.error.error_number) + ")";
             throw;
         }
         // Retention goes on: keeping every old file instead fills the disk of a run that

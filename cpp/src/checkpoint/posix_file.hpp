@@ -17,9 +17,7 @@ constexpr uint64_t kPiece = 8ull << 20;  // CRC and write granularity
 std::string errno_text(int code);
 
 // Thrown inside the writer thread; reaches the submitter as its SaveStatus::error().
-struct IoFailure {
-    SaveError error;
-};
+struct IoFailure { SaveError error; };
 [[noreturn]] void fail_io(int code, const std::string& operation, const std::string& path,
                           const std::string& final_path);
 

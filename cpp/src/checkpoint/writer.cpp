@@ -65,8 +65,9 @@ struct PoolBuffer {
 void check_request(const SaveRequest& request, uint64_t staging_needed) {
     for (const Record& r : request.records)
         if (!r.data && r.size && !request.staging)
-            throw std::invalid_argument("checkpoint record '" + r.name +
-                                        "' has no data; only a caller-provided staging image can be filled by the caller");
+            throw std::invalid_argument(
+                "checkpoint record '" + r.name +
+                "' has no data; only a caller-provided staging image can be filled by the caller");
     if (request.staging && request.staging_capacity < staging_needed)
         throw std::invalid_argument("checkpoint staging image holds " + std::to_string(request.staging_capacity) +
                                     " bytes, the archive needs " + std::to_string(staging_needed));
@@ -315,8 +316,8 @@ struct CheckpointWriter::Impl {
         out.preallocate(job.plan.file_size);
         write_records(job, out);
         out.finish(job.plan.file_size);
-        detail::commit_temporary(dfd, folder, out.fd(), out.name(), name, job.request.retention, options.sync,
-                                 warnings, injected);
+        detail::commit_temporary(dfd, folder, out.fd(), out.name(), name, job.request.retention, options.sync, warnings,
+                                 injected);
         guard.armed = false;
         out.close();
     }

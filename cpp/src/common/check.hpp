@@ -52,8 +52,8 @@ inline void check_pointer(const char* name, const void* p, int64_t numel) {
 
 // A (time, batch, hidden) or (batch, hidden) strided view: non-null when it has
 // elements, and every element it reaches addressable.
-inline void check_view3(const char* name, const void* data, int64_t T, int64_t B, int64_t H,
-                        int64_t st, int64_t sb, int64_t sh) {
+inline void check_view3(const char* name, const void* data, int64_t T, int64_t B, int64_t H, int64_t st, int64_t sb,
+                        int64_t sh) {
     const int64_t sizes[3] = {T, B, H}, strides[3] = {st, sb, sh};
     check_pointer(name, data, T * B * H);
     check_extent(name, sizes, strides, 3);

@@ -13,8 +13,8 @@ Isa detect() {
     __builtin_cpu_init();
     const bool has_avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-    const bool has_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                          __builtin_cpu_supports("f16c");
+    const bool has_avx2 =
+        __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
 #if defined(QRNN_HAVE_AVX512_BF16_KERNELS)
     const bool has_avx512_bf16 = has_avx512 && __builtin_cpu_supports("avx512bf16");
 #else

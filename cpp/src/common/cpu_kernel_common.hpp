@@ -24,9 +24,13 @@
 namespace qrnn::cpu::QRNN_ISA {
 
 template <typename T>
-inline const T* at(const void* base, int64_t offset) { return static_cast<const T*>(base) + offset; }
+inline const T* at(const void* base, int64_t offset) {
+    return static_cast<const T*>(base) + offset;
+}
 template <typename T>
-inline T* at(void* base, int64_t offset) { return static_cast<T*>(base) + offset; }
+inline T* at(void* base, int64_t offset) {
+    return static_cast<T*>(base) + offset;
+}
 
 // A state (h0, c0, their gradients, a final state) may be float32 while the sequence is
 // 16-bit: read and write it by its own dtype. Absent (null) reads as zeros.
@@ -64,11 +68,17 @@ inline void store_state(const View2& v, DType dt, int64_t b, int64_t j0, int64_t
 
 // Element j of a strided row, converted to the math type M (and back).
 template <typename T, typename M>
-inline M load(const T* p, int64_t j, int64_t stride) { return M(to_math(p[j * stride])); }
+inline M load(const T* p, int64_t j, int64_t stride) {
+    return M(to_math(p[j * stride]));
+}
 template <typename T, typename M>
-inline void store(T* p, int64_t j, int64_t stride, M v) { p[j * stride] = from_float<T>(v); }
+inline void store(T* p, int64_t j, int64_t stride, M v) {
+    p[j * stride] = from_float<T>(v);
+}
 template <>
-inline void store<double, double>(double* p, int64_t j, int64_t stride, double v) { p[j * stride] = v; }
+inline void store<double, double>(double* p, int64_t j, int64_t stride, double v) {
+    p[j * stride] = v;
+}
 
 // Whole-row conversions for contiguous 16-bit rows: converting a row into a float buffer
 // and computing on that keeps every loop simple enough for the compiler to vectorise.
@@ -102,9 +112,7 @@ inline void row_from_float<float16>(const float* __restrict__ src, float16* __re
 // ---- Work items (common/cpu_work_items.hpp says how they are sized and walked) ----------------
 
 // One work item: a batch row's block of hidden units [j0, j0 + n).
-struct RowItem {
-    int64_t b, j0, n;
-};
+struct RowItem { int64_t b, j0, n; };
 
 // Items first .. first + count - 1 of `hidden`'s blocks of `block` units.
 inline void describe_rows(int64_t hidden, int64_t block, int64_t first, int64_t count, RowItem* items) {
@@ -134,11 +142,12 @@ inline int64_t row_offset(const V& v, int64_t t, const RowItem& it) {
 
 // Item `it`'s row at time t of a strided view, as T (const for a ConstView3).
 template <typename T, typename V>
-inline auto row_at(const V& v, int64_t t, const RowItem& it) { return at<T>(v.data, row_offset(v, t, it)); }
+inline auto row_at(const V& v, int64_t t, const RowItem& it) {
+    return at<T>(v.data, row_offset(v, t, it));
+}
 
 template <typename T>
 constexpr bool is_16bit = std::is_same_v<T, bfloat16> || std::is_same_v<T, float16>;
-
 
 // float -> IEEE half bits, the same rounding as from_float<float16> (nearest even,
 // overflow to Inf, subnormals kept, NaN quiet) but with selects instead of branches,

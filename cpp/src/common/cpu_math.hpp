@@ -21,9 +21,7 @@
 
 namespace qrnn::cpu::QRNN_ISA {
 
-struct Ratio {
-    float num, den;
-};
+struct Ratio { float num, den; };
 
 // tanh(x) = num / den. A NaN x gives a NaN num and den.
 inline Ratio tanh_ratio(float x) {

@@ -59,9 +59,10 @@ inline V load(const T* p, __mmask16 m) {
 inline __m256i to_bfloat16_bits(V v) {
     const __m512i u = _mm512_castps_si512(v);
     const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), odd), 16);
-    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
-                                                  _mm512_set1_epi32(0x7f800000));
+    const __m512i rounded =
+        _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), odd), 16);
+    const __mmask16 nan =
+        _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
     const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
     return _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(rounded, nan, quiet));
 }
@@ -85,9 +86,7 @@ inline void store(T* p, __mmask16 m, V v) {
 
 // ---- Activations: the rational tanh of cpu_math.hpp, same coefficients ----------------
 
-struct Ratio {
-    V num, den;
-};
+struct Ratio { V num, den; };
 
 // x P(x^2) and Q(x^2) for x clamped to [-limit, limit], P and Q of degree 4 given by their
 // coefficients from the highest. max(-limit, x) keeps a NaN x (the second operand wins
@@ -112,8 +111,8 @@ constexpr float kTanhQ[5] = {7.80587458e-07f, 3.29123891e-04f, 2.58906725e-02f, 
 // tanh_ratio(0.5f * x) with two multiplies fewer per sigmoid.
 constexpr float kHalfTanhP[5] = {1.34226202e-08f / 512, 2.06632813e-05f / 128, 3.49911864e-03f / 32,
                                  1.33840834e-01f / 8, 0.5f};
-constexpr float kHalfTanhQ[5] = {7.80587458e-07f / 256, 3.29123891e-04f / 64, 2.58906725e-02f / 16,
-                                 4.67174049e-01f / 4, 1.f};
+constexpr float kHalfTanhQ[5] = {7.80587458e-07f / 256, 3.29123891e-04f / 64, 2.58906725e-02f / 16, 4.67174049e-01f / 4,
+                                 1.f};
 
 // tanh(x) = num / den.
 inline Ratio tanh_ratio(V x) { return rational(x, 9.f, kTanhP, kTanhQ); }

@@ -3,10 +3,10 @@
 // qrnn._C's kernel entry points take their parameter struct as a flat list of numbers
 // (converting Python objects per field would cost microseconds per call). This header is
 // how those lists are read: each family's manifest (its public header) gives its structs'
-// fields in order, with a kind saying how many numbers a field takes and how it is read. qrnn._C reads with it and exports
-// it (`_C.kernel_fields()`), qrnn.ops generates its argument builders from that export,
-// and the test emulator of the CUDA kernels reads with it too: a renamed, reordered or
-// re-kinded field changes all three at once or fails loudly at import.
+// fields in order, with a kind saying how many numbers a field takes and how it is read. qrnn._C reads with it and
+// exports it (`_C.kernel_fields()`), qrnn.ops generates its argument builders from that export, and the test emulator
+// of the CUDA kernels reads with it too: a renamed, reordered or re-kinded field changes all three at once or fails
+// loudly at import.
 //
 // Kinds and the numbers each takes:
 //   dtype   1  a qrnn::DType code (checked)
@@ -60,7 +60,9 @@ public:
     void flag(bool& out) { out = *ints_++ != 0; }
     void real(double& out) { out = *reals_++; }
     void lengths(const int64_t*& out) { out = static_cast<const int64_t*>(address()); }
-    void cview3(ConstView3& v) { v.data = address(), v.stride_t = *ints_++, v.stride_b = *ints_++, v.stride_h = *ints_++; }
+    void cview3(ConstView3& v) {
+        v.data = address(), v.stride_t = *ints_++, v.stride_b = *ints_++, v.stride_h = *ints_++;
+    }
     void view3(View3& v) { v.data = address(), v.stride_t = *ints_++, v.stride_b = *ints_++, v.stride_h = *ints_++; }
     void cview2(ConstView2& v) { v.data = address(), v.stride_b = *ints_++, v.stride_h = *ints_++; }
     void view2(View2& v) { v.data = address(), v.stride_b = *ints_++, v.stride_h = *ints_++; }
@@ -78,21 +80,21 @@ private:
 #define QRNN_ARGS_READ(kind, name) r.kind(p.name);
 
 // One type per list: `args::forget_mult_forward::fields`, `::ints`, `::reals`, `::read(...)`.
-#define QRNN_ARGS_LIST(kernel, Params, FIELDS)                                                         \
-    struct kernel {                                                                                     \
-        using params = Params;                                                                        \
-        static constexpr const char* name = #kernel;                                                   \
-        static constexpr Field fields[] = {FIELDS(QRNN_ARGS_FIELD)};                                  \
-        /* integers each field takes, 0 for the float of a `real`: what a parser walks */            \
-        static constexpr int slots[] = {FIELDS(QRNN_ARGS_SLOTS)};                                     \
-        static constexpr int ints = 0 FIELDS(QRNN_ARGS_INTS);                                         \
-        static constexpr int reals = 0 FIELDS(QRNN_ARGS_REALS);                                       \
-        static Params read(const int64_t* int_args, const double* real_args) {                        \
-            Params p;                                                                                 \
-            Reader r(int_args, real_args);                                                            \
-            FIELDS(QRNN_ARGS_READ)                                                                    \
-            return p;                                                                                 \
-        }                                                                                             \
+#define QRNN_ARGS_LIST(kernel, Params, FIELDS)                                            \
+    struct kernel {                                                                       \
+        using params = Params;                                                            \
+        static constexpr const char* name = #kernel;                                      \
+        static constexpr Field fields[] = {FIELDS(QRNN_ARGS_FIELD)};                      \
+        /* integers each field takes, 0 for the float of a `real`: what a parser walks */ \
+        static constexpr int slots[] = {FIELDS(QRNN_ARGS_SLOTS)};                         \
+        static constexpr int ints = 0 FIELDS(QRNN_ARGS_INTS);                             \
+        static constexpr int reals = 0 FIELDS(QRNN_ARGS_REALS);                           \
+        static Params read(const int64_t* int_args, const double* real_args) {            \
+            Params p;                                                                     \
+            Reader r(int_args, real_args);                                                \
+            FIELDS(QRNN_ARGS_READ)                                                        \
+            return p;                                                                     \
+        }                                                                                 \
     };
 QRNN_KERNEL_ARG_LISTS(QRNN_ARGS_LIST)
 #undef QRNN_ARGS_LIST

@@ -33,8 +33,7 @@ public:
     }
 
     // Returns false when another caller is using the pool; the caller then runs alone.
-    bool run(int64_t n_items, int num_threads,
-             const std::function<void(int64_t, int64_t)>& fn) {
+    bool run(int64_t n_items, int num_threads, const std::function<void(int64_t, int64_t)>& fn) {
         std::unique_lock<std::mutex> busy(busy_, std::try_to_lock);
         if (!busy.owns_lock()) return false;
         grow(num_threads - 1);
@@ -74,7 +73,9 @@ private:
         const int64_t begin = r * chunk_;
         const int64_t end = std::min(n_items_, begin + chunk_);
         t_in_pool_job = true;
-        struct Reset { ~Reset() { t_in_pool_job = false; } } reset;
+        struct Reset {
+            ~Reset() { t_in_pool_job = false; }
+        } reset;
         try {
             (*job_)(begin, end);
         } catch (...) {
@@ -148,8 +149,7 @@ int threads_for_work(int64_t work, int requested) {
     return int(std::min<int64_t>(requested, useful));
 }
 
-void parallel_for(int64_t n_items, int num_threads,
-                  const std::function<void(int64_t, int64_t)>& fn) {
+void parallel_for(int64_t n_items, int num_threads, const std::function<void(int64_t, int64_t)>& fn) {
     if (n_items <= 0) return;
     num_threads = int(std::min<int64_t>(std::max(1, num_threads), n_items));
     if (num_threads == 1 || t_in_pool_job || !pool().run(n_items, num_threads, fn)) fn(0, n_items);

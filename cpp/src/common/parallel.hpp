@@ -12,8 +12,7 @@ namespace qrnn::detail {
 // that at most `num_threads` threads, the calling one included, claim as they come free.
 // Blocks until all ranges are done.
 // The first exception thrown by any range is rethrown here.
-void parallel_for(int64_t n_items, int num_threads,
-                  const std::function<void(int64_t begin, int64_t end)>& fn);
+void parallel_for(int64_t n_items, int num_threads, const std::function<void(int64_t begin, int64_t end)>& fn);
 
 // Threads to use for `work` element-steps: one below a size where waking threads
 // costs more than it saves, at most `requested` (<= 0: hardware cores) above it.

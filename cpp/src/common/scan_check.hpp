@@ -18,8 +18,8 @@ inline void check_state_dtypes(DType dtype, DType h0_dtype, bool has_h0) {
     if (!has_h0) return;
     const bool sixteen_bit = dtype == DType::bfloat16 || dtype == DType::float16;
     if (h0_dtype != dtype && !(sixteen_bit && h0_dtype == DType::float32))
-        fail(std::string("h0_dtype: expected ") + dtype_name(dtype) + (sixteen_bit ? " or float32" : "") +
-             ", got " + dtype_name(h0_dtype));
+        fail(std::string("h0_dtype: expected ") + dtype_name(dtype) + (sixteen_bit ? " or float32" : "") + ", got " +
+             dtype_name(h0_dtype));
 }
 
 // Whether Params is a backward's (it has a grad_h0 output).

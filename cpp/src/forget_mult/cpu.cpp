@@ -39,7 +39,8 @@ Params contiguous_params(const float* f, const float* x, const float* h0, int64_
 const char* simd_level() { return isa_name(selected_isa()); }
 
 void forget_mult_forward(const ForgetMultForwardParams& p, int num_threads) {
-    run_scan_forward<ForgetMultForwardParams, ForgetMultBackwardParams>(p, detail::validate_forget_mult(p), num_threads);
+    run_scan_forward<ForgetMultForwardParams, ForgetMultBackwardParams>(p, detail::validate_forget_mult(p),
+                                                                        num_threads);
 }
 
 void forget_mult_backward(const ForgetMultBackwardParams& p, int num_threads) {
@@ -47,16 +48,16 @@ void forget_mult_backward(const ForgetMultBackwardParams& p, int num_threads) {
                                                                          num_threads);
 }
 
-void forget_mult(const float* f, const float* x, const float* h0, float* h,
-                 int64_t seq_len, int64_t batch, int64_t hidden) {
+void forget_mult(const float* f, const float* x, const float* h0, float* h, int64_t seq_len, int64_t batch,
+                 int64_t hidden) {
     auto p = contiguous_params<ForgetMultForwardParams>(f, x, h0, seq_len, batch, hidden, "forget_mult");
     p.h = {h, p.f.stride_t, hidden, 1};
     forget_mult_forward(p, 0);
 }
 
-void forget_mult_backward(const float* f, const float* x, const float* h0, const float* h,
-                          const float* grad_h, float* grad_f, float* grad_x, float* grad_h0,
-                          int64_t seq_len, int64_t batch, int64_t hidden) {
+void forget_mult_backward(const float* f, const float* x, const float* h0, const float* h, const float* grad_h,
+                          float* grad_f, float* grad_x, float* grad_h0, int64_t seq_len, int64_t batch,
+                          int64_t hidden) {
     auto p = contiguous_params<ForgetMultBackwardParams>(f, x, h0, seq_len, batch, hidden, "forget_mult_backward");
     const int64_t st = p.f.stride_t;
     p.h = {h, st, hidden, 1};

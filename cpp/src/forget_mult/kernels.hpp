@@ -35,8 +35,8 @@ inline void forward_row(const T* __restrict__ f, const T* __restrict__ x, M* __r
     }
 }
 
-// One step of one row of the backward; h_prev is h[t-1] (T), or h0 as the math type at t = 0. A function of its own so that the
-// restrict-qualified parameters tell the compiler no output aliases the running gradient.
+// One step of one row of the backward; h_prev is h[t-1] (T), or h0 as the math type at t = 0. A function of its own so
+// that the restrict-qualified parameters tell the compiler no output aliases the running gradient.
 template <typename T, typename M, bool Contig, typename HP>
 inline void backward_row(const T* __restrict__ f, const T* __restrict__ x, const HP* __restrict__ hprev,
                          const T* __restrict__ dh, T* __restrict__ df, T* __restrict__ dx, M* __restrict__ grad,
@@ -50,7 +50,7 @@ inline void backward_row(const T* __restrict__ f, const T* __restrict__ x, const
         for (int64_t j = 0; j < n; ++j) {
             const float g = grad[j] + gr[j];
             xr[j] = (xr[j] - hr[j]) * g;  // grad_f, in place
-            gr[j] = fr[j] * g;             // grad_x, in place
+            gr[j] = fr[j] * g;            // grad_x, in place
             grad[j] = g - fr[j] * g;
         }
         row_from_float(xr, df, n);
@@ -65,7 +65,6 @@ inline void backward_row(const T* __restrict__ f, const T* __restrict__ x, const
         }
     }
 }
-
 
 // The ForgetMult family on the shared scan loop (common/cpu_scan.hpp).
 struct ForgetMultScan {

@@ -7,11 +7,13 @@
 namespace qrnn::cpu {
 
 void linear_scan_forward(const LinearScanForwardParams& p, int num_threads) {
-    run_scan_forward<LinearScanForwardParams, LinearScanBackwardParams>(p, detail::validate_linear_scan(p), num_threads);
+    run_scan_forward<LinearScanForwardParams, LinearScanBackwardParams>(p, detail::validate_linear_scan(p),
+                                                                        num_threads);
 }
 
 void linear_scan_backward(const LinearScanBackwardParams& p, int num_threads) {
-    run_scan_backward<LinearScanForwardParams, LinearScanBackwardParams>(p, detail::validate_linear_scan(p), num_threads);
+    run_scan_backward<LinearScanForwardParams, LinearScanBackwardParams>(p, detail::validate_linear_scan(p),
+                                                                         num_threads);
 }
 
 }  // namespace qrnn::cpu

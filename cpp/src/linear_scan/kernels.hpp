@@ -30,10 +30,10 @@ struct LinearScan {
     // The running gradient g (reaching h[t]): g += dh[t]; db[t] = g; da[t] = h[t-1] g; g *= a[t].
     template <typename T, typename M, bool Contig, typename HP>
     static void backward_row(const Backward& p, int64_t t, const RowItem& it, const HP* h_prev, int64_t sh, M* grad) {
-        adjoint<T, M, Contig, HP>(row_at<T>(p.a, t, it), h_prev, row_at<T>(p.grad_h, t, it),
-                                  row_at<T>(p.grad_a, t, it), row_at<T>(p.grad_b, t, it), grad, it.n,
-                                  Contig ? 1 : p.a.stride_h, sh, Contig ? 1 : p.grad_h.stride_h,
-                                  Contig ? 1 : p.grad_a.stride_h, Contig ? 1 : p.grad_b.stride_h);
+        adjoint<T, M, Contig, HP>(row_at<T>(p.a, t, it), h_prev, row_at<T>(p.grad_h, t, it), row_at<T>(p.grad_a, t, it),
+                                  row_at<T>(p.grad_b, t, it), grad, it.n, Contig ? 1 : p.a.stride_h, sh,
+                                  Contig ? 1 : p.grad_h.stride_h, Contig ? 1 : p.grad_a.stride_h,
+                                  Contig ? 1 : p.grad_b.stride_h);
     }
 
     // Functions of their own so that the restrict-qualified parameters tell the compiler no
@@ -58,8 +58,8 @@ struct LinearScan {
 
     template <typename T, typename M, bool Contig, typename HP>
     static void adjoint(const T* __restrict__ a, const HP* __restrict__ h_prev, const T* __restrict__ dh,
-                        T* __restrict__ da, T* __restrict__ db, M* __restrict__ grad, int64_t n, int64_t sa,
-                        int64_t sh, int64_t sg, int64_t sda, int64_t sdb) {
+                        T* __restrict__ da, T* __restrict__ db, M* __restrict__ grad, int64_t n, int64_t sa, int64_t sh,
+                        int64_t sg, int64_t sda, int64_t sdb) {
         if constexpr (Contig && std::is_same_v<T, float16> && std::is_same_v<HP, T>) {
             float ar[kMaxRowBlock], hr[kMaxRowBlock], gr[kMaxRowBlock];
             row_to_float(a, ar, n);

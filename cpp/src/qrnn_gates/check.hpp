@@ -26,15 +26,14 @@ inline void dtype(DType d) {
 
 // A carried state is stored in the sequence dtype, or in float32 next to 16-bit data.
 inline void state_dtype(const char* name, DType state, DType dtype) {
-    if (int(state) < 0 || int(state) > 3) fail(std::string(name) + ": unknown dtype value " + std::to_string(int(state)));
+    if (int(state) < 0 || int(state) > 3)
+        fail(std::string(name) + ": unknown dtype value " + std::to_string(int(state)));
     if (state != dtype && !(sixteen_bit(dtype) && state == DType::float32))
         fail(std::string(name) + ": expected " + dtype_name(dtype) + (sixteen_bit(dtype) ? " or float32" : "") +
              ", got " + dtype_name(state));
 }
 
-struct Shape {
-    int64_t T, B, H;
-};
+struct Shape { int64_t T, B, H; };
 
 inline Shape shape(int64_t T, int64_t B, int64_t H) {
     check_size("seq_len", T);

@@ -19,18 +19,21 @@ const auto& selected() { return selected_table<QrnnGatesForwardParams, QrnnGates
 // Splits the (batch row, hidden block) items over threads.
 template <typename Params, typename Kernel>
 void run_items(const Params& p, Kernel kernel, int num_threads) {
-    detail::parallel_for(row_items(p.batch, p.hidden), detail::threads_for_work(p.seq_len * p.batch * p.hidden, num_threads),
+    detail::parallel_for(row_items(p.batch, p.hidden),
+                         detail::threads_for_work(p.seq_len * p.batch * p.hidden, num_threads),
                          [&](int64_t begin, int64_t end) { kernel(p, begin, end); });
 }
 
 }  // namespace
 
 void qrnn_gates_forward(const QrnnGatesForwardParams& p, int num_threads) {
-    if (detail::validate_qrnn_gates(p, detail::LengthsMemory::host)) run_items(p, selected().forward[int(p.dtype)], num_threads);
+    if (detail::validate_qrnn_gates(p, detail::LengthsMemory::host))
+        run_items(p, selected().forward[int(p.dtype)], num_threads);
 }
 
 void qrnn_gates_backward(const QrnnGatesBackwardParams& p, int num_threads) {
-    if (detail::validate_qrnn_gates(p, detail::LengthsMemory::host)) run_items(p, selected().backward[int(p.dtype)], num_threads);
+    if (detail::validate_qrnn_gates(p, detail::LengthsMemory::host))
+        run_items(p, selected().backward[int(p.dtype)], num_threads);
 }
 
 }  // namespace qrnn::cpu

@@ -97,9 +97,9 @@ inline void activations(const TG* gz, const TG* gf, const TG* go, int64_t j, int
 // rows, or bfloat16 converted inside this loop (a shift in, a rounding select out, both
 // vectorised); other 16-bit data arrives widened into float rows.
 template <typename TG, typename TH, typename M, bool OutputGate>
-inline void forward_math(const TG* __restrict__ gz, const TG* __restrict__ gf, const TG* __restrict__ go,
-                         int64_t sg, const M* __restrict__ keep, int64_t sk, M scale, M* __restrict__ c,
-                         TH* __restrict__ h, int64_t sh, int64_t n) {
+inline void forward_math(const TG* __restrict__ gz, const TG* __restrict__ gf, const TG* __restrict__ go, int64_t sg,
+                         const M* __restrict__ keep, int64_t sk, M scale, M* __restrict__ c, TH* __restrict__ h,
+                         int64_t sh, int64_t n) {
     for (int64_t j = 0; j < n; ++j) {
         M z, s, o;
         activations<TG, M, OutputGate>(gz, gf, go, j, sg, z, s, o);
@@ -115,11 +115,10 @@ inline void forward_math(const TG* __restrict__ gz, const TG* __restrict__ gf, c
 // c[t-1] rather than read. Gates (TG) and gate gradients (TO) in their storage type,
 // as in forward_math.
 template <typename TG, typename TO, typename M, bool OutputGate>
-inline void backward_math(const TG* __restrict__ gz, const TG* __restrict__ gf, const TG* __restrict__ go,
-                          int64_t sg, const M* __restrict__ keep, int64_t sk, M scale,
-                          const M* __restrict__ cprev, int64_t sc, const M* __restrict__ dh, int64_t sd,
-                          M* __restrict__ grad, TO* __restrict__ dz, TO* __restrict__ df, TO* __restrict__ dout,
-                          int64_t sdg, int64_t n) {
+inline void backward_math(const TG* __restrict__ gz, const TG* __restrict__ gf, const TG* __restrict__ go, int64_t sg,
+                          const M* __restrict__ keep, int64_t sk, M scale, const M* __restrict__ cprev, int64_t sc,
+                          const M* __restrict__ dh, int64_t sd, M* __restrict__ grad, TO* __restrict__ dz,
+                          TO* __restrict__ df, TO* __restrict__ dout, int64_t sdg, int64_t n) {
     for (int64_t j = 0; j < n; ++j) {
         M z, s, o;
         activations<TG, M, OutputGate>(gz, gf, go, j, sg, z, s, o);
@@ -172,9 +171,9 @@ inline void activations(const T* gz, const T* gf, const T* go, int64_t j, __mmas
 }
 
 template <typename T, bool OutputGate>
-inline void forward_row(const T* __restrict__ gz, const T* __restrict__ gf, const T* __restrict__ go,
-                        int64_t ahead, const float* __restrict__ keep, float scale, float* __restrict__ c,
-                        T* __restrict__ h, T* __restrict__ state, int64_t n) {
+inline void forward_row(const T* __restrict__ gz, const T* __restrict__ gf, const T* __restrict__ go, int64_t ahead,
+                        const float* __restrict__ keep, float scale, float* __restrict__ c, T* __restrict__ h,
+                        T* __restrict__ state, int64_t n) {
     using namespace vec512;
     const V vscale = splat(scale);
     for (int64_t j = 0; j < n; j += kLanes) {
@@ -194,8 +193,8 @@ inline void forward_row(const T* __restrict__ gz, const T* __restrict__ gf, cons
 // before the first step. cprev_next and dh_next: the next step's rows, asked for into L2
 // (null: none).
 template <typename T, typename TC, bool OutputGate>
-inline void backward_row(const T* __restrict__ gz, const T* __restrict__ gf, const T* __restrict__ go,
-                         int64_t ahead, const float* __restrict__ keep, float scale, const TC* __restrict__ cprev,
+inline void backward_row(const T* __restrict__ gz, const T* __restrict__ gf, const T* __restrict__ go, int64_t ahead,
+                         const float* __restrict__ keep, float scale, const TC* __restrict__ cprev,
                          const T* __restrict__ dh, const T* cprev_next, const T* dh_next, float* __restrict__ grad,
                          T* __restrict__ dz, T* __restrict__ df, T* __restrict__ dout, int64_t n) {
     using namespace vec512;
@@ -221,7 +220,8 @@ inline void backward_row(const T* __restrict__ gz, const T* __restrict__ gf, con
         }
         const V fg = _mm512_mul_ps(f, g);
         store(dz + j, m, _mm512_mul_ps(fg, _mm512_fnmadd_ps(z, z, one)));
-        store(df + j, m, _mm512_mul_ps(_mm512_mul_ps(zc, g), _mm512_mul_ps(kf, _mm512_mul_ps(s, _mm512_sub_ps(one, s)))));
+        store(df + j, m,
+              _mm512_mul_ps(_mm512_mul_ps(zc, g), _mm512_mul_ps(kf, _mm512_mul_ps(s, _mm512_sub_ps(one, s)))));
         _mm512_mask_storeu_ps(grad + j, m, _mm512_sub_ps(g, fg));
     }
 }
@@ -238,9 +238,7 @@ void backward_row(Args...);
 // ---- Work items ---------------------------------------------------------------------
 
 // A work item (common/cpu_kernel_common.hpp) and its sequence's valid steps.
-struct Item : RowItem {
-    int64_t valid;
-};
+struct Item : RowItem { int64_t valid; };
 
 // Fills items[0, count) for items first, first + 1, ... and loads each one's c0 (zeros
 // when absent) into its row of `c0_rows`; returns their longest walk.
@@ -296,9 +294,7 @@ struct StepInputs {
     }
 
     // Z, F and O of gate row g, widened (O is Z's row without the output gate).
-    struct Widened {
-        Row<M> z, f, o;
-    };
+    struct Widened { Row<M> z, f, o; };
     Widened widened(const T* g, int64_t n, Scratch<M>& s) const {
         const Row<M> z = read_row<T, M>(g, sg, n, s.row(0));
         const Row<M> f = read_row<T, M>(g + gs, sg, n, s.row(1));
@@ -422,19 +418,20 @@ void gates_backward_items(const QrnnGatesBackwardParams& p, int64_t begin, int64
                 }
                 // c[t-1]: the saved state of the previous step, or c0 before the first.
                 const Row<M> cprev =
-                    k > 0 ? read_row<T, M>(row_at<T>(p.states, step_time(k - 1, it.valid, p.reverse), it), sc, n, s.row(4))
+                    k > 0 ? read_row<T, M>(row_at<T>(p.states, step_time(k - 1, it.valid, p.reverse), it), sc, n,
+                                           s.row(4))
                           : Row<M>{&s.state2[i * block], 1};
-                const Row<M> dh = has_dh ? read_row<T, M>(row_at<T>(p.grad_output, t, it), sd, n, s.row(5))
-                                         : Row<M>{s.zeros, 1};
+                const Row<M> dh =
+                    has_dh ? read_row<T, M>(row_at<T>(p.grad_output, t, it), sd, n, s.row(5)) : Row<M>{s.zeros, 1};
                 if constexpr (in_place || converts_inline<T>) {
                     backward_math<T, T, M, OutputGate>(g, g + in.gs, g + 2 * in.gs, in.sg, keep.data, keep.stride,
-                                                       in.scale, cprev.data, cprev.stride, dh.data, dh.stride, grad,
-                                                       dg, dg + dgs, dg + 2 * dgs, sdg, n);
+                                                       in.scale, cprev.data, cprev.stride, dh.data, dh.stride, grad, dg,
+                                                       dg + dgs, dg + 2 * dgs, sdg, n);
                 } else {
                     const auto w = in.widened(g, n, s);
                     backward_math<M, M, M, OutputGate>(w.z.data, w.f.data, w.o.data, 1, keep.data, 1, in.scale,
-                                                       cprev.data, 1, dh.data, 1, grad, s.row(6), s.row(7), s.row(8),
-                                                       1, n);
+                                                       cprev.data, 1, dh.data, 1, grad, s.row(6), s.row(7), s.row(8), 1,
+                                                       n);
                     // One call per gate, not a loop: GCC would try the gate loop as the
                     // vectorised one and leave the conversions scalar.
                     narrow(s.row(6), n, dg, sdg);
@@ -461,7 +458,8 @@ struct Kernels<QrnnGatesForwardParams, QrnnGatesBackwardParams> {
                             (!p.forget_mask.data || p.forget_mask.stride_h == 1) &&
                             (!p.states.data || p.states.stride_h == 1);
         if (p.output_gate)
-            contig ? gates_forward_items<T, true, true>(p, begin, end) : gates_forward_items<T, false, true>(p, begin, end);
+            contig ? gates_forward_items<T, true, true>(p, begin, end)
+                   : gates_forward_items<T, false, true>(p, begin, end);
         else
             contig ? gates_forward_items<T, true, false>(p, begin, end)
                    : gates_forward_items<T, false, false>(p, begin, end);

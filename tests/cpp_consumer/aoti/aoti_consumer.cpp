@@ -24,7 +24,8 @@ at::Tensor read_floats(const std::string& path, std::vector<int64_t> shape) {
 void write_floats(const std::string& path, const at::Tensor& t) {
     const at::Tensor c = t.contiguous();
     std::ofstream out(path, std::ios::binary);
-    out.write(reinterpret_cast<const char*>(c.data_ptr<float>()), static_cast<std::streamsize>(c.numel() * sizeof(float)));
+    out.write(reinterpret_cast<const char*>(c.data_ptr<float>()),
+              static_cast<std::streamsize>(c.numel() * sizeof(float)));
 }
 
 }  // namespace
@@ -38,7 +39,8 @@ int main(int argc, char** argv) {
     const int64_t batch = std::atoll(argv[2]), input_size = std::atoll(argv[3]);
     for (int i = 4; i < argc; ++i) {
         const std::string length = argv[i];
-        const at::Tensor input = read_floats(folder + "/input_" + length + ".bin", {std::atoll(argv[i]), batch, input_size});
+        const at::Tensor input =
+            read_floats(folder + "/input_" + length + ".bin", {std::atoll(argv[i]), batch, input_size});
         const std::vector<at::Tensor> outputs = run_qrnn(folder + "/qrnn.pt2", input);
         write_floats(folder + "/cpp_output_" + length + ".bin", outputs.at(0));
         write_floats(folder + "/cpp_h_n_" + length + ".bin", outputs.at(1));
