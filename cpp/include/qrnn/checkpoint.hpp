@@ -186,7 +186,13 @@ struct WriterOptions {
     int max_pending = 1;    // saves submitted but not yet committed; submit() waits beyond
     int copy_threads = 2;   // threads for the staging copy (the staging thread included)
     bool direct_io = true;  // write with O_DIRECT where the file system allows it
-    bool sync = true;       // fsync the file and the folder (off only for tests)
+    // Durability: fsync each file before its rename and the folder after it (see
+    // CheckpointFolder::commit). false skips both fsyncs, for files nobody needs after a
+    // machine crash (a scratch folder, a tmpfs, a run that will be restarted from scratch).
+    // The rename stays atomic, so a reader or a crash of this process still sees a complete
+    // old or new file; but after a power loss or kernel crash the new name may hold
+    // incomplete data, and retention may already have deleted the older checkpoints.
+    bool sync = true;
     // Linux: the writer thread (CRC, write, fsync) runs at this nice value so that training
     // threads win the CPU when both want it; the staging copy keeps normal priority.
     int writer_nice = 10;
@@ -290,8 +296,8 @@ public:
     void unlock_writer();
 
     // Writes `name` crash-safely: an exclusive temporary that follows no link, fsync,
-    // rename over `name`, folder fsync (`sync` false skips the fsyncs: tests only). Returns
-    // the warnings, as commit() does.
+    // rename over `name`, folder fsync. `sync` false skips the two fsyncs, with the
+    // consequences given at WriterOptions::sync. Returns the warnings, as commit() does.
     std::vector<std::string> write_file(const std::string& name, const void* data, size_t size, unsigned mode = 0666,
                                         bool sync = true) const;
     // Makes `name` a second name of the committed file `source` (a hard link, or a copy
@@ -306,7 +312,8 @@ public:
     // suffix), fsyncs it, renames it over `name`, fsyncs the folder, then applies
     // `retention`. On a file system that cannot fsync a folder (EINVAL, EROFS, ENOTSUP)
     // retention still applies and the first such commit into the folder in this process
-    // warns. Closes `fd`; removes the temporary on failure. Returns the warnings.
+    // warns. `sync` false skips both fsyncs (and so that warning), as WriterOptions::sync
+    // says. Closes `fd`; removes the temporary on failure. Returns the warnings.
     std::vector<std::string> commit(int fd, const std::string& temporary, const std::string& name,
                                     const Retention& retention, bool sync = true) const;
 
