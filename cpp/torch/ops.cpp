@@ -43,7 +43,7 @@ namespace {
 using torch::headeronly::ScalarType;
 using torch::stable::Tensor;
 
-// ---- Tensors to the core's views (python/qrnn/ops/kernel_args.py's view2 / view3) ----------
+// ---- Tensors to the core's views (python/qrnn/ops/core/kernel_args.py's view2 / view3) -----
 
 qrnn::DType dtype_of(const Tensor& t, const char* op, const char* name) {
     switch (t.scalar_type()) {

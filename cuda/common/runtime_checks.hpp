@@ -1,6 +1,7 @@
 // Internal: the texts of the launchers' first-use checks (driver version, kernels not yet
 // loaded when a CUDA graph capture begins). Plain C++, no CUDA headers, so they are
-// tested without a GPU (tests/test_gpu_first_contact.py compiles this header alone).
+// tested without a GPU (tests/packaging/test_gpu_first_contact.py compiles this header alone,
+// through tests/cuda_emulation/runtime_messages.cpp).
 #pragma once
 
 #include <string>

@@ -3,7 +3,7 @@
 // compiler against the CUDA headers (whose half/bfloat16 conversions have host versions), so the kernels' indexing,
 // vector and tail paths (every vector access checked for alignment), the chunked schedule's carry logic and the gate
 // kernels' lengths/reverse walks are checked on machines without a GPU (the emulator fixture in tests/conftest.py
-// builds this file; tests/test_*_cuda_emulated.py drive it).
+// builds this file; tests/<family>/test_<family>_cuda_emulated.py and _cuda_widths_emulated.py drive it).
 //
 // A grid runs one block at a time. In a chunked block every CUDA thread is a fiber
 // (ucontext) with its own stack: each runs until it reaches __syncthreads, and when all

@@ -1,4 +1,4 @@
-// Runs qrnn.pt2 (tests/torch_library/export_model.py) through the README's run_qrnn on
+// Runs qrnn.pt2 (tests/torch_library/test_aoti_cpp.py) through the README's run_qrnn on
 // the saved inputs of each length and writes the outputs beside them:
 //   aoti_consumer <folder> <batch> <input_size> <length>...
 #include <cstdlib>
