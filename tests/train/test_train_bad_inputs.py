@@ -89,3 +89,76 @@ def test_library_runs_without_the_train_extra(tmp_path):
     assert result.returncode == 2, result.stderr
     assert result.stderr == ("qrnn-train: error: qrnn-train needs matplotlib: pip install 'torch-qrnn[train]' "
                              "(from a source checkout: pip install '.[train]')\n")
+
+
+def _not_text_files() -> dict:
+    """Files that are not UTF-8 text, by kind: (content, byte offset the error names)."""
+    import gzip
+    import io
+    import random
+    import zipfile
+
+    text = ("The quick brown fox jumps over the lazy dog.\n" * 400).encode()
+    archive = io.BytesIO()
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.writestr("train.txt", text)
+    elf = b"\x7fELF\x02\x01\x01\x00" + bytes(56) + text
+    latin1 = text[:1000] + "café\n".encode("latin-1") + text
+    return {"random bytes": (random.Random(0).randbytes(20_000), None),
+            "gzip": (gzip.compress(text, mtime=0), 1),
+            "zip": (archive.getvalue(), 5),
+            "ELF": (elf, 7),
+            "NUL in text": (text[:5000] + b"\0" + text, 5000),
+            "Latin-1": (latin1, 1003)}
+
+
+@pytest.mark.parametrize("kind", list(_not_text_files()))
+@pytest.mark.parametrize("level", ["char", "word"])
+def test_train_command_refuses_data_that_is_not_text(tmp_path, kind, level, capsys):
+    """A binary --data file is one line naming the file and the byte, exit status 2: never a
+    run trained on its bytes decoded with replacement characters."""
+    content, offset = _not_text_files()[kind]
+    data = tmp_path / "data.bin"
+    data.write_bytes(content)
+    assert train_main(["--data", str(data), "--level", level, "--no-progress", "--max-steps", "1",
+                       "--checkpoint-dir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"qrnn-train: error: {data} is not UTF-8 text (") and err.count("\n") == 1, err
+    assert "pass --data a UTF-8 text file" in err and "Traceback" not in err, err
+    if offset is not None:
+        assert f"at byte {offset:,}" in err or f"byte {offset:,} is not UTF-8" in err, err
+
+
+def test_binary_split_file_in_a_folder_is_named(tmp_path, capsys):
+    """In a folder of splits the message names the split file that is not text; the library's
+    in-memory loader (load_corpus) refuses it as the command's cache does."""
+    from qrnn.train.data import DataError, load_corpus
+
+    text = "the quick brown fox jumps over the lazy dog\n" * 300
+    for split in ("train", "valid", "test"):
+        (tmp_path / f"{split}.txt").write_text(text, encoding="utf-8")
+    (tmp_path / "valid.txt").write_bytes(text.encode() + b"\xff\xfe" + text.encode())
+    assert train_main(["--data", str(tmp_path), "--level", "word", "--no-progress", "--max-steps", "1",
+                       "--checkpoint-dir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'valid.txt'} is not UTF-8 text (byte {len(text):,} is not UTF-8)" in err, err
+    with pytest.raises(DataError, match=r"valid\.txt is not UTF-8 text \(byte 13,200 is not UTF-8\)"):
+        load_corpus(str(tmp_path), "word")
+    single = tmp_path / "one.txt"
+    single.write_bytes(text.encode() * 3 + b"\0")
+    with pytest.raises(DataError, match=r"one\.txt is not UTF-8 text \(a NUL byte at byte 39,600\)"):
+        load_corpus(str(single), "char")
+
+
+def test_text_cut_inside_its_last_character_is_still_text(tmp_path):
+    """A file truncated at a byte count (enwik8-style) may end inside a character: that one
+    is replaced, the rest is read (by the command's cache and by load_corpus alike)."""
+    from qrnn.train.cache import cached_corpus
+    from qrnn.train.data import load_corpus
+
+    data = tmp_path / "cut.txt"
+    data.write_bytes(("naïve café déjà vu\n" * 500).encode() + "é".encode()[:1])
+    in_memory = load_corpus(str(data), "char")
+    cached, _ = cached_corpus(str(data), "char", say=lambda *a, **k: None, progress=False)
+    assert in_memory.vocab == cached.vocab
+    assert torch.equal(in_memory.test, cached.test.long()) and in_memory.test[-1] == 0  # <unk>: not in training
