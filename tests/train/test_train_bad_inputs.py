@@ -162,3 +162,71 @@ def test_text_cut_inside_its_last_character_is_still_text(tmp_path):
     cached, _ = cached_corpus(str(data), "char", say=lambda *a, **k: None, progress=False)
     assert in_memory.vocab == cached.vocab
     assert torch.equal(in_memory.test, cached.test.long()) and in_memory.test[-1] == 0  # <unk>: not in training
+
+
+@pytest.mark.parametrize("hidden, message", [
+    ("100000000", "parameters need at least 426 PiB (weights, gradients and adam state, float32) on cpu, which has "),
+    (str(10**12), "the model is too large to build: its tensors would exceed what torch can address"),
+    (str(10**20), "the model is too large to build"),
+])
+def test_train_command_refuses_a_model_larger_than_memory(tmp_path, hidden, message, capsys):
+    """Absurd sizes are one line before anything is allocated (the parameters are counted on
+    the meta device): what is needed, what is available, which flags to lower."""
+    assert train_main(["--hidden", hidden, "--no-progress", "--checkpoint-dir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("qrnn-train: error: ") and message in err, err
+    assert f"lower --hidden ({hidden}), --emsize (128) or --layers (3)" in err, err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+
+
+def test_model_memory_estimate_against_the_device(tmp_path, monkeypatch, capsys):
+    """The estimate counts weights, gradients and the optimizer's state; CUDA's free memory
+    comes from mem_get_info, and a CUDA model's weights must fit in CPU memory first."""
+    from qrnn.train import memory
+    from qrnn.train.settings import Settings
+
+    monkeypatch.setattr(memory, "available_bytes", lambda device: 1 << 20)
+    data = tmp_path / "text.txt"
+    data.write_text("hello world\n" * 300)
+    assert train_main(["--data", str(data), "--level", "word", "--optimizer", "sgd", "--hidden", "512", "--no-progress",
+                       "--checkpoint-dir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert ("parameters need at least" in err and "(weights, gradients, float32) on cpu, which has 1.0 MiB "
+            "available: lower --hidden (512), --emsize (128) or --layers (3), or use --level char" in err), err
+    settings = Settings(hidden=64, emsize=16, layers=2, optimizer="adam")
+    config = dict(vocab_size=100, emsize=16, hidden=64, layers=2, cutoffs=None)
+    params = memory.count_parameters(config)
+    monkeypatch.setattr(memory, "available_bytes", lambda device: params * 16 if device.type == "cpu" else 0)
+    assert memory.check_model_fits(settings, config, torch.device("cpu")) == params  # 4 copies of 4 bytes fit
+    with pytest.raises(memory.TrainError, match=r"on cuda:0, which has 0 B available"):
+        memory.check_model_fits(settings, config, torch.device("cuda", 0))
+    monkeypatch.undo()
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (3 << 30, 80 << 30))
+    assert memory.available_bytes(torch.device("cuda", 0)) == 3 << 30
+    assert memory.available_bytes(torch.device("cpu")) > 0
+    assert memory.available_bytes(torch.device("meta")) is None
+    assert [memory.format_bytes(n) for n in (0, 1023, 1536, 200 << 30, 3 << 60)] == [
+        "0 B", "1,023 B", "1.5 KiB", "200 GiB", "3,072 PiB"]
+
+
+def test_train_command_reports_a_failed_allocation_in_one_line(tmp_path, monkeypatch, capsys):
+    """An allocation that fails despite the estimate (memory taken meanwhile, an estimate
+    that cannot be made) is one line too; other RuntimeErrors are not disguised as it."""
+    import qrnn.train.cli as cli
+    from qrnn.train import memory
+
+    monkeypatch.setattr(memory, "available_bytes", lambda device: None)  # nothing refused up front
+
+    def cannot_allocate(**config):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate "
+                           "memory: you tried to allocate 307200000000 bytes. Error code 12 (Cannot allocate memory)")
+
+    monkeypatch.setattr(cli, "QRNNLanguageModel", cannot_allocate)
+    argv = ["--no-progress", "--hidden", "64", "--checkpoint-dir", str(tmp_path / "run")]
+    assert train_main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("qrnn-train: error: out of memory building the model on cpu (its ") and (
+        "parameters need at least" in err and "lower --hidden (64), --emsize (128) or --layers (3)" in err), err
+    assert err.count("\n") == 1, err
+    assert memory.is_out_of_memory(MemoryError()) and not memory.is_out_of_memory(RuntimeError("shape mismatch"))
+    assert memory.is_out_of_memory(torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"))
