@@ -265,7 +265,7 @@ class QRNNLayer(_TypedCall):
         c0: Optional[Tensor]
         x_tail: Optional[Tensor]
         if hx is not None and not isinstance(hx, Tensor):
-            state = _as_state(hx)
+            state = _as_state(hx, "(1, batch, hidden_size)")
             as_state = True
             c0, x_tail = state.c, (state.x_tails[0] if state.x_tails else None)
         else:
@@ -291,14 +291,20 @@ class QRNNLayer(_TypedCall):
         return output, (h_n.squeeze(1) if unbatched else h_n)
 
 
-def _as_state(hx) -> "QRNNState":
+def _as_state(hx, shape: str = "(num_layers * num_directions, batch, hidden_size)") -> "QRNNState":
     """A QRNNState from a QRNNState or a plain ``(c, x_tails)`` tuple or list of its fields
-    (what generic code such as a recursive detach rebuilds from one)."""
+    (what generic code such as a recursive detach rebuilds from one); `shape`: the state
+    tensor's shape, for the message to a caller passing nn.LSTM's ``(h_0, c_0)``."""
     if isinstance(hx, QRNNState):
         return hx
     if (type(hx) in (tuple, list) and len(hx) == 2 and (hx[0] is None or isinstance(hx[0], Tensor))
             and isinstance(hx[1], (tuple, list))):
         return QRNNState(hx[0], tuple(hx[1]))
+    if type(hx) in (tuple, list) and len(hx) == 2 and all(isinstance(t, Tensor) for t in hx):
+        # Two tensors, not a state's (c, x_tails): nn.LSTM's (h_0, c_0).
+        raise ValueError(f"hx must be a single state, got a pair of tensors of shapes {tuple(hx[0].shape)} and "
+                         f"{tuple(hx[1].shape)}, like nn.LSTM's (h_0, c_0): a QRNN carries a single state per layer "
+                         f"(like nn.GRU), so pass h_0 alone, of shape {shape}, or a qrnn.QRNNState")
     raise ValueError("hx must be a Tensor, a QRNNState, a (c, x_tails) tuple of its fields, or None, "
                      f"got {_describe(hx)}")
 

@@ -3,6 +3,8 @@ arguments, meta tensors, NaN and empty inputs. Each call must raise a TypeError 
 ValueError naming the argument, or propagate the values correctly; never crash or hang.
 """
 
+import re
+
 import pytest
 import torch
 
@@ -107,3 +109,22 @@ def test_input_and_parameters_on_different_devices(module):
     with pytest.raises(ValueError, match=r"^hx\.x_tails\[0\] is on meta but input is on cpu"):
         model(x, QRNNState(state.c, (state.x_tails[0].to("meta"),) + state.x_tails[1:]))
     assert model(x, state)[0].shape == (5, 2, 4)  # the same state on the right device runs
+
+
+@pytest.mark.parametrize("module", ["QRNN", "QRNNLayer"])
+def test_lstm_state_pair_as_hx(module):
+    """nn.LSTM's (h_0, c_0) is told apart from a QRNNState's plain (c, x_tails) tuple, which
+    still works (awd-lstm-lm's repackage_hidden rebuilds a state as one)."""
+    model = QRNN(3, 4, num_layers=2) if module == "QRNN" else QRNNLayer(3, 4)
+    layers = 2 if module == "QRNN" else 1
+    shape = "(num_layers * num_directions, batch, hidden_size)" if module == "QRNN" else "(1, batch, hidden_size)"
+    x, h = torch.rand(5, 2, 3), torch.zeros(layers, 2, 4)
+    message = (f"hx must be a single state, got a pair of tensors of shapes ({layers}, 2, 4) and ({layers}, 2, 4), "
+               "like nn.LSTM's (h_0, c_0): a QRNN carries a single state per layer (like nn.GRU), so pass h_0 alone, "
+               f"of shape {shape}, or a qrnn.QRNNState")
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        model(x, (h, h.clone()))
+    state = model(x, QRNNState())[1]
+    plain = (state.c, tuple(state.x_tails))
+    assert torch.equal(model(x, plain)[0], model(x, state)[0])
+    assert torch.equal(model(x, h)[0], model(x)[0])
