@@ -591,9 +591,37 @@ class QRNN(_TypedCall):
         return PackedSequence(data, batch_sizes, sorted_indices, unsorted_indices)
 
 
+def _named_entries_supported() -> bool:
+    """Whether this torch's weights-only allowlist takes ``(object, "module.qualname")``
+    entries (torch >= 2.6). Read from the code that resolves the entries, not from a version
+    number: torch 2.4 and 2.5 take bare objects only, and a pair there would break every
+    weights-only load (they read ``entry.__module__``)."""
+    from torch import _weights_only_unpickler as unpickler
+
+    code = getattr(getattr(unpickler, "_get_user_allowed_globals", None), "__code__", None)
+    return code is not None and "tuple" in code.co_names  # isinstance(entry, tuple)
+
+
+def _allow_weights_only(objects: list) -> None:
+    """Add `objects` to torch's weights-only allowlist so that they stay there.
+
+    A user's ``with torch.serialization.safe_globals([..., nn.Linear, set]):`` removes, on
+    exit, every entry equal to one it lists, including those qrnn added at import, and
+    pickled qrnn models would stop loading with ``torch.load(..., weights_only=True)`` for
+    the rest of the process. Each object is therefore also added as the pair
+    ``(object, "module.qualname")``, under the name pickle records for it: a separate entry
+    that such a block does not list and so never removes. On torch 2.4 and 2.5, whose
+    allowlist has no pairs, the bare objects are all there is (the best available there):
+    after such a block, add them again with ``torch.serialization.add_safe_globals``."""
+    entries: list = list(objects)
+    if _named_entries_supported():
+        entries += [(obj, f"{obj.__module__}.{obj.__qualname__}") for obj in objects]
+    torch.serialization.add_safe_globals(entries)
+
+
 # torch.load(weights_only=True) rebuilds pickled models holding qrnn layers under the
 # allowlist that works for nn.LSTM: qrnn's classes and the torch.nn containers they hold;
 # set, because every nn.Module pickles one (_non_persistent_buffers_set) and torch < 2.5
 # does not allow it by default. The qrnn package docstring lists what is added: keep both
 # in step.
-torch.serialization.add_safe_globals([QRNN, QRNNLayer, QRNNState, nn.ModuleList, nn.Linear, set])
+_allow_weights_only([QRNN, QRNNLayer, QRNNState, nn.ModuleList, nn.Linear, set])
