@@ -250,8 +250,9 @@ def build_training(settings: Settings, dist: Optional[Distributed] = None, run_d
     """The corpus, model, optimizer, learning rates, loss and Trainer of a qrnn-train run with
     `settings` (resuming `checkpoint`), the run's header lines said through `say`."""
     dist = dist or Distributed(device=torch.device(settings.device or "cpu"))
-    # Sizes that cannot fit even with a one-token vocabulary: refused before the corpus is read.
-    _check_model_fits(settings, _model_config(settings, 1, None), dist)
+    if checkpoint is None:  # a resumed model's sizes are first compared with its checkpoint's tensors
+        # Sizes that cannot fit even with a one-token vocabulary: refused before the corpus is read.
+        _check_model_fits(settings, _model_config(settings, 1, None), dist)
     vocab = _vocabulary(checkpoint, resume_path or "the checkpoint") if checkpoint else None
     cache = None
     if settings.data is None:  # the small built-in text: tokenized in memory
