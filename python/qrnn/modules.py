@@ -103,18 +103,37 @@ def _is_plain_layer(layer: nn.Module) -> bool:
             and _unhooked(layer))
 
 
-def _gemm_dtype(linear) -> Optional[torch.dtype]:
-    """The dtype inputs must have for the gate GEMM: the weight's for a plain Linear, else the
-    first floating-point parameter or buffer of the module, None (unchecked) without one."""
+def _gemm_weight(linear) -> Optional[Tensor]:
+    """The tensor whose dtype and device inputs must have for the gate GEMM: the weight of a
+    plain Linear, else the first floating-point parameter or buffer of the module, None
+    (unchecked) without one."""
     if type(linear) is nn.Linear:
-        return linear.weight.dtype
+        return linear.weight
     for t in linear.parameters():
         if t.is_floating_point():
-            return t.dtype
+            return t
     for t in linear.buffers():
         if t.is_floating_point():
-            return t.dtype
+            return t
     return None
+
+
+def _check_input(input: Tensor, weight: Optional[Tensor], what: str) -> None:
+    """The input has the parameters' dtype (as nn.GRU, unless autocast casts both) and device
+    (one device comparison: what torch would otherwise report many frames deep)."""
+    if weight is None:
+        return
+    check_input_dtype(input, weight.dtype)
+    if input.device != weight.device:
+        raise ValueError(f"input is on {input.device} but the parameters of {what} are on {weight.device}: move "
+                         f"the input with input.to({str(weight.device)!r}), or the model with "
+                         f"model.to({str(input.device)!r})")
+
+
+def _check_state_device(state: Tensor, device: torch.device, name: str) -> None:
+    if state.device != device:
+        raise ValueError(f"{name} is on {state.device} but input is on {device}: pass {name} on the input's device "
+                         f"({name}.to({str(device)!r}))")
 
 # torch.jit.script calls __prepare_scriptable__ on every module before compiling it.
 _SCRIPT_MESSAGE = ("{what}: torch.jit.script cannot compile qrnn's layers (TorchScript cannot compile their "
@@ -240,13 +259,13 @@ class QRNNLayer(_TypedCall):
             input = input.unsqueeze(1)
         if input.shape[-1] != self.input_size:
             raise ValueError(f"input must have input_size = {self.input_size} features, got {input.shape[-1]}")
-        check_input_dtype(input, _gemm_dtype(self.linear))
+        _check_input(input, _gemm_weight(self.linear), "qrnn.QRNNLayer")
         T, B = input.shape[0], input.shape[1]
         lengths = check_lengths(lengths, B, T, input.device)
         c0: Optional[Tensor]
         x_tail: Optional[Tensor]
         if hx is not None and not isinstance(hx, Tensor):
-            state = _as_state(hx)
+            state = _as_state(hx, "(1, batch, hidden_size)")
             as_state = True
             c0, x_tail = state.c, (state.x_tails[0] if state.x_tails else None)
         else:
@@ -256,8 +275,9 @@ class QRNNLayer(_TypedCall):
             if unbatched and not as_state:
                 c0 = c0.unsqueeze(-2)
             c0 = _layer_state(c0, B, self.hidden_size, "hx.c" if as_state else "hx")
+            _check_state_device(c0, input.device, "hx.c" if as_state else "hx")
         if x_tail is not None:
-            x_tail = _check_tail(x_tail, self.window, B, self.input_size, False, "hx.x_tails[0]")
+            x_tail = _check_tail(x_tail, self.window, B, self.input_size, False, "hx.x_tails[0]", input.device)
         output, c_n, x_tail_n = self.run(input, c0, x_tail, lengths=lengths)
         if unbatched:
             output = output.squeeze(1)
@@ -271,14 +291,20 @@ class QRNNLayer(_TypedCall):
         return output, (h_n.squeeze(1) if unbatched else h_n)
 
 
-def _as_state(hx) -> "QRNNState":
+def _as_state(hx, shape: str = "(num_layers * num_directions, batch, hidden_size)") -> "QRNNState":
     """A QRNNState from a QRNNState or a plain ``(c, x_tails)`` tuple or list of its fields
-    (what generic code such as a recursive detach rebuilds from one)."""
+    (what generic code such as a recursive detach rebuilds from one); `shape`: the state
+    tensor's shape, for the message to a caller passing nn.LSTM's ``(h_0, c_0)``."""
     if isinstance(hx, QRNNState):
         return hx
     if (type(hx) in (tuple, list) and len(hx) == 2 and (hx[0] is None or isinstance(hx[0], Tensor))
             and isinstance(hx[1], (tuple, list))):
         return QRNNState(hx[0], tuple(hx[1]))
+    if type(hx) in (tuple, list) and len(hx) == 2 and all(isinstance(t, Tensor) for t in hx):
+        # Two tensors, not a state's (c, x_tails): nn.LSTM's (h_0, c_0).
+        raise ValueError(f"hx must be a single state, got a pair of tensors of shapes {tuple(hx[0].shape)} and "
+                         f"{tuple(hx[1].shape)}, like nn.LSTM's (h_0, c_0): a QRNN carries a single state per layer "
+                         f"(like nn.GRU), so pass h_0 alone, of shape {shape}, or a qrnn.QRNNState")
     raise ValueError("hx must be a Tensor, a QRNNState, a (c, x_tails) tuple of its fields, or None, "
                      f"got {_describe(hx)}")
 
@@ -298,7 +324,8 @@ def _layer_state(c0: Tensor, batch: int, hidden: int, name: str) -> Tensor:
     return c0
 
 
-def _check_tail(tail, window: int, batch: int, features: int, batch_first: bool, name: str) -> Optional[Tensor]:
+def _check_tail(tail, window: int, batch: int, features: int, batch_first: bool, name: str,
+                device: torch.device) -> Optional[Tensor]:
     """The tail to use (None for window 1, whose tail is empty), or ValueError."""
     expected = (batch, window - 1, features) if batch_first else (window - 1, batch, features)
     if not isinstance(tail, Tensor) or tuple(tail.shape) != expected:
@@ -306,7 +333,10 @@ def _check_tail(tail, window: int, batch: int, features: int, batch_first: bool,
             raise ValueError(f"{name}: a window-1 layer carries no input tail (None or an empty {expected} tensor), "
                              f"got {_describe(tail)}")
         raise ValueError(f"{name} must have shape {expected}, got {_describe(tail)}")
-    return tail if window > 1 else None
+    if window == 1:
+        return None
+    _check_state_device(tail, device, name)
+    return tail
 
 
 class QRNN(_TypedCall):
@@ -468,7 +498,7 @@ class QRNN(_TypedCall):
         if input.shape[-1] != self.input_size:
             raise ValueError(f"input must have input_size = {self.input_size} features, got {input.shape[-1]}")
         first = self.layers[0]  # a wrapper (checkpoint, user module) in its place may have no `linear`
-        check_input_dtype(input, _gemm_dtype(getattr(first, "linear", first)))
+        _check_input(input, _gemm_weight(getattr(first, "linear", first)), "qrnn.QRNN")
         time_dim = 1 if self.batch_first else 0
         T, B = input.shape[time_dim], input.shape[1 - time_dim]
         lengths = check_lengths(lengths, B, T, input.device)
@@ -476,7 +506,7 @@ class QRNN(_TypedCall):
         if hx is not None and not isinstance(hx, Tensor):
             hx = _as_state(hx)
             as_state = True
-        c0, tails = self._unpack_state(hx, B, unbatched, as_state)
+        c0, tails = self._unpack_state(hx, B, unbatched, as_state, input.device)
 
         D = self.num_directions
         # Listed once (indexing a ModuleList costs more than a layer's call); unchecked types: a
@@ -517,8 +547,9 @@ class QRNN(_TypedCall):
             h_n = h_n.to(x.data.dtype if packed else x.dtype)
         return x, (h_n.squeeze(1) if unbatched else h_n)
 
-    def _unpack_state(self, hx, batch: int, unbatched: bool, as_state: bool) -> tuple:
-        """(c0 of shape (layers * directions, batch, hidden) or None, tails per layer)."""
+    def _unpack_state(self, hx, batch: int, unbatched: bool, as_state: bool, device: torch.device) -> tuple:
+        """(c0 of shape (layers * directions, batch, hidden) or None, tails per layer), on the
+        input's `device`."""
         expected = (self.num_layers * self.num_directions, batch, self.hidden_size)
         if as_state:
             c0, tails = hx.c, tuple(hx.x_tails) if hx.x_tails else (None,) * self.num_layers
@@ -529,7 +560,7 @@ class QRNN(_TypedCall):
                 if tail is not None:
                     features = self.input_size if layer == 0 else self.hidden_size * self.num_directions
                     tail = _check_tail(tail, self.windows[layer], batch, features, self.batch_first,
-                                       f"hx.x_tails[{layer}]")
+                                       f"hx.x_tails[{layer}]", device)
                 checked.append(tail)
             tails = tuple(checked)
             name = "hx.c"
@@ -547,6 +578,7 @@ class QRNN(_TypedCall):
         if tuple(c0.shape) != expected:
             raise ValueError(f"{name} must have shape (num_layers * num_directions, batch, hidden_size) = {expected}, "
                              f"got {tuple(c0.shape)}")
+        _check_state_device(c0, device, name)
         return c0, tails
 
     def _pack_like(self, padded: Tensor, lengths: Tensor, sorted_indices, unsorted_indices) -> PackedSequence:
@@ -559,9 +591,37 @@ class QRNN(_TypedCall):
         return PackedSequence(data, batch_sizes, sorted_indices, unsorted_indices)
 
 
+def _named_entries_supported() -> bool:
+    """Whether this torch's weights-only allowlist takes ``(object, "module.qualname")``
+    entries (torch >= 2.6). Read from the code that resolves the entries, not from a version
+    number: torch 2.4 and 2.5 take bare objects only, and a pair there would break every
+    weights-only load (they read ``entry.__module__``)."""
+    from torch import _weights_only_unpickler as unpickler
+
+    code = getattr(getattr(unpickler, "_get_user_allowed_globals", None), "__code__", None)
+    return code is not None and "tuple" in code.co_names  # isinstance(entry, tuple)
+
+
+def _allow_weights_only(objects: list) -> None:
+    """Add `objects` to torch's weights-only allowlist so that they stay there.
+
+    A user's ``with torch.serialization.safe_globals([..., nn.Linear, set]):`` removes, on
+    exit, every entry equal to one it lists, including those qrnn added at import, and
+    pickled qrnn models would stop loading with ``torch.load(..., weights_only=True)`` for
+    the rest of the process. Each object is therefore also added as the pair
+    ``(object, "module.qualname")``, under the name pickle records for it: a separate entry
+    that such a block does not list and so never removes. On torch 2.4 and 2.5, whose
+    allowlist has no pairs, the bare objects are all there is (the best available there):
+    after such a block, add them again with ``torch.serialization.add_safe_globals``."""
+    entries: list = list(objects)
+    if _named_entries_supported():
+        entries += [(obj, f"{obj.__module__}.{obj.__qualname__}") for obj in objects]
+    torch.serialization.add_safe_globals(entries)
+
+
 # torch.load(weights_only=True) rebuilds pickled models holding qrnn layers under the
 # allowlist that works for nn.LSTM: qrnn's classes and the torch.nn containers they hold;
 # set, because every nn.Module pickles one (_non_persistent_buffers_set) and torch < 2.5
 # does not allow it by default. The qrnn package docstring lists what is added: keep both
 # in step.
-torch.serialization.add_safe_globals([QRNN, QRNNLayer, QRNNState, nn.ModuleList, nn.Linear, set])
+_allow_weights_only([QRNN, QRNNLayer, QRNNState, nn.ModuleList, nn.Linear, set])

@@ -196,5 +196,6 @@ class ForgetMult(nn.Module):
 
 
 # torch.load(weights_only=True) rebuilds pickled models holding these classes, beside the
-# ones qrnn.modules allows (the torchqrnn package docstring lists both sets).
-torch.serialization.add_safe_globals([QRNN, QRNNLayer, ForgetMult])
+# ones qrnn.modules allows (the torchqrnn package docstring lists both sets); entries that a
+# user's safe_globals block does not remove.
+modules._allow_weights_only([QRNN, QRNNLayer, ForgetMult])

@@ -95,3 +95,33 @@ def test_hand_written_block_survives_rewrites(tmp_path):
     text = path.read_text()
     assert text.count("A quiet machine.") == 1
     assert text.index("## Summary") < text.index("## Conditions") < text.index("## layer")
+
+
+def test_figures_print_without_nan_or_scientific_notation():
+    """A figure not measured prints n/a (its note says why); a large or tiny one is written
+    out, never as 2.89e+04% or 4.32e-05%."""
+    assert Result("a", "b", float("nan"), "x", "<= 0.65x", None, "skipped: no CUDA device").row()[2] == "n/a"
+    assert Result("a", "b", 28_912.3, "%").row()[2] == "28,912%"
+    assert Result("a", "b", 4.32e-05, "%").row()[2] == "0.0000432%"
+    assert [Result("a", "b", v).row()[2] for v in (0.039, 0.918, 13.5, 137.4, 1.0)] == [
+        "0.039x", "0.918x", "13.5x", "137x", "1x"]
+
+
+def test_quick_report_has_no_nan_and_no_scientific_notation(tmp_path, monkeypatch, capsys):
+    """The quick run's table and markdown, with figures not measured (no GPU, a copy too
+    small to time) and an extreme percentage."""
+    module = types.ModuleType("qrnn.bench._fake_area")
+    module.run = lambda quick=False: fake_results("fake") + [
+        Result("fake", "fp16 / fp32 epoch time, cuda", float("nan"), "x", "<= 0.65x", None, "skipped: no CUDA device"),
+        Result("fake", "loss sequence vs a reference", float("nan"), "", "<= 1e-4 relative", None, "skipped"),
+        Result("fake", "an extreme share", 28_900.0, "%", note="rounds 4.32% to 1151%"),
+        Result("fake", "a tiny stall", 0.0000432, "%", "<= 1%", True)]
+    monkeypatch.setitem(sys.modules, "qrnn.bench._fake_area", module)
+    monkeypatch.setitem(AREAS, "fake", "_fake_area")
+    md = tmp_path / "B.md"
+    assert bench_main.main(["fake", "--quick", "--write", str(md), "--plots", str(tmp_path / "plots")]) == 0
+    out = capsys.readouterr().out
+    table = out[out.index("area "):out.index("wrote ")]  # not the paths written (the test's name has "nan")
+    for text in (table, md.read_text()):
+        assert "nan" not in text.lower().replace("n/a", "") and "e+" not in text and "e-0" not in text, text
+        assert "n/a" in text and "28,900%" in text and "0.0000432%" in text

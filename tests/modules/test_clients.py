@@ -594,6 +594,30 @@ def test_safe_globals_registered_on_import():
     subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
 
 
+@pytest.mark.skipif(not hasattr(torch.serialization, "safe_globals"), reason="torch < 2.5 has no safe_globals block")
+def test_safe_globals_survive_a_users_safe_globals_block():
+    """A user's safe_globals block listing classes that import qrnn allowed (nn.Linear, set,
+    even qrnn's own) removes them on exit; pickled qrnn and torchqrnn models still load with
+    weights_only=True afterwards (torch >= 2.6; torch 2.5's allowlist cannot keep them)."""
+    code = ("import io, torch, qrnn, torchqrnn\n"
+            "from qrnn.modules import _named_entries_supported\n"
+            "if not _named_entries_supported(): raise SystemExit(3)\n"
+            "saved = []\n"
+            "for model in (qrnn.QRNN(3, 4, 2, window=2), torchqrnn.QRNN(3, 4, num_layers=2)):\n"
+            "    b = io.BytesIO(); torch.save(model, b); saved.append((type(model), b))\n"
+            "for block in ([torch.nn.Linear, set], [qrnn.QRNN, qrnn.QRNNLayer, qrnn.QRNNState, torch.nn.ModuleList,\n"
+            "              torchqrnn.QRNN, torchqrnn.QRNNLayer, torchqrnn.ForgetMult]):\n"
+            "    with torch.serialization.safe_globals(block):\n"
+            "        pass\n"
+            "for cls, b in saved:\n"
+            "    b.seek(0)\n"
+            "    assert type(torch.load(b, weights_only=True)) is cls\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    if result.returncode == 3:
+        pytest.skip(f"torch {torch.__version__}'s allowlist takes no (object, name) entries")
+    assert result.returncode == 0, result.stderr
+
+
 # ---- 4. ONNX and torch.export ------------------------------------------------------------
 
 

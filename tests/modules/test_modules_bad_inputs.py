@@ -3,6 +3,8 @@ arguments, meta tensors, NaN and empty inputs. Each call must raise a TypeError 
 ValueError naming the argument, or propagate the values correctly; never crash or hang.
 """
 
+import re
+
 import pytest
 import torch
 
@@ -82,3 +84,47 @@ def test_qrnn_meta_nan_and_empty():
         assert out.shape == shape[:2] + (8,) and h_n.shape == (4, shape[1], 4)
         (out.sum() + h_n.sum()).backward()
         assert x.grad.shape == shape
+
+
+@pytest.mark.parametrize("module", ["QRNN", "QRNNLayer"])
+def test_input_and_parameters_on_different_devices(module):
+    """One line naming input, both devices and the two ways out, at the module's call (not
+    torch's error many frames deep); a state on another device than the input names hx."""
+    make = (lambda **kw: QRNN(3, 4, num_layers=2, window=2, **kw)) if module == "QRNN" else (
+        lambda **kw: QRNNLayer(3, 4, window=2, **kw))
+    x = torch.rand(5, 2, 3)
+    with pytest.raises(ValueError, match=rf"^input is on cpu but the parameters of qrnn\.{module} are on meta: "
+                                         r"move the input with input\.to\('meta'\), or the model with "
+                                         r"model\.to\('cpu'\)$"):
+        make(device="meta")(x)
+    with pytest.raises(ValueError, match=rf"^input is on meta but the parameters of qrnn\.{module} are on cpu"):
+        make()(x.to("meta"))
+    model, layers = make(), (2 if module == "QRNN" else 1)
+    with pytest.raises(ValueError, match=r"^hx is on meta but input is on cpu: pass hx on the input's device "
+                                         r"\(hx\.to\('cpu'\)\)$"):
+        model(x, torch.zeros(layers, 2, 4, device="meta"))
+    state = model(x, QRNNState())[1]
+    with pytest.raises(ValueError, match=r"^hx\.c is on meta but input is on cpu"):
+        model(x, QRNNState(state.c.to("meta"), state.x_tails))
+    with pytest.raises(ValueError, match=r"^hx\.x_tails\[0\] is on meta but input is on cpu"):
+        model(x, QRNNState(state.c, (state.x_tails[0].to("meta"),) + state.x_tails[1:]))
+    assert model(x, state)[0].shape == (5, 2, 4)  # the same state on the right device runs
+
+
+@pytest.mark.parametrize("module", ["QRNN", "QRNNLayer"])
+def test_lstm_state_pair_as_hx(module):
+    """nn.LSTM's (h_0, c_0) is told apart from a QRNNState's plain (c, x_tails) tuple, which
+    still works (awd-lstm-lm's repackage_hidden rebuilds a state as one)."""
+    model = QRNN(3, 4, num_layers=2) if module == "QRNN" else QRNNLayer(3, 4)
+    layers = 2 if module == "QRNN" else 1
+    shape = "(num_layers * num_directions, batch, hidden_size)" if module == "QRNN" else "(1, batch, hidden_size)"
+    x, h = torch.rand(5, 2, 3), torch.zeros(layers, 2, 4)
+    message = (f"hx must be a single state, got a pair of tensors of shapes ({layers}, 2, 4) and ({layers}, 2, 4), "
+               "like nn.LSTM's (h_0, c_0): a QRNN carries a single state per layer (like nn.GRU), so pass h_0 alone, "
+               f"of shape {shape}, or a qrnn.QRNNState")
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        model(x, (h, h.clone()))
+    state = model(x, QRNNState())[1]
+    plain = (state.c, tuple(state.x_tails))
+    assert torch.equal(model(x, plain)[0], model(x, state)[0])
+    assert torch.equal(model(x, h)[0], model(x)[0])

@@ -85,6 +85,53 @@ def test_auto_precision_says_why():
     assert choose_precision("fp16", torch.device("cpu")) == ("fp16", "requested")
 
 
+_X86_FLAGS = "fpu vme de pse tsc msr pae mce cx8 apic sep sse sse2 ssse3 fma sse4_1 sse4_2 avx f16c avx2 bmi2"
+_CPUINFO = {  # /proc/cpuinfo heads: (text, bf16 in hardware)
+    "x86 AVX2 (2-core VM)": (f"processor\t: 0\nvendor_id\t: AuthenticAMD\nflags\t\t: {_X86_FLAGS}\n", False),
+    "x86 AVX-512 without BF16": (f"processor\t: 0\nflags\t\t: {_X86_FLAGS} avx512f avx512bw avx512_vnni\n", False),
+    "x86 Cooper Lake (avx512_bf16)": (f"processor\t: 0\nflags\t\t: {_X86_FLAGS} avx512f avx512_bf16\n", True),
+    "x86 Sapphire Rapids (amx_bf16)": (f"processor\t: 0\nflags\t\t: {_X86_FLAGS} avx512f amx_bf16 amx_tile\n", True),
+    "aarch64 Neoverse N1": ("processor\t: 0\nBogoMIPS\t: 50.00\nFeatures\t: fp asimd evtstrm aes pmull sha1 sha2 "
+                            "crc32 atomics fphp asimdhp cpuid asimdrdm lrcpc dcpop asimddp ssbs\n", False),
+    "aarch64 Neoverse V1 (bf16)": ("processor\t: 0\nFeatures\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics "
+                                   "fphp asimdhp cpuid asimdrdm jscvt fcma lrcpc dcpop sha3 sve asimdfhm dit uscat "
+                                   "ilrcpc flagm ssbs paca pacg dcpodp svei8mm svebf16 i8mm bf16 dgh rng\n", True),
+}
+
+
+@pytest.mark.parametrize("machine", list(_CPUINFO))
+def test_auto_precision_picks_bf16_only_on_cpus_with_bf16_arithmetic(machine, tmp_path, monkeypatch):
+    """--precision auto on a CPU: bfloat16 only with AVX512-BF16 or AMX-BF16 (x86) or the
+    BF16 extension (aarch64); float32 on an AVX2 or plain AVX-512 CPU, where torch emulates
+    bfloat16 (an epoch was no faster than float32's on a 2-core AVX2 machine)."""
+    from functools import partial
+
+    from qrnn.train import precision
+
+    text, native = _CPUINFO[machine]
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(text)
+    monkeypatch.setattr(precision, "cpu_bf16_support", partial(precision.cpu_bf16_support, cpuinfo=str(cpuinfo)))
+    chosen, reason = choose_precision("auto", torch.device("cpu"))
+    assert chosen == ("bf16" if native else "fp32"), reason
+    assert reason.startswith("auto: CPU has ") and str(cpuinfo) in reason, reason
+    assert ("no bf16" in reason) == (machine == "aarch64 Neoverse N1"), reason
+    assert choose_precision("auto", torch.device("meta"))[0] == "fp32"  # neither cpu nor cuda: whatever the CPU
+
+
+def test_bf16_detection_without_cpuinfo_asks_torch(tmp_path, monkeypatch):
+    """Where there is no /proc/cpuinfo (macOS, Windows) torch's x86 probes decide."""
+    from qrnn.train import precision
+
+    missing = str(tmp_path / "no-cpuinfo")
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False, raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
+    assert precision.cpu_bf16_support(missing) == (False, "CPU has neither avx512_bf16 nor amx_bf16 "
+                                                          "(torch.cpu probes)")
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True, raising=False)
+    assert precision.cpu_bf16_support(missing) == (True, "CPU has amx_bf16 (torch.cpu probes)")
+
+
 @pytest.mark.parametrize("fused", [False, True], ids=["adam", "fused-adam"])
 def test_fp16_skipped_step_does_not_update_or_advance_the_schedule(fused):
     """An inf gradient on one step: that step is skipped (parameters equal a control run that

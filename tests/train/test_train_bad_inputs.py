@@ -89,3 +89,144 @@ def test_library_runs_without_the_train_extra(tmp_path):
     assert result.returncode == 2, result.stderr
     assert result.stderr == ("qrnn-train: error: qrnn-train needs matplotlib: pip install 'torch-qrnn[train]' "
                              "(from a source checkout: pip install '.[train]')\n")
+
+
+def _not_text_files() -> dict:
+    """Files that are not UTF-8 text, by kind: (content, byte offset the error names)."""
+    import gzip
+    import io
+    import random
+    import zipfile
+
+    text = ("The quick brown fox jumps over the lazy dog.\n" * 400).encode()
+    archive = io.BytesIO()
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.writestr("train.txt", text)
+    elf = b"\x7fELF\x02\x01\x01\x00" + bytes(56) + text
+    latin1 = text[:1000] + "café\n".encode("latin-1") + text
+    return {"random bytes": (random.Random(0).randbytes(20_000), None),
+            "gzip": (gzip.compress(text, mtime=0), 1),
+            "zip": (archive.getvalue(), 5),
+            "ELF": (elf, 7),
+            "NUL in text": (text[:5000] + b"\0" + text, 5000),
+            "Latin-1": (latin1, 1003)}
+
+
+@pytest.mark.parametrize("kind", list(_not_text_files()))
+@pytest.mark.parametrize("level", ["char", "word"])
+def test_train_command_refuses_data_that_is_not_text(tmp_path, kind, level, capsys):
+    """A binary --data file is one line naming the file and the byte, exit status 2: never a
+    run trained on its bytes decoded with replacement characters."""
+    content, offset = _not_text_files()[kind]
+    data = tmp_path / "data.bin"
+    data.write_bytes(content)
+    assert train_main(["--data", str(data), "--level", level, "--no-progress", "--max-steps", "1",
+                       "--checkpoint-dir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"qrnn-train: error: {data} is not UTF-8 text (") and err.count("\n") == 1, err
+    assert "pass --data a UTF-8 text file" in err and "Traceback" not in err, err
+    if offset is not None:
+        assert f"at byte {offset:,}" in err or f"byte {offset:,} is not UTF-8" in err, err
+
+
+def test_binary_split_file_in_a_folder_is_named(tmp_path, capsys):
+    """In a folder of splits the message names the split file that is not text; the library's
+    in-memory loader (load_corpus) refuses it as the command's cache does."""
+    from qrnn.train.data import DataError, load_corpus
+
+    text = "the quick brown fox jumps over the lazy dog\n" * 300
+    for split in ("train", "valid", "test"):
+        (tmp_path / f"{split}.txt").write_text(text, encoding="utf-8")
+    (tmp_path / "valid.txt").write_bytes(text.encode() + b"\xff\xfe" + text.encode())
+    assert train_main(["--data", str(tmp_path), "--level", "word", "--no-progress", "--max-steps", "1",
+                       "--checkpoint-dir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'valid.txt'} is not UTF-8 text (byte {len(text):,} is not UTF-8)" in err, err
+    with pytest.raises(DataError, match=r"valid\.txt is not UTF-8 text \(byte 13,200 is not UTF-8\)"):
+        load_corpus(str(tmp_path), "word")
+    single = tmp_path / "one.txt"
+    single.write_bytes(text.encode() * 3 + b"\0")
+    with pytest.raises(DataError, match=r"one\.txt is not UTF-8 text \(a NUL byte at byte 39,600\)"):
+        load_corpus(str(single), "char")
+
+
+def test_text_cut_inside_its_last_character_is_still_text(tmp_path):
+    """A file truncated at a byte count (enwik8-style) may end inside a character: that one
+    is replaced, the rest is read (by the command's cache and by load_corpus alike)."""
+    from qrnn.train.cache import cached_corpus
+    from qrnn.train.data import load_corpus
+
+    data = tmp_path / "cut.txt"
+    data.write_bytes(("naïve café déjà vu\n" * 500).encode() + "é".encode()[:1])
+    in_memory = load_corpus(str(data), "char")
+    cached, _ = cached_corpus(str(data), "char", say=lambda *a, **k: None, progress=False)
+    assert in_memory.vocab == cached.vocab
+    assert torch.equal(in_memory.test, cached.test.long()) and in_memory.test[-1] == 0  # <unk>: not in training
+
+
+@pytest.mark.parametrize("hidden, message", [
+    ("100000000", "parameters need at least 426 PiB (weights, gradients and adam state, float32) on cpu, which has "),
+    (str(10**12), "the model is too large to build: its tensors would exceed what torch can address"),
+    (str(10**20), "the model is too large to build"),
+])
+def test_train_command_refuses_a_model_larger_than_memory(tmp_path, hidden, message, capsys):
+    """Absurd sizes are one line before anything is allocated (the parameters are counted on
+    the meta device): what is needed, what is available, which flags to lower."""
+    assert train_main(["--hidden", hidden, "--no-progress", "--checkpoint-dir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("qrnn-train: error: ") and message in err, err
+    assert f"lower --hidden ({hidden}), --emsize (128) or --layers (3)" in err, err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+
+
+def test_model_memory_estimate_against_the_device(tmp_path, monkeypatch, capsys):
+    """The estimate counts weights, gradients and the optimizer's state; CUDA's free memory
+    comes from mem_get_info, and a CUDA model's weights must fit in CPU memory first."""
+    from qrnn.train import memory
+    from qrnn.train.settings import Settings
+
+    monkeypatch.setattr(memory, "available_bytes", lambda device: 1 << 20)
+    data = tmp_path / "text.txt"
+    data.write_text("hello world\n" * 300)
+    assert train_main(["--data", str(data), "--level", "word", "--optimizer", "sgd", "--hidden", "512", "--no-progress",
+                       "--checkpoint-dir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert ("parameters need at least" in err and "(weights, gradients, float32) on cpu, which has 1.0 MiB "
+            "available: lower --hidden (512), --emsize (128) or --layers (3), or use --level char" in err), err
+    settings = Settings(hidden=64, emsize=16, layers=2, optimizer="adam")
+    config = dict(vocab_size=100, emsize=16, hidden=64, layers=2, cutoffs=None)
+    params = memory.count_parameters(config)
+    monkeypatch.setattr(memory, "available_bytes", lambda device: params * 16 if device.type == "cpu" else 0)
+    assert memory.check_model_fits(settings, config, torch.device("cpu")) == params  # 4 copies of 4 bytes fit
+    with pytest.raises(memory.TrainError, match=r"on cuda:0, which has 0 B available"):
+        memory.check_model_fits(settings, config, torch.device("cuda", 0))
+    monkeypatch.undo()
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (3 << 30, 80 << 30))
+    assert memory.available_bytes(torch.device("cuda", 0)) == 3 << 30
+    assert memory.available_bytes(torch.device("cpu")) > 0
+    assert memory.available_bytes(torch.device("meta")) is None
+    assert [memory.format_bytes(n) for n in (0, 1023, 1536, 200 << 30, 3 << 60)] == [
+        "0 B", "1,023 B", "1.5 KiB", "200 GiB", "3,072 PiB"]
+
+
+def test_train_command_reports_a_failed_allocation_in_one_line(tmp_path, monkeypatch, capsys):
+    """An allocation that fails despite the estimate (memory taken meanwhile, an estimate
+    that cannot be made) is one line too; other RuntimeErrors are not disguised as it."""
+    import qrnn.train.cli as cli
+    from qrnn.train import memory
+
+    monkeypatch.setattr(memory, "available_bytes", lambda device: None)  # nothing refused up front
+
+    def cannot_allocate(**config):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate "
+                           "memory: you tried to allocate 307200000000 bytes. Error code 12 (Cannot allocate memory)")
+
+    monkeypatch.setattr(cli, "QRNNLanguageModel", cannot_allocate)
+    argv = ["--no-progress", "--hidden", "64", "--checkpoint-dir", str(tmp_path / "run")]
+    assert train_main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("qrnn-train: error: out of memory building the model on cpu (its ") and (
+        "parameters need at least" in err and "lower --hidden (64), --emsize (128) or --layers (3)" in err), err
+    assert err.count("\n") == 1, err
+    assert memory.is_out_of_memory(MemoryError()) and not memory.is_out_of_memory(RuntimeError("shape mismatch"))
+    assert memory.is_out_of_memory(torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import math
 import os
 import platform
 import statistics
@@ -34,7 +35,32 @@ class Result:
 
     def row(self) -> list:
         status = "" if self.met is None else ("met" if self.met else "NOT met")
-        return [self.area, self.name, f"{self.value:.3g}{self.unit}", self.target or "", status, self.note]
+        value = format_number(self.value) + self.unit if math.isfinite(self.value) else "n/a"
+        return [self.area, self.name, value, self.target or "", status, self.note]
+
+
+def format_number(value: float) -> str:
+    """`value` with 3 significant digits, never in scientific notation ("0.00432", "897",
+    "28,900"); "n/a" for NaN or infinity (a figure not measured: the note says why)."""
+    if not math.isfinite(value):
+        return "n/a"
+    if value == 0 or abs(value) >= 100:
+        return f"{value:,.0f}"
+    decimals = 2 - math.floor(math.log10(abs(value)))
+    text = f"{value:.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+# A copy of a quick run's small shape lasts microseconds: what it times is the call's
+# overhead (waking the thread pool, a neighbour's time slice), not memory bandwidth, so a
+# bandwidth share against it is no figure (it read 897% or 28,900% on a busy 2-core machine).
+QUICK_COPY_NOTE = "n/a in --quick: a copy this small times per-call overhead, not bandwidth; "
+
+
+def copy_share(copy_seconds: float, op_seconds: float, quick: bool) -> float:
+    """Percent of a copy's bandwidth an op achieves over the same bytes; NaN (printed n/a,
+    with :data:`QUICK_COPY_NOTE`) in a quick run, whose shapes are too small to measure it."""
+    return math.nan if quick else 100 * copy_seconds / op_seconds
 
 
 def sync(device: str) -> None:

@@ -16,7 +16,7 @@ import torch
 
 import qrnn
 
-from .common import Result, measure_interleaved_samples, round_ratios
+from .common import QUICK_COPY_NOTE, Result, copy_share, format_number, measure_interleaved_samples, round_ratios
 from .forget_mult import _fwd_bwd, _inputs, copy_of
 
 AREA = "linear-scan"
@@ -53,7 +53,7 @@ def associative_scan_h(a, b):
 
 def _spread(samples, num, den, scale=1.0, unit="x") -> str:
     _, lo, hi = round_ratios(samples, num, den)
-    return f"rounds {lo * scale:.3g}{unit} to {hi * scale:.3g}{unit}"
+    return f"rounds {format_number(lo * scale)}{unit} to {format_number(hi * scale)}{unit}"
 
 
 def _result(name, value, unit, target, met, note, quick) -> Result:
@@ -82,29 +82,30 @@ def bandwidth_and_bf16(T, B, H, rounds, quick) -> list:
     }
     s = measure_interleaved_samples(fns, rounds=rounds, repeat=3)
     t = {k: statistics.median(v) for k, v in s.items()}
-    share_ls = t["copy_ls"] / t["linear_scan"]
-    share_fm = t["copy_fm"] / t["forget_mult"]
-    share_ls16 = t["copy_ls16"] / t["linear_scan_bf16"]
+    share_ls = copy_share(t["copy_ls"], t["linear_scan"], quick)
+    share_fm = copy_share(t["copy_fm"], t["forget_mult"], quick)
+    share_ls16 = copy_share(t["copy_ls16"], t["linear_scan_bf16"], quick)
     shape = f"T={T} B={B} H={H}"
+    why = QUICK_COPY_NOTE if quick else ""
 
     def gbs(nbytes, key):
         return f"{t[key] * 1e3:.2f} ms = {nbytes / t[key] / 1e9:.1f} GB/s"
 
-    first = _result(f"linear_scan fwd+bwd bandwidth vs copy, {shape} float32", 100 * share_ls, "%",
-                    f">= ForgetMult's ({100 * share_fm:.3g}%)", share_ls >= share_fm,
-                    f"linear_scan {gbs(bytes_ls, 'linear_scan')}; copy {gbs(bytes_ls, 'copy_ls')}; "
+    first = _result(f"linear_scan fwd+bwd bandwidth vs copy, {shape} float32", share_ls, "%",
+                    f">= ForgetMult's ({format_number(share_fm)}%)", share_ls >= share_fm,
+                    f"{why}linear_scan {gbs(bytes_ls, 'linear_scan')}; copy {gbs(bytes_ls, 'copy_ls')}; "
                     f"{_spread(s, 'copy_ls', 'linear_scan', 100, '%')}", quick)
     first.series = {"op (GB/s)": bytes_ls / t["linear_scan"] / 1e9,
                     "copy roofline (GB/s)": bytes_ls / t["copy_ls"] / 1e9}
     results = [
         first,
-        Result(AREA, f"forget_mult fwd+bwd bandwidth vs copy, {shape} float32 (same run)", 100 * share_fm, "%",
-               note=f"forget_mult {gbs(bytes_fm, 'forget_mult')}; copy {gbs(bytes_fm, 'copy_fm')}; "
+        Result(AREA, f"forget_mult fwd+bwd bandwidth vs copy, {shape} float32 (same run)", share_fm, "%",
+               note=f"{why}forget_mult {gbs(bytes_fm, 'forget_mult')}; copy {gbs(bytes_fm, 'copy_fm')}; "
                     f"{_spread(s, 'copy_fm', 'forget_mult', 100, '%')}",
                series={"op (GB/s)": bytes_fm / t["forget_mult"] / 1e9,
                        "copy roofline (GB/s)": bytes_fm / t["copy_fm"] / 1e9}),
-        Result(AREA, f"linear_scan fwd+bwd bandwidth vs copy, {shape} bfloat16", 100 * share_ls16, "%",
-               note=f"linear_scan {gbs(bytes_ls16, 'linear_scan_bf16')}; copy {gbs(bytes_ls16, 'copy_ls16')}; "
+        Result(AREA, f"linear_scan fwd+bwd bandwidth vs copy, {shape} bfloat16", share_ls16, "%",
+               note=f"{why}linear_scan {gbs(bytes_ls16, 'linear_scan_bf16')}; copy {gbs(bytes_ls16, 'copy_ls16')}; "
                     f"{_spread(s, 'copy_ls16', 'linear_scan_bf16', 100, '%')}",
                series={"op (GB/s)": bytes_ls16 / t["linear_scan_bf16"] / 1e9,
                        "copy roofline (GB/s)": bytes_ls16 / t["copy_ls16"] / 1e9}),

@@ -14,7 +14,7 @@ import re
 import textwrap
 from typing import Optional
 
-from .common import Result, markdown_table
+from .common import Result, format_number, markdown_table
 
 _BEGIN = re.compile(r"<!-- qrnn-bench:begin (?P<area>[\w.-]+) (?P<meta>\{.*?\}) -->")
 _END = "<!-- qrnn-bench:end {area} -->"
@@ -229,7 +229,7 @@ def _figures_panel(ax, unit: str, results: list) -> None:
     ax.barh(ys, [r.value for r in results], color=colors, height=0.6)
     for y, r in zip(ys, results):
         if math.isfinite(r.value):
-            ax.text(r.value, y, f" {r.value:.3g}{r.unit}", va="center", fontsize=8)
+            ax.text(r.value, y, f" {format_number(r.value)}{r.unit}", va="center", fontsize=8)
         else:  # not measured here (e.g. needs a GPU)
             ax.text(0, y, f" n/a: {r.note or 'not measured'}", va="center", fontsize=7, color="#555555")
         goal = target_value(r.target)

@@ -36,7 +36,7 @@ from typing import Callable, Iterator, Optional
 import numpy as np
 import torch
 
-from .data import EOS, LEVELS, SPLITS, UNK, Corpus, DataError, Vocabulary, decode_text, line_cuts, split_files
+from .data import EOS, LEVELS, SPLITS, UNK, Corpus, DataError, Vocabulary, decode_file_text, line_cuts, split_files
 
 __all__ = ["CACHE_VERSION", "CacheInfo", "cached_corpus", "cache_root", "ids_fingerprint", "data_identity",
            "check_data_identity"]
@@ -130,11 +130,12 @@ def ids_fingerprint(ids: np.ndarray) -> int:
 
 
 def _text_blocks(path: Path, start: int, stop: int, progress) -> Iterator[str]:
-    """The text of bytes [start, stop) of `path`, decoded as ``Path.read_text`` would
-    (UTF-8 with replacement, universal newlines), in blocks ending at a line end."""
+    """The text of bytes [start, stop) of `path` (UTF-8 without NUL bytes, else a DataError
+    at the first block that is not: :func:`decode_file_text`), universal newlines, in blocks
+    ending at a line end."""
     with open(path, "rb") as fh:
         fh.seek(start)
-        left, carry = stop - start, b""
+        left, carry, offset = stop - start, b"", start  # offset: the file offset of carry
         while left > 0 or carry:
             data = fh.read(min(BLOCK_BYTES, left)) if left > 0 else b""
             left -= len(data)
@@ -146,7 +147,10 @@ def _text_blocks(path: Path, start: int, stop: int, progress) -> Iterator[str]:
                 continue
             block, carry = data[:cut], data[cut:]
             if block:
-                yield decode_text(block)
+                # A block ends at a newline byte, which is never inside a UTF-8 character:
+                # only the last block may end in a character cut short.
+                yield decode_file_text(block, path, offset, at_end=left == 0 and not carry)
+            offset += cut
 
 
 def _split_ranges(files: dict) -> dict:

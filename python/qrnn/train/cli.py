@@ -25,6 +25,7 @@ from .checkpoints import latest_checkpoint, load_checkpoint
 from .data import BPTTBatches, Corpus, DataError, Vocabulary, load_corpus
 from .distributed import (
     Distributed,
+    all_gather_object,
     broadcast_object,
     check_ranks_in_sync,
     collective_failure_message,
@@ -33,6 +34,7 @@ from .distributed import (
 )
 from .errors import TrainError, TrainingStopped
 from .lm import QRNNLanguageModel, generate, lm_loss
+from .memory import OutOfMemoryAsError, check_model_fits
 from .optim import NTASGD, LearningRate, averaged_state_dict, averaged_weights, make_asgd, make_optimizer
 from .records import format_epoch_record
 from .settings import (
@@ -248,6 +250,9 @@ def build_training(settings: Settings, dist: Optional[Distributed] = None, run_d
     """The corpus, model, optimizer, learning rates, loss and Trainer of a qrnn-train run with
     `settings` (resuming `checkpoint`), the run's header lines said through `say`."""
     dist = dist or Distributed(device=torch.device(settings.device or "cpu"))
+    if checkpoint is None:  # a resumed model's sizes are first compared with its checkpoint's tensors
+        # Sizes that cannot fit even with a one-token vocabulary: refused before the corpus is read.
+        _check_model_fits(settings, _model_config(settings, 1, None), dist)
     vocab = _vocabulary(checkpoint, resume_path or "the checkpoint") if checkpoint else None
     cache = None
     if settings.data is None:  # the small built-in text: tokenized in memory
@@ -267,14 +272,15 @@ def build_training(settings: Settings, dist: Optional[Distributed] = None, run_d
         for name, ids in (("training", corpus.train), ("validation", corpus.valid), ("test", corpus.test)))
 
     cutoffs = _softmax_cutoffs(settings, len(corpus.vocab))
-    model_config: dict = dict(vocab_size=len(corpus.vocab), emsize=settings.emsize, hidden=settings.hidden,
-                              layers=settings.layers, dropout=settings.dropout, dropout_emb=settings.dropouti,
-                              first_window=settings.window, dropout_hidden=settings.dropouth,
-                              dropout_words=settings.dropoute, weight_drop=settings.wdrop, cutoffs=cutoffs)
+    model_config = _model_config(settings, len(corpus.vocab), cutoffs)
     if checkpoint is not None:
         _check_model_shapes(model_config, checkpoint.get("model"), resume_path or "the checkpoint")
+    # Absurd sizes are refused before a byte is allocated; an allocation that fails anyway
+    # (memory taken meanwhile) is the same kind of one line.
+    out_of_memory = OutOfMemoryAsError(settings, _check_model_fits(settings, model_config, dist), dist.device)
     seed_everything(settings.seed)  # identical initial weights on every rank
-    model = QRNNLanguageModel(**model_config)
+    with out_of_memory:
+        model = QRNNLanguageModel(**model_config)
     seed_everything(settings.seed, rank=dist.rank)  # distinct dropout masks per rank
     nt_asgd = NTASGD(settings.nonmono)
     if checkpoint is not None and isinstance(checkpoint.get("nt_asgd"), dict):
@@ -314,16 +320,17 @@ def build_training(settings: Settings, dist: Optional[Distributed] = None, run_d
             trainer.replace_optimizer(make_asgd(model.parameters(), settings.lr, settings.wdecay))
         extra["nt_asgd"] = nt_asgd.state_dict()
 
-    trainer = Trainer(model, optimizer, loss_fn, lr_at=lr_at, on_validation=on_validation,
-                      precision=settings.precision, dist=dist,
-                      clip_norm=settings.clip, stateful=True, checkpoint_dir=run_dir,
-                      # Every carried tensor is time-major, batch at dim 1 (cell state
-                      # (1, batch, hidden), window tail (window - 1, batch, features)).
-                      carry_batch_dim=1,
-                      keep_last=settings.keep_last, checkpoint_extra=extra, progress=not settings.no_progress,
-                      save_every=settings.save_every,
-                      save_interval=None if settings.save_interval is None else 60 * settings.save_interval,
-                      stop_grace=settings.stop_grace)
+    with out_of_memory:  # the model moved to its device
+        trainer = Trainer(model, optimizer, loss_fn, lr_at=lr_at, on_validation=on_validation,
+                          precision=settings.precision, dist=dist,
+                          clip_norm=settings.clip, stateful=True, checkpoint_dir=run_dir,
+                          # Every carried tensor is time-major, batch at dim 1 (cell state
+                          # (1, batch, hidden), window tail (window - 1, batch, features)).
+                          carry_batch_dim=1,
+                          keep_last=settings.keep_last, checkpoint_extra=extra, progress=not settings.no_progress,
+                          save_every=settings.save_every,
+                          save_interval=None if settings.save_interval is None else 60 * settings.save_interval,
+                          stop_grace=settings.stop_grace)
     if checkpoint is not None:
         try:
             trainer.load_state_dict(checkpoint)
@@ -345,6 +352,27 @@ def build_training(settings: Settings, dist: Optional[Distributed] = None, run_d
     say(f"run folder: {run_dir}" + (f" (resuming {os.path.basename(resume_path)}: epoch "
                                     f"{trainer.epoch + 1}, step {trainer.step})" if checkpoint and resume_path else ""))
     return TrainingRun(settings, corpus, model, trainer, train_batches, valid_batches, test_batches)
+
+
+def _check_model_fits(settings: Settings, model_config: dict, dist: Distributed) -> int:
+    """check_model_fits on every rank, agreed: a rank without the memory stops them all."""
+    params, error = 0, None
+    try:
+        params = check_model_fits(settings, model_config, dist.device)
+    except TrainError as err:
+        error = str(err) + (f" (rank {dist.rank})" if dist.enabled else "")
+    failed = [e for e in all_gather_object(error, dist) if e]
+    if failed:
+        raise TrainError(failed[0])
+    return params
+
+
+def _model_config(settings: Settings, vocab_size: int, cutoffs: Optional[tuple]) -> dict:
+    """QRNNLanguageModel's arguments for `settings` and a vocabulary of `vocab_size` tokens."""
+    return dict(vocab_size=vocab_size, emsize=settings.emsize, hidden=settings.hidden, layers=settings.layers,
+                dropout=settings.dropout, dropout_emb=settings.dropouti, first_window=settings.window,
+                dropout_hidden=settings.dropouth, dropout_words=settings.dropoute, weight_drop=settings.wdrop,
+                cutoffs=cutoffs)
 
 
 def _softmax_cutoffs(settings: Settings, vocab_size: int) -> Optional[tuple]:

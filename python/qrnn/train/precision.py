@@ -6,32 +6,56 @@ import torch
 
 from .errors import TrainError
 
-__all__ = ["PRECISIONS", "AUTOCAST_DTYPES", "choose_precision", "cpu_bf16_support"]
+__all__ = ["PRECISIONS", "AUTOCAST_DTYPES", "choose_precision", "cpu_bf16_support", "X86_BF16_FLAGS",
+           "ARM_BF16_FLAGS"]
 
 PRECISIONS = ("auto", "fp32", "fp16", "bf16")
 # The autocast dtype of each precision "auto" can resolve to (None: no autocast).
 AUTOCAST_DTYPES = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
-def cpu_bf16_support() -> tuple:
-    """(native, what was checked): whether this CPU executes bfloat16 dot products natively
-    (AVX512-BF16 or AMX-BF16 instructions), which is what makes bf16 autocast faster than
-    float32. Reads the CPU flags in /proc/cpuinfo, else asks torch's CPU probes."""
-    wanted = ("avx512_bf16", "amx_bf16")
+# The CPU features that give bfloat16 arithmetic in hardware: x86's AVX512-BF16 and AMX-BF16
+# ("flags" in /proc/cpuinfo), aarch64's BF16 extension ("Features": bf16, e.g. Neoverse V1 / N2,
+# Graviton 3). Without them torch emulates bfloat16 matrix products in float32 and conversions.
+X86_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+ARM_BF16_FLAGS = ("bf16",)
+
+
+def _cpuinfo_features(lines) -> tuple:
+    """(features, key) of the first CPU in /proc/cpuinfo `lines`: its "flags" (x86) or
+    "Features" (aarch64) line, split; (None, None) without either."""
+    for line in lines:
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key in ("flags", "Features"):
+            return value.split(), key
+    return None, None
+
+
+def cpu_bf16_support(cpuinfo: str = "/proc/cpuinfo") -> tuple:
+    """(native, what was checked): whether this CPU has bfloat16 arithmetic in hardware,
+    which is what makes bf16 autocast faster than float32: AVX512-BF16 or AMX-BF16 on x86
+    (an AVX2 or plain AVX-512 CPU has neither, and there bf16 is no faster, often much slower,
+    than float32), the BF16 extension on aarch64. Reads the CPU features in `cpuinfo`
+    (Linux), else asks torch's x86 CPU probes (other systems: an aarch64 Mac answers no)."""
     try:
-        with open("/proc/cpuinfo") as fh:
-            flags = next((line.split(":", 1)[1].split() for line in fh if line.startswith("flags")), None)
+        with open(cpuinfo) as fh:
+            features, key = _cpuinfo_features(fh)
     except OSError:
-        flags = None
-    if flags is not None:
-        found = [flag for flag in wanted if flag in flags]
-        source = "/proc/cpuinfo"
+        features, key = None, None
+    if features is not None:
+        wanted = ARM_BF16_FLAGS if key == "Features" else X86_BF16_FLAGS
+        found = [flag for flag in wanted if flag in features]
+        source = cpuinfo
     else:  # not Linux: torch's private probes, where this torch has them
+        wanted = X86_BF16_FLAGS
         probes = {"avx512_bf16": "_is_avx512_bf16_supported", "amx_bf16": "_is_amx_tile_supported"}
         found = [flag for flag, probe in probes.items() if getattr(torch.cpu, probe, lambda: False)()]
         source = "torch.cpu probes"
     if found:
         return True, f"CPU has {' and '.join(found)} ({source})"
+    if len(wanted) == 1:
+        return False, f"CPU has no {wanted[0]} ({source})"
     return False, f"CPU has neither {' nor '.join(wanted)} ({source})"
 
 
@@ -40,8 +64,10 @@ def choose_precision(requested: str, device: torch.device) -> tuple:
 
     Args:
         requested: ``"auto"``, ``"fp32"``, ``"fp16"`` or ``"bf16"`` (``--precision``).
-            ``auto`` picks fp16 on CUDA, bf16 on a CPU with native bfloat16 dot products
-            (AVX512-BF16 or AMX-BF16), and fp32 elsewhere.
+            ``auto`` picks fp16 (with loss scaling) on CUDA; on a CPU, bf16 only where the
+            CPU has bfloat16 arithmetic in hardware (:func:`cpu_bf16_support`: AVX512-BF16
+            or AMX-BF16 on x86, the BF16 extension on aarch64), fp32 on every other CPU
+            (an emulated bfloat16 is slower than float32); fp32 on other devices.
         device: the ``torch.device`` the model trains on.
 
     Returns:
