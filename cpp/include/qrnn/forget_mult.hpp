@@ -64,24 +64,23 @@ QRNN_API const char* simd_level();
 // Its kernels' argument lists, X(kind, field) in the order qrnn._C reads them (kinds:
 // src/common/kernel_args.hpp), and its ops' schemas: Python defines the torch ops from
 // these strings (qrnn._C exports them) and the C++ operator library registers the same.
+// The fields both kernels start with.
+#define QRNN_FORGET_MULT_COMMON_FIELDS(X) \
+    X(dtype, dtype)                       \
+    X(integer, seq_len)                   \
+    X(integer, batch)                     \
+    X(integer, hidden)                    \
+    X(cview3, f)                          \
+    X(cview3, x)
+
 #define QRNN_FORGET_MULT_FORWARD_FIELDS(X) \
-    X(dtype, dtype)                        \
-    X(integer, seq_len)                    \
-    X(integer, batch)                      \
-    X(integer, hidden)                     \
-    X(cview3, f)                           \
-    X(cview3, x)                           \
+    QRNN_FORGET_MULT_COMMON_FIELDS(X)      \
     X(cview2, h0)                          \
     X(dtype, h0_dtype)                     \
     X(view3, h)
 
 #define QRNN_FORGET_MULT_BACKWARD_FIELDS(X) \
-    X(dtype, dtype)                         \
-    X(integer, seq_len)                     \
-    X(integer, batch)                       \
-    X(integer, hidden)                      \
-    X(cview3, f)                            \
-    X(cview3, x)                            \
+    QRNN_FORGET_MULT_COMMON_FIELDS(X)       \
     X(cview3, h)                            \
     X(cview2, h0)                           \
     X(dtype, h0_dtype)                      \
