@@ -3,6 +3,7 @@ arguments, NaN losses and empty data. Each call must raise a TypeError or ValueE
 naming the argument, or propagate the values correctly; never crash or hang.
 """
 
+import gzip
 import subprocess
 import sys
 
@@ -93,7 +94,6 @@ def test_library_runs_without_the_train_extra(tmp_path):
 
 def _not_text_files() -> dict:
     """Files that are not UTF-8 text, by kind: (content, byte offset the error names)."""
-    import gzip
     import io
     import random
     import zipfile
@@ -230,3 +230,21 @@ def test_train_command_reports_a_failed_allocation_in_one_line(tmp_path, monkeyp
     assert err.count("\n") == 1, err
     assert memory.is_out_of_memory(MemoryError()) and not memory.is_out_of_memory(RuntimeError("shape mismatch"))
     assert memory.is_out_of_memory(torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"))
+
+
+@pytest.mark.parametrize("case", ["binary data", "absurd hidden size"])
+def test_train_command_bad_input_in_a_real_process(tmp_path, case):
+    """As a user's shell sees it: `python -m qrnn.train` itself exits with status 2 and one
+    line on stderr, no traceback, for a binary --data file and for a model no machine holds."""
+    if case == "binary data":
+        data = tmp_path / "data.gz"
+        data.write_bytes(gzip.compress(b"some text\n" * 100, mtime=0))
+        flags = ["--data", str(data)]
+    else:
+        flags = ["--hidden", "100000000"]
+    result = subprocess.run([sys.executable, "-m", "qrnn.train", *flags, "--no-progress", "--max-steps", "1",
+                             "--checkpoint-dir", str(tmp_path / "run")], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("qrnn-train: error: ") and result.stderr.count("\n") == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    assert ("is not UTF-8 text" if case == "binary data" else "lower --hidden (100000000)") in result.stderr
