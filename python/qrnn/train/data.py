@@ -147,7 +147,11 @@ def line_cuts(size: int, newline_at: Callable[[int], int], fractions=(0.9, 0.05)
 def decode_text(data: bytes) -> str:
     """Bytes of a text file as ``Path.read_text`` decodes them: UTF-8 with replacement,
     universal newlines."""
-    text = data.decode("utf-8", errors="replace")
+    return _universal_newlines(data.decode("utf-8", errors="replace"), data)
+
+
+def _universal_newlines(text: str, data: bytes) -> str:
+    """`text`, decoded from `data`, with CRLF and CR line ends made LF."""
     return text.replace("\r\n", "\n").replace("\r", "\n") if b"\r" in data else text
 
 
@@ -176,7 +180,7 @@ def decode_file_text(data: bytes, file, offset: int = 0, at_end: bool = True) ->
         raise DataError(f"{file} is not UTF-8 text (a NUL byte at byte {offset + nul:,}): {NOT_TEXT_ADVICE}")
     if not text and data:
         raise DataError(f"{file} is not UTF-8 text (byte {offset + bad:,} is not UTF-8): {NOT_TEXT_ADVICE}")
-    return text.replace("\r\n", "\n").replace("\r", "\n") if b"\r" in data else text
+    return _universal_newlines(text, data)
 
 
 def _split_bytes(data: bytes, file=None) -> tuple:
