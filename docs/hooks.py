@@ -73,7 +73,8 @@ def flags_table() -> str:
         for action in actions:
             flag = action.option_strings[-1]
             if action.choices:
-                flag += " " + "\\|".join(str(c) for c in action.choices)
+                # Bare bars: a table splits no cell at a bar inside a code span, where an escaping backslash shows.
+                flag += " " + "|".join(str(c) for c in action.choices)
             elif action.nargs != 0:
                 flag += f" {action.metavar or action.dest.upper()}"
             text = (action.help or "").replace("|", "\\|").replace("*", "\\*")

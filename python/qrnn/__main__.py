@@ -49,7 +49,8 @@ def self_check() -> int:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m qrnn", description=__doc__)
+    # The docstring's reStructuredText literals (``...``) read as plain text in a terminal.
+    parser = argparse.ArgumentParser(prog="python -m qrnn", description=(__doc__ or "").replace("``", ""))
     parser.add_argument("--cmake-dir", action="store_true", help="print the folder to pass as qrnn_DIR")
     parser.add_argument("--include-dir", action="store_true", help="print the C++ include folder")
     parser.add_argument("--torch-library", action="store_true",

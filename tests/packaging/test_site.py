@@ -128,3 +128,42 @@ def test_every_page_is_in_the_site():
     missing = [str(p.relative_to(REPO / "docs")) for p in (REPO / "docs").rglob("*.md")
                if str(p.relative_to(REPO / "docs")) not in nav]
     assert missing == []
+
+
+def test_flags_page_shows_choices_without_backslashes():
+    """A choice list sits in a code span, where a table splits no cell at a bar and an
+    escaping backslash would show as written (`auto\\|fp32`)."""
+    page = site_page("reference/cli.md")
+    assert "| `--precision auto|fp32|fp16|bf16` |" in page
+    assert [span for span in re.findall(r"`[^`\n]+`", page) if "\\" in span] == []
+
+
+@pytest.mark.parametrize("module", ["qrnn.__main__", "qrnn.bench.__main__"])
+def test_terminal_help_is_plain_text(module, capsys):
+    """`python -m qrnn --help` and `python -m qrnn.bench --help` show their docstrings without
+    reStructuredText's ``literal`` markup."""
+    import importlib
+
+    with pytest.raises(SystemExit):
+        importlib.import_module(module).main(["--help"])
+    out = capsys.readouterr().out
+    assert out.startswith("usage: python -m qrnn")
+    assert "``" not in out and ":class:" not in out, out
+
+
+def test_built_site_is_ignored_by_git():
+    """`mkdocs build` writes site/ at the repository's root: not a file to commit."""
+    assert "site/" in (REPO / ".gitignore").read_text().splitlines()
+
+
+def test_install_commands_are_exact_and_counts_are_not_copied():
+    """The CPU-only torch is one command to copy, on the README and the install page; the
+    install page tells where the test counts come from instead of copying numbers that drift;
+    a preset's command line passes no flag the preset sets (`--level word`)."""
+    cpu_torch = "pip install torch --index-url https://download.pytorch.org/whl/cpu"
+    readme = (REPO / "README.md").read_text()
+    assert cpu_torch in readme and cpu_torch in INSTALL
+    assert re.search(r"\d[\d,]* passed", INSTALL) is None and "its last line counts the tests" in INSTALL
+    for page in PAGES:
+        for line in page.read_text().splitlines():
+            assert not ("--preset awd" in line and "--level word" in line), (page.name, line)

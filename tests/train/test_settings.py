@@ -6,7 +6,7 @@ import dataclasses
 import pytest
 
 from qrnn.train.errors import TrainError
-from qrnn.train.settings import FIXED, KEPT, Settings, build_parser, resolve
+from qrnn.train.settings import FIXED, KEPT, PRESET_LRS, PRESETS, Settings, build_parser, preset_of, resolve
 
 
 def test_one_flag_per_field_with_its_default_and_help():
@@ -37,3 +37,54 @@ def test_resume_keeps_or_fixes_what_the_checkpoint_recorded():
         resolve(parser.parse_args(["--hidden", "32"]), checkpoint)
     with pytest.raises(TrainError, match="--batch-size 8 conflicts"):
         resolve(parser.parse_args(["--batch-size", "8"]), checkpoint)
+
+
+def test_a_presets_lr_belongs_to_its_optimizer():
+    """--preset awd-qrnn-ptb trains SGD at lr 30: with --optimizer adam and no --lr it takes
+    awd-lstm-lm's Adam lr, and the recipe line says where that lr comes from; a given --lr wins."""
+    from qrnn.train.cli import _recipe_line
+    from qrnn.train.optim import NTASGD
+
+    def settings(*argv):
+        return resolve(build_parser(preset_of(list(argv))).parse_args(list(argv)), None)
+
+    for name, preset in PRESETS.items():  # each preset's own lr is its optimizer's
+        assert PRESET_LRS[name][preset["optimizer"]] == preset["lr"], name
+    ptb = settings("--preset", "awd-qrnn-ptb")
+    assert (ptb.optimizer, ptb.lr) == ("asgd", 30.0)
+    assert " (the preset's lr" not in _recipe_line(ptb, NTASGD(5))
+    adam = settings("--preset", "awd-qrnn-ptb", "--optimizer", "adam")
+    assert (adam.optimizer, adam.lr) == ("adam", 1e-3)
+    assert "; adam lr 0.001 (the preset's lr for adam; its 30 is asgd's: --lr sets another)," in _recipe_line(
+        adam, NTASGD(5))
+    assert settings("--preset", "awd-qrnn-ptb", "--optimizer", "adam", "--lr", "0.02").lr == 0.02
+    assert settings("--preset", "awd-qrnn-ptb", "--optimizer", "sgd").lr == 30.0
+    wt103 = settings("--preset", "awd-qrnn-wt103", "--optimizer", "asgd")
+    assert wt103.lr == 30.0 and "asgd (nonmono 5) lr 30 (the preset's lr for asgd; its 0.001 is adam's" in (
+        _recipe_line(wt103, NTASGD(5)))
+    # Without a preset the default lr is Adam's: another optimizer without --lr says so.
+    sgd = settings("--optimizer", "sgd")
+    assert sgd.lr == 0.005 and "sgd lr 0.005 (the default lr, adam's: --lr sets another)" in _recipe_line(
+        sgd, NTASGD(5))
+    assert "(the default" not in _recipe_line(settings("--optimizer", "sgd", "--lr", "0.1"), NTASGD(5))
+
+
+@pytest.mark.parametrize("vocab, cutoffs, accepted, refused", [
+    (73, None, ("full", "auto"), "adaptive"),
+    (100_000, [2800, 20000, 76000], ("adaptive", "auto"), "full"),
+])
+def test_resume_compares_the_softmax_auto_chose(vocab, cutoffs, accepted, refused):
+    """A run started with --softmax auto resumes with the softmax auto chose given explicitly;
+    the other one is refused, naming what auto chose."""
+    parser = build_parser()
+    checkpoint = {"settings": Settings().saved(), "model_config": {"vocab_size": vocab, "cutoffs": cutoffs}}
+    assert checkpoint["settings"]["softmax"] == "auto"
+    for softmax in accepted:
+        assert resolve(parser.parse_args(["--softmax", softmax]), checkpoint).softmax in ("auto", softmax)
+    chose = "full" if cutoffs is None else "adaptive"
+    with pytest.raises(TrainError, match=rf"^--softmax {refused} conflicts with the checkpoint, trained with "
+                                         rf"--softmax auto \(which chose {chose}\)"):
+        resolve(parser.parse_args(["--softmax", refused]), checkpoint)
+    # And the other way round: a run given an explicit softmax resumes with auto choosing the same.
+    explicit = {"settings": Settings(softmax=chose).saved(), "model_config": checkpoint["model_config"]}
+    assert resolve(parser.parse_args(["--softmax", "auto"]), explicit).softmax in ("auto", chose)

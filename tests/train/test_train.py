@@ -336,3 +336,29 @@ def test_two_process_ddp_stays_in_sync_and_resumes(tiny_data, tmp_path):
     assert second.returncode == 0, second.stderr[-3000:]
     assert "resuming" in second.stdout and "ranks in sync: 2 processes" in second.stdout
     assert load(_latest(run_dir))["progress"]["step"] == 10
+
+
+def test_header_counts_one_in_the_singular(tiny_data, tmp_path, monkeypatch, capsys):
+    """"1 layer", "1 epoch", "1 thread": the header lines say a count of one in the singular."""
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    argv = ["--data", tiny_data, "--layers", "1", "--epochs", "1", "--max-steps", "2", "--no-progress",
+            "--sample-length", "0", "--checkpoint-dir", str(tmp_path / "run")]
+    assert train_main(argv) == 0
+    out = capsys.readouterr().out
+    assert "QRNN language model, 1 layer, " in out and "; 1 epoch, seed" in out and ", 1 thread; precision" in out
+    assert not any(f"1 {noun}s" in out for noun in ("layer", "epoch", "thread")), out
+
+
+def test_resume_with_the_softmax_auto_chose(tiny_data, tmp_path, capsys):
+    """A run whose --softmax auto chose full (a character vocabulary) resumes with an explicit
+    --softmax full; --softmax adaptive is refused in one line naming what auto chose."""
+    run = str(tmp_path / "run")
+    argv = ["--data", tiny_data, "--checkpoint-dir", run, "--epochs", "1"] + TINY + ["--sample-length", "0"]
+    assert train_main(argv + ["--max-steps", "2"]) == 0
+    assert "softmax full" in capsys.readouterr().out
+    assert train_main(argv + ["--max-steps", "4", "--resume", "--softmax", "full"]) == 0
+    assert "(resuming " in capsys.readouterr().out
+    assert train_main(argv + ["--resume", "--softmax", "adaptive"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("qrnn-train: error: --softmax adaptive conflicts with the checkpoint, trained with "
+                          "--softmax auto (which chose full): ") and err.count("\n") == 1, err

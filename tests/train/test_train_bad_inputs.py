@@ -248,3 +248,80 @@ def test_train_command_bad_input_in_a_real_process(tmp_path, case):
     assert result.stderr.startswith("qrnn-train: error: ") and result.stderr.count("\n") == 1, result.stderr
     assert "Traceback" not in result.stderr
     assert ("is not UTF-8 text" if case == "binary data" else "lower --hidden (100000000)") in result.stderr
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """A run folder of a tiny character-level model (two steps on the reference text)."""
+    from qrnn.train.data import default_text
+
+    folder = tmp_path_factory.mktemp("tiny-run")
+    data = folder / "text.txt"
+    data.write_text(default_text()[:12_000], encoding="utf-8")
+    run = folder / "run"
+    assert train_main(["--data", str(data), "--max-steps", "2", "--layers", "2", "--hidden", "32", "--emsize", "16",
+                       "--batch-size", "8", "--bptt", "16", "--precision", "fp32", "--no-progress",
+                       "--sample-length", "0", "--checkpoint-dir", str(run)]) == 0
+    return str(run)
+
+
+def _generate_process(*argv):
+    """qrnn-generate as its console script runs it, in a fresh interpreter."""
+    code = "import sys; from qrnn.train.cli import generate_main; sys.exit(generate_main())"
+    return subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("device, message", [("bogus", "is not a device torch knows"), ("meta", "cpu or cuda")]
+                         + ([] if torch.cuda.is_available() else [("cuda", "--device cuda: torch sees no CUDA")]))
+def test_generate_command_bad_device_in_a_real_process(tiny_run, device, message):
+    """As qrnn-train does: exit status 2 and one line naming the device, no traceback."""
+    result = _generate_process("--checkpoint", tiny_run, "--device", device, "--length", "5")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("qrnn-generate: error: ") and result.stderr.count("\n") == 1, result.stderr
+    assert message in result.stderr and "--device cpu" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_generate_at_an_underflowing_temperature_is_greedy(tiny_run):
+    """A temperature so small that logits / temperature overflows samples greedily: the same
+    text as a tiny temperature that still computes, which is the most likely token each step."""
+    from qrnn.checkpoint import load
+    from qrnn.train.data import Vocabulary
+    from qrnn.train.lm import QRNNLanguageModel
+
+    texts = []
+    for temperature in ("1e-300", "1e-30"):
+        result = _generate_process("--checkpoint", tiny_run, "--temperature", temperature, "--length", "40",
+                                   "--prompt", "The ")
+        assert result.returncode == 0 and result.stderr == "", result.stderr
+        texts.append(result.stdout)
+    assert texts[0] == texts[1]
+    state = load(f"{tiny_run}/best.pt")
+    model = QRNNLanguageModel(**state["model_config"]).eval()
+    model.load_state_dict(state["model"])
+    vocab = Vocabulary.from_state_dict(state["vocab"])
+    with torch.no_grad():
+        features, carried = model(vocab.encode("The ").view(-1, 1))
+        greedy = []
+        for _ in range(40):
+            token = model.decoder(features.output[-1, 0]).argmax().view(1)
+            greedy.append(token)
+            features, carried = model(token.view(1, 1), carried)
+    assert texts[0] == "The " + vocab.decode(torch.cat(greedy)) + "\n"
+
+
+def test_split_softmax_at_an_underflowing_temperature_is_greedy():
+    """The split softmax's sampling, cluster by cluster, tends to the most likely word too."""
+    from qrnn.train.softmax import SplitSoftmax
+
+    torch.manual_seed(5)
+    split = SplitSoftmax(4, 30, (6, 15))
+    with torch.no_grad():
+        split.tail_vectors.normal_()
+        split.tail_bias.normal_()
+    weight, bias = torch.randn(30, 4) * 3, torch.randn(30)
+    with torch.no_grad():  # as generate samples
+        for _ in range(20):
+            hidden = torch.randn(4)
+            best = int(split.log_probs(weight, bias, hidden.view(1, -1))[0].argmax())
+            for temperature in (1e-300, 1e-30):
+                assert int(split.sample(weight, bias, hidden, temperature, torch.Generator().manual_seed(0))) == best

@@ -16,7 +16,8 @@ from .common import format_table, machine_info
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m qrnn.bench", description=__doc__,
+    # The docstring's reStructuredText literals (``...``) read as plain text in a terminal.
+    parser = argparse.ArgumentParser(prog="python -m qrnn.bench", description=(__doc__ or "").replace("``", ""),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("areas", nargs="*", choices=[[]] + list(AREAS), metavar="area",
                         help=f"areas to run (default: all): {', '.join(AREAS)}")
@@ -44,7 +45,9 @@ def main(argv=None) -> int:
         start = time.perf_counter()
         extra = {"first_save_gib": sizes} if area == "checkpoint" and sizes else {}
         results_by_area[area] = module.run(quick=args.quick, **extra)
-        print(f"  {area}: {len(results_by_area[area])} figures in {time.perf_counter() - start:.1f} s", flush=True)
+        count = len(results_by_area[area])
+        print(f"  {area}: {count} figure{'' if count == 1 else 's'} in {time.perf_counter() - start:.1f} s",
+              flush=True)
 
     results = [r for rs in results_by_area.values() for r in rs]
     print()

@@ -27,6 +27,7 @@ from .distributed import (
     Distributed,
     all_gather_object,
     broadcast_object,
+    check_device,
     check_ranks_in_sync,
     collective_failure_message,
     init_distributed,
@@ -36,18 +37,20 @@ from .errors import TrainError, TrainingStopped
 from .lm import QRNNLanguageModel, generate, lm_loss
 from .memory import OutOfMemoryAsError, check_model_fits
 from .optim import NTASGD, LearningRate, averaged_state_dict, averaged_weights, make_asgd, make_optimizer
-from .records import format_epoch_record
+from .records import format_epoch_record, plural
 from .settings import (
     CommandParser,
     Settings,
     build_parser,
+    chosen_softmax,
+    lr_note,
     positive_float,
     positive_int,
     preset_of,
     resolve,
     seed_int,
 )
-from .softmax import ADAPTIVE_ABOVE, check_cutoffs, default_cutoffs
+from .softmax import check_cutoffs, default_cutoffs
 from .state import seed_everything
 from .stopping import STOP_SIGNALS, catch_stop_signals
 from .trainer import Trainer
@@ -340,7 +343,7 @@ def build_training(settings: Settings, dist: Optional[Distributed] = None, run_d
     n_params = sum(p.numel() for p in model.parameters())
     say(f"data: {corpus.name}, {settings.level} level, vocabulary {len(corpus.vocab):,}, "
         f"tokens train {corpus.train.numel():,} / valid {corpus.valid.numel():,} / test {corpus.test.numel():,}")
-    say(f"model: QRNN language model, {settings.layers} layers, hidden {settings.hidden}, "
+    say(f"model: QRNN language model, {plural(settings.layers, 'layer')}, hidden {settings.hidden}, "
         f"emsize {settings.emsize}, window {settings.window}, {'tied' if model.tied else 'untied'} decoder, "
         f"{n_params:,} parameters; softmax "
         + (f"adaptive, cutoffs {' '.join(map(str, cutoffs))}" if cutoffs else "full"))
@@ -348,7 +351,7 @@ def build_training(settings: Settings, dist: Optional[Distributed] = None, run_d
     if cache is not None:
         say(f"corpus cache: {cache.describe()}")
     say(f"device: {dist.device}{f', {dist.world} processes' if dist.enabled else ''}, "
-        f"{torch.get_num_threads()} threads; precision {trainer.precision} ({trainer.precision_reason})")
+        f"{plural(torch.get_num_threads(), 'thread')}; precision {trainer.precision} ({trainer.precision_reason})")
     say(f"run folder: {run_dir}" + (f" (resuming {os.path.basename(resume_path)}: epoch "
                                     f"{trainer.epoch + 1}, step {trainer.step})" if checkpoint and resume_path else ""))
     return TrainingRun(settings, corpus, model, trainer, train_batches, valid_batches, test_batches)
@@ -377,9 +380,7 @@ def _model_config(settings: Settings, vocab_size: int, cutoffs: Optional[tuple])
 
 def _softmax_cutoffs(settings: Settings, vocab_size: int) -> Optional[tuple]:
     """The split softmax's cutoffs for --softmax and --cutoffs, or None for the full softmax."""
-    softmax = settings.softmax
-    if softmax == "auto":
-        softmax = "adaptive" if vocab_size > ADAPTIVE_ABOVE else "full"
+    softmax = chosen_softmax(settings.softmax, vocab_size)
     if softmax == "full":
         if settings.cutoffs:
             raise TrainError("--cutoffs needs --softmax adaptive (or auto with a vocabulary over 75,000 words)")
@@ -397,12 +398,14 @@ def _recipe_line(settings: Settings, nt_asgd: NTASGD) -> str:
         optimizer += (f" (averaging since epoch {nt_asgd.switched_at})" if nt_asgd.switched_at is not None
                       else f" (nonmono {settings.nonmono})")
     when = f", lr / 10 after epochs {' '.join(map(str, settings.when))}" if settings.when else ""
-    return (f"recipe: {settings.preset or 'no preset'}; {optimizer} lr {settings.lr:g}{when}, warmup "
+    note = lr_note(settings)
+    lr = f"{settings.lr:g}" + (f" ({note})" if note else "")
+    return (f"recipe: {settings.preset or 'no preset'}; {optimizer} lr {lr}{when}, warmup "
             f"{settings.warmup}, clip {settings.clip:g}, wdecay {settings.wdecay:g}; batch {settings.batch_size} "
             f"(eval {settings.eval_batch_size or settings.batch_size}), bptt {settings.bptt} {settings.bptt_lengths}; "
             f"dropout {settings.dropout:g} / h {settings.dropouth:g} / i {settings.dropouti:g} / e "
             f"{settings.dropoute:g}, wdrop {settings.wdrop:g}, alpha {settings.alpha:g}, beta {settings.beta:g}; "
-            f"{settings.epochs} epochs, seed {settings.seed}")
+            f"{plural(settings.epochs, 'epoch')}, seed {settings.seed}")
 
 
 # Top-level entries a qrnn-train checkpoint must have (each a dict), beyond its format.
@@ -492,11 +495,14 @@ def generate_main(argv=None) -> int:
                    help="a checkpoint file, or a run folder (its best.pt, else its latest checkpoint)")
     p.add_argument("--prompt", default="", help="text to continue (default: start of a line)")
     p.add_argument("--length", type=positive_int, default=300, help="tokens to generate (default: 300)")
-    p.add_argument("--temperature", type=positive_float, default=0.8, help="softmax temperature (default: 0.8)")
+    p.add_argument("--temperature", type=positive_float, default=0.8,
+                   help="softmax temperature; one so small that the logits overflow when divided by it picks the "
+                   "most likely token each step (greedy) (default: 0.8)")
     p.add_argument("--seed", type=seed_int, metavar="N", default=0, help="sampling seed (default: 0)")
-    p.add_argument("--device", default="cpu", help="device (default: cpu)")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N (default: cpu)")
     args = p.parse_args(argv)
     try:
+        device = check_device(args.device)  # before a checkpoint is read
         path = args.checkpoint
         if os.path.isdir(path):
             best = os.path.join(path, "best.pt")
@@ -508,10 +514,9 @@ def generate_main(argv=None) -> int:
         vocab = _vocabulary(state, path)
         _check_model_shapes(state["model_config"], state.get("model"), path)
         if state["model_config"].get("vocab_size") != len(vocab):
-            raise TrainError(f"{path}: its vocabulary has {len(vocab):,} entries, its model "
+            raise TrainError(f"{path}: its vocabulary has {plural(len(vocab), 'entry', 'entries')}, its model "
                              f"{state['model_config'].get('vocab_size')!r:.20}")
         try:
-            device = torch.device(args.device)
             model = QRNNLanguageModel(**state["model_config"])
             model.load_state_dict(state["model"])
             averaged = averaged_state_dict(model, state.get("optimizer") or {})

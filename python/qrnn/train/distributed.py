@@ -17,8 +17,9 @@ from torch import nn
 
 from .errors import TrainError
 
-__all__ = ["Distributed", "init_distributed", "all_gather_object", "broadcast_object", "all_reduce_max",
-           "check_ranks_in_sync", "is_collective_failure", "collective_failure_message", "DEFAULT_DIST_TIMEOUT"]
+__all__ = ["Distributed", "init_distributed", "check_device", "all_gather_object", "broadcast_object",
+           "all_reduce_max", "check_ranks_in_sync", "is_collective_failure", "collective_failure_message",
+           "DEFAULT_DIST_TIMEOUT"]
 
 # How long a collective waits for a peer (torch's own default, 30 minutes, holds a job that
 # long on one hung rank).
@@ -59,6 +60,39 @@ class Distributed:
         return self.rank == 0
 
 
+def check_device(device: Optional[str], cuda_index: Optional[int] = None) -> torch.device:
+    """The torch device a ``--device`` value names (``qrnn-train``'s and ``qrnn-generate``'s):
+    ``"cpu"``, ``"cuda"`` or ``"cuda:N"``; None: CUDA when available, else the CPU. A bare
+    ``"cuda"`` gets `cuda_index` (None: the current CUDA device).
+
+    Raises:
+        TrainError: one line saying which ``--device`` to pass instead: a device torch does
+            not know, one other than cpu or cuda, CUDA without a visible GPU (a CPU-only
+            build of torch included) or with an index beyond them.
+    """
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        raise TrainError(f"--device {device!r} is not a device torch knows: pass --device cpu, cuda or cuda:N"
+                         ) from None
+    if dev.type not in ("cpu", "cuda"):  # e.g. meta: no data, no autocast
+        raise TrainError(f"--device {device}: qrnn-train and qrnn-generate run on cpu or cuda: pass --device cpu, "
+                         "cuda or cuda:N")
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            build = f" (torch {torch.__version__} is a CPU-only build)" if torch.version.cuda is None else ""
+            raise TrainError(f"--device {device}: torch sees no CUDA device{build}; pass --device cpu")
+        if dev.index is None:
+            dev = torch.device("cuda", torch.cuda.current_device() if cuda_index is None else cuda_index)
+        count = torch.cuda.device_count()
+        if dev.index >= count:
+            raise TrainError(f"--device {dev}: torch sees {count} CUDA device(s); pass --device "
+                             + ("cuda:0" if count == 1 else f"cuda:0 to cuda:{count - 1}"))
+    return dev
+
+
 def init_distributed(device: Optional[str] = None, timeout: float = DEFAULT_DIST_TIMEOUT) -> Distributed:
     """Join the process group torchrun set up (gloo on CPU, nccl on CUDA), or describe a
     single process when ``WORLD_SIZE`` is unset or 1.
@@ -82,21 +116,8 @@ def init_distributed(device: Optional[str] = None, timeout: float = DEFAULT_DIST
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    if device is None:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        dev = torch.device(device)
-    except RuntimeError:
-        raise TrainError(f"--device {device!r} is not a device torch knows (e.g. cpu, cuda, cuda:1)") from None
-    if dev.type not in ("cpu", "cuda"):  # e.g. meta: no data, no autocast
-        raise TrainError(f"--device {device}: training runs on cpu or cuda")
+    dev = check_device(device, local_rank if world > 1 else None)
     if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise TrainError(f"--device {device}: torch sees no CUDA device")
-        if dev.index is None:
-            dev = torch.device("cuda", local_rank if world > 1 else torch.cuda.current_device())
-        if dev.index >= torch.cuda.device_count():
-            raise TrainError(f"--device {dev}: torch sees {torch.cuda.device_count()} CUDA device(s)")
         torch.cuda.set_device(dev)
     health_group = None
     if world > 1:

@@ -179,7 +179,9 @@ def lm_loss(model: QRNNLanguageModel, features: LMFeatures, targets: Tensor, alp
 def generate(model: QRNNLanguageModel, prompt: Tensor, length: int, temperature: float = 1.0,
              generator: Optional[torch.Generator] = None) -> Tensor:
     """Sample `length` token ids after the 1-D `prompt` ids, one step at a time with the
-    carried state. `generator` (on the model's device) makes the sample reproducible."""
+    carried state. `generator` (on the model's device) makes the sample reproducible. A
+    `temperature` so small that the tempered logits overflow (say 1e-300) is the limit it
+    tends to: the most likely token each step (greedy)."""
     if prompt.numel() == 0:
         raise ValueError("prompt must hold at least one token")
     if temperature <= 0:
@@ -194,8 +196,12 @@ def generate(model: QRNNLanguageModel, prompt: Tensor, length: int, temperature:
         if model.split is not None:  # cluster by cluster
             token = model.split.sample(model.decoder.weight, model.decoder.bias, last, temperature, generator)
         else:
-            probs = torch.softmax(model.decoder(last).float() / temperature, dim=-1)
-            token = torch.multinomial(probs, 1, generator=generator)
+            logits = model.decoder(last).float()
+            tempered = logits / temperature
+            if torch.isfinite(tempered).all():
+                token = torch.multinomial(torch.softmax(tempered, dim=-1), 1, generator=generator)
+            else:  # overflowed: softmax would be NaN; its limit is the one-hot of the argmax
+                token = logits.argmax().view(1)
         sampled.append(token)
         features, state = model(token.view(1, 1), state)
     model.train(was_training)

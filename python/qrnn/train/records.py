@@ -50,6 +50,12 @@ class EpochRecord(_Measured, total=False):
     checkpoint_stall_pct: float
 
 
+def plural(count: int, noun: str, nouns: Optional[str] = None) -> str:
+    """``"1 epoch"``, ``"4 epochs"``: a count and its noun (`nouns`: the plural, when it is
+    not the noun and an s)."""
+    return f"{count:,} {noun if count == 1 else nouns or noun + 's'}"
+
+
 def format_epoch_record(record: EpochRecord, level: str) -> str:
     """``epoch   3 | train loss ... | valid bpc (char level) or ppl (word level) | ...``."""
     loss = record["valid_loss"]

@@ -24,10 +24,12 @@ from .distributed import DEFAULT_DIST_TIMEOUT
 from .errors import TrainError
 from .optim import OPTIMIZERS
 from .precision import PRECISIONS
+from .softmax import ADAPTIVE_ABOVE
 from .stopping import DEFAULT_STOP_GRACE
 
 __all__ = ["Settings", "build_parser", "resolve", "FIXED", "KEPT", "positive_int", "positive_float", "seed_int",
-           "CommandParser", "PRESETS", "preset_of"]
+           "CommandParser", "PRESETS", "PRESET_LRS", "preset_of", "lr_note",
+           "chosen_softmax"]
 
 FIXED = "fixed"
 KEPT = "kept"
@@ -134,7 +136,8 @@ class Settings:
     bptt_lengths: str = _flag("fixed", "random: awd-lstm-lm's chunk lengths (about --bptt, half of it 5%% of the "
                               "time) with each step's learning rate scaled by length / --bptt", "training",
                               resume=FIXED, choices=("fixed", "random"))
-    lr: float = _flag(5e-3, "learning rate", "training", resume=FIXED, type=positive_float, metavar="LR")
+    lr: float = _flag(5e-3, "learning rate; a preset's is its --optimizer's (awd-lstm-lm's: 30 for sgd and asgd, "
+                      "0.001 for adam)", "training", resume=FIXED, type=positive_float, metavar="LR")
     optimizer: str = _flag("adam", "the optimizer; asgd: SGD, switching to averaged SGD when validation stops "
                            "improving (awd-lstm-lm's NT-ASGD; validation, test and samples then use the averaged "
                            "weights)", "training", resume=FIXED, choices=OPTIMIZERS)
@@ -198,6 +201,30 @@ PRESETS = {
                            dropoute=0.0, dropouth=0.1, dropouti=0.1, dropout=0.1, wdrop=0.0, wdecay=0.0, bptt=140,
                            batch_size=60, optimizer="adam", lr=1e-3, when=(12,)),
 }
+
+
+# awd-lstm-lm's learning rate of each optimizer (main.py's SGD default; its WT-103 QRNN
+# command's Adam lr): a preset's lr belongs to its optimizer, so --optimizer without --lr
+# takes this one, not 30 for Adam.
+_AWD_LRS = {"adam": 1e-3, "sgd": 30.0, "asgd": 30.0}
+PRESET_LRS = {name: _AWD_LRS for name in PRESETS}
+
+
+def lr_note(settings: Settings) -> str:
+    """Where the lr of a run whose optimizer is not its preset's (or the default's) comes
+    from, when it is that optimizer's lr rather than the one the preset's optimizer uses
+    ("": nothing to say)."""
+    if settings.preset in PRESETS:
+        preset = PRESETS[settings.preset]
+        lr = PRESET_LRS[settings.preset].get(settings.optimizer)
+        if settings.optimizer != preset["optimizer"] and settings.lr == lr != preset["lr"]:
+            return (f"the preset's lr for {settings.optimizer}; its {preset['lr']:g} is {preset['optimizer']}'s: "
+                    "--lr sets another")
+        return ""
+    default = Settings()
+    if settings.optimizer != default.optimizer and settings.lr == default.lr:
+        return f"the default lr, {default.optimizer}'s: --lr sets another"
+    return ""
 
 
 def preset_of(argv) -> Optional[str]:
@@ -282,6 +309,23 @@ def _show(value) -> str:
     return str(value)
 
 
+def chosen_softmax(softmax: str, vocab_size: int) -> str:
+    """The softmax ``--softmax`` gives a vocabulary of `vocab_size` words: auto is adaptive
+    above 75,000 words (awd-lstm-lm's rule), else full."""
+    if softmax != "auto":
+        return softmax
+    return "adaptive" if vocab_size > ADAPTIVE_ABOVE else "full"
+
+
+def _softmax_trained(checkpoint: dict) -> Optional[str]:
+    """The softmax a checkpoint's model has (its cutoffs: none for the full one); None when
+    its model settings do not say (a damaged file, refused later)."""
+    config = checkpoint.get("model_config")
+    if not isinstance(config, dict) or not isinstance(config.get("vocab_size"), int):
+        return None
+    return "full" if config.get("cutoffs") is None else "adaptive"
+
+
 def resolve(args: argparse.Namespace, checkpoint: Optional[dict]) -> Settings:
     """The run's settings: a saved setting is the flag given, else the checkpoint's, else the
     preset's, else the default (a given value that differs from a fixed one in the checkpoint
@@ -290,19 +334,32 @@ def resolve(args: argparse.Namespace, checkpoint: Optional[dict]) -> Settings:
     _check_saved(saved)
     preset = args.preset if args.preset is not None else saved.get("preset")
     values = {}
+    preset_defaults = set()  # the fields that take the preset's value (or the default)
     for f in dataclasses.fields(Settings):
         given, resume = getattr(args, f.name), f.metadata["resume"]
         if isinstance(given, list):  # nargs="+"
             given = tuple(given)
         if resume == FIXED and checkpoint and given is not None and given != saved.get(f.name):
             flag = "--" + f.name.replace("_", "-")
-            raise TrainError(f"{flag} {given} conflicts with the checkpoint, trained with {flag} {saved.get(f.name)}")
+            trained = f"{flag} {saved.get(f.name)}"
+            if f.name == "softmax":  # what auto chose is what the run trained with
+                chose = _softmax_trained(checkpoint)
+                if chose is not None and chosen_softmax(given, checkpoint["model_config"]["vocab_size"]) == chose:
+                    values[f.name] = saved[f.name]  # the same softmax: the checkpoint's value stays
+                    continue
+                if chose is not None and saved.get(f.name) == "auto":
+                    trained += f" (which chose {chose})"
+            raise TrainError(f"{flag} {given} conflicts with the checkpoint, trained with {trained}: resume without "
+                             f"{flag}, or start a new run in another --checkpoint-dir")
         if given is not None or not resume:
             values[f.name] = given
         elif f.name in saved:
             values[f.name] = tuple(saved[f.name]) if isinstance(f.default, tuple) else saved[f.name]
         else:
             values[f.name] = _default(f, preset)
+            preset_defaults.add(f.name)
+    if preset in PRESET_LRS and "lr" in preset_defaults:  # the lr of the optimizer it runs
+        values["lr"] = PRESET_LRS[preset].get(values["optimizer"], values["lr"])
     if args.data is not None:  # so that --resume finds it from any working folder
         values["data"] = os.path.abspath(args.data)
     return Settings(**values)

@@ -105,15 +105,19 @@ class SplitSoftmax(nn.Module):
                generator: Optional[torch.Generator] = None) -> Tensor:
         """One word id drawn from ``p(word) ** (1 / temperature)`` (normalised) for `hidden`
         (features,): the cluster first (each weighted by its words' tempered mass), then the
-        word within it; one cluster's logits at a time."""
+        word within it; one cluster's logits at a time. A temperature so small that the
+        tempered log-probabilities overflow gives the limit: the most likely word (greedy)."""
         hidden = hidden.reshape(1, -1)
         weights, biases = self._pieces(weight, bias)
-        head_log_probs = self._head_log_probs(weights, biases, hidden)[0] / temperature
+        untempered = self._head_log_probs(weights, biases, hidden)[0]
+        head_log_probs = untempered / temperature
         head = self.cutoffs[0]
         if temperature != 1.0:  # a tail cluster's tempered mass is not its head probability's
             masses = [torch.logsumexp(self._tail_log_probs(weights, biases, hidden, c)[0] / temperature, 0)
                       for c in range(len(self.cutoffs))]
             head_log_probs = torch.cat([head_log_probs[:head], head_log_probs[head:] + torch.stack(masses)])
+        if not torch.isfinite(head_log_probs).all():  # overflowed: softmax would be NaN
+            return self._most_likely(weights, biases, hidden, untempered)
         choice = int(torch.multinomial(torch.softmax(head_log_probs, 0), 1, generator=generator))
         if choice < head:
             return torch.tensor([choice], device=hidden.device)
@@ -121,6 +125,19 @@ class SplitSoftmax(nn.Module):
         tail = self._tail_log_probs(weights, biases, hidden, cluster)[0] / temperature
         word = int(torch.multinomial(torch.softmax(tail, 0), 1, generator=generator))
         return torch.tensor([self.bounds[cluster] + word], device=hidden.device)
+
+    def _most_likely(self, weights: tuple, biases: tuple, hidden: Tensor, head_log_probs: Tensor) -> Tensor:
+        """The word of the highest probability for `hidden` (1, features), one cluster's logits
+        at a time: a head word's, or a cluster's own probability times its best word's."""
+        head = self.cutoffs[0]
+        head_best, head_word = head_log_probs[:head].max(0)
+        best_log_prob, word = float(head_best), int(head_word)
+        for cluster in range(len(self.cutoffs)):
+            tail_best, tail_word = self._tail_log_probs(weights, biases, hidden, cluster)[0].max(0)
+            log_prob = float(head_log_probs[head + cluster] + tail_best)
+            if log_prob > best_log_prob:
+                best_log_prob, word = log_prob, self.bounds[cluster] + int(tail_word)
+        return torch.tensor([word], device=hidden.device)
 
     def log_probs(self, weight: Tensor, bias: Tensor, hidden: Tensor) -> Tensor:
         """Every word's log-probability for each row of `hidden` (N, features): (N, vocab).
