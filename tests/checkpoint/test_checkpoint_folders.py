@@ -202,6 +202,21 @@ def test_the_lock_is_per_checkpointer_within_a_process_too(tmp_path):
         second.save({"x": 1}, 2).result()
 
 
+def test_lock_takes_the_writer_lock_before_any_write(tmp_path):
+    """lock() takes the folder's writer lock at once, so that a program refuses a second
+    writer at start-up rather than at its first save; close() lets it go."""
+    with AsyncCheckpointer(tmp_path) as first:
+        first.lock()
+        first.lock()  # idempotent
+        with AsyncCheckpointer(tmp_path) as other, pytest.raises(CheckpointError) as caught:
+            other.lock()
+        assert caught.value.errno == errno.EBUSY and caught.value.operation == "lock"
+        assert f"pid {os.getpid()}" in str(caught.value)
+        first.save({"x": 1}, 1).result()
+    with AsyncCheckpointer(tmp_path) as second:
+        second.lock()
+
+
 # ---- 4. durability: a folder the file system cannot fsync ------------------------------
 
 def checkpoint_warnings(caught) -> list:

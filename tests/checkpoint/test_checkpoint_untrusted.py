@@ -228,8 +228,9 @@ sys.stdin.readline()
 
 
 def test_checkpoint_error_while_training_is_one_line_exit_2(tmp_path, capsys):
-    """A save that cannot happen (here: another writer holds the folder) ends qrnn-train
-    with one line and exit code 2, as for every error qrnn-train reports."""
+    """A run folder another writer holds ends qrnn-train at start-up (its writer lock is
+    taken before any work) with one line naming the holder and exit code 2, as for every
+    error qrnn-train reports."""
     run = tmp_path / "run"
     data = tmp_path / "text.txt"
     data.write_text("hello world, a tiny corpus. " * 100)
@@ -245,4 +246,5 @@ def test_checkpoint_error_while_training_is_one_line_exit_2(tmp_path, capsys):
         holder.wait(timeout=60)
     assert code == 2
     err = capsys.readouterr().err
-    assert "already has a writer" in err and "Traceback" not in err and err.count("\n") == 1, err
+    assert f"{run} is in use by pid {holder.pid} on host" in err and "Traceback" not in err, err
+    assert err.count("\n") == 1, err

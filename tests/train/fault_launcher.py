@@ -1,7 +1,8 @@
-"""qrnn-train with one fault injected where the environment says (for the tests' subprocesses).
+"""qrnn-train with faults injected where the environment says (for the tests' subprocesses).
 
 FAULT="SIGNAL@WHERE@N[@RANK]" sends SIGNAL (a signal.Signals name) to this process once per
-launch (FAULT_ONCE: a file created when it fires, so restarted workers run clean):
+launch (FAULT_ONCE: a file created when it fires, so restarted workers run clean; several
+faults, comma-separated, each get their own such file: FAULT_ONCE, then FAULT_ONCE.1, ...):
   WHERE=step: during optimizer step N; WHERE=save: right after the N-th save was handed to
   the writer (it is in flight); WHERE=best: at the N-th promotion of best.pt, before it;
   WHERE=hang: right after the N-th save, and then the main thread sleeps for ten minutes.
@@ -22,8 +23,9 @@ import qrnn.train.cli
 import qrnn.train.trainer
 
 rank = os.environ.get("RANK", "0")
-spec = os.environ.get("FAULT", "")
-if spec:
+
+
+def install(spec, once_file):
     name, where, count, *only = spec.split("@")
     if not only or only[0] == rank:
         number, calls = int(count), []
@@ -33,7 +35,7 @@ if spec:
             if len(calls) != number:
                 return
             try:  # once per launch, whichever rank or attempt gets here first
-                os.close(os.open(os.environ["FAULT_ONCE"], os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+                os.close(os.open(once_file, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
             except FileExistsError:
                 return
             os.kill(os.getpid(), getattr(signal, name))
@@ -66,6 +68,10 @@ if spec:
             around(qrnn.train.checkpoints, "_write_best", before=True)
         else:
             raise SystemExit(f"fault_launcher: unknown place {where!r}")
+
+
+for index, spec in enumerate(filter(None, os.environ.get("FAULT", "").split(","))):
+    install(spec, os.environ["FAULT_ONCE"] + (f".{index}" if index else ""))
 
 clock = os.environ.get("CLOCK", "")
 if clock and clock.split("@")[0] == rank:

@@ -1,16 +1,21 @@
-"""qrnn-train meets its scheduler, in real subprocesses: SIGTERM and SIGUSR1 (during a step,
-during a save, to a PID 1 of a container) stop it with a checkpoint of the position reached
-and exit status 128 + the signal; --resume auto continues bit-identically; a kill between a
-best checkpoint's commit and its promotion to best.pt is repaired on resume.
+"""qrnn-train meets its scheduler and its user, in real subprocesses: SIGTERM, SIGUSR1 and
+Ctrl-C (during a step, during a save, to a PID 1 of a container) stop it with a checkpoint of
+the position reached and exit status 128 + the signal, a second Ctrl-C at once; --resume auto
+continues bit-identically; a kill between a best checkpoint's commit and its promotion to
+best.pt is repaired on resume; a bare --resume picks the unfinished run under runs/; a second
+qrnn-train on a run folder in use is refused at start-up.
 
 Faults come from tests/train/fault_launcher.py (see there); the torchrun cases (restarts,
 two nodes, a hung rank) are in test_distributed.py."""
 
 import os
+import queue
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -25,6 +30,7 @@ from qrnn.checkpoint import load
 from qrnn.train import Trainer, TrainingStopped
 from qrnn.train import main as train_main
 from qrnn.train.data import default_text
+from qrnn.train.stopping import with_ctrl_c
 
 pytestmark = pytest.mark.slow
 
@@ -57,10 +63,17 @@ def _latest(run_dir):
         return scanner.latest()
 
 
-def _launch(base, run_dir, fault, extra, prefix=(), env=()):
+def _default_sigint():
+    """In the child: Ctrl-C's default disposition (a test run in the background of a shell
+    inherits SIGINT ignored, and qrnn-train leaves an ignored SIGINT ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _launch(base, run_dir, fault, extra, prefix=(), env=(), cwd=None):
     env = dict(os.environ, FAULT=fault, FAULT_ONCE=f"{run_dir}.fault", OMP_NUM_THREADS="1", **dict(env))
     command = [*prefix, sys.executable, LAUNCHER, *base, "--checkpoint-dir", str(run_dir), *extra]
-    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            cwd=cwd, preexec_fn=_default_sigint)
 
 
 def _run(base, run_dir, fault, extra, timeout=120):
@@ -85,14 +98,150 @@ def test_sigterm_during_a_step_checkpoints_the_position_and_resumes_bit_identica
     run_dir = tmp_path / "run"
     code, _, err = _run(base, run_dir, "SIGTERM@step@12", ["--epochs", "2"])
     assert code == 128 + signal.SIGTERM, err[-2000:]
-    assert err.strip() == (f"qrnn-train: stopped by SIGTERM at step 12, checkpointed in {run_dir}; "
-                           "continue with --resume")
+    assert err == (f"qrnn-train: stopped by SIGTERM at step 12 (epoch 1, batch 12 of {EPOCH_STEPS}): saved "
+                   f"{run_dir}/ckpt-000000000012.pt; continue with --resume --checkpoint-dir {run_dir}\n")
     stopped = load(_latest(run_dir))
     assert stopped["progress"]["step"] == 12 and stopped["progress"]["position"] == 12
     _assert_only_committed_files(run_dir)
     # The same command line continues it, and it ends as if never stopped.
     assert train_main(base + ["--epochs", "2", "--checkpoint-dir", str(run_dir)]) == 0
     assert_same_training_state(reference, load(_latest(run_dir)))
+
+
+def test_ctrl_c_checkpoints_the_position_says_what_was_saved_and_resumes(base, reference, tmp_path):
+    """SIGINT (Ctrl-C) mid-step stops like SIGTERM: the partial epoch is checkpointed, exit
+    status 130, one line naming the file saved and how to continue; resuming is bit-identical."""
+    run_dir = tmp_path / "run"
+    code, _, err = _run(base, run_dir, "SIGINT@step@12", ["--epochs", "2"])
+    assert code == 128 + signal.SIGINT, err[-2000:]
+    assert err == (f"qrnn-train: stopped by SIGINT at step 12 (epoch 1, batch 12 of {EPOCH_STEPS}): saved "
+                   f"{run_dir}/ckpt-000000000012.pt; continue with --resume --checkpoint-dir {run_dir}\n")
+    stopped = load(_latest(run_dir))
+    assert stopped["progress"]["step"] == 12 and stopped["progress"]["position"] == 12
+    _assert_only_committed_files(run_dir)
+    assert train_main(base + ["--epochs", "2", "--checkpoint-dir", str(run_dir)]) == 0
+    assert_same_training_state(reference, load(_latest(run_dir)))
+
+
+def test_a_second_ctrl_c_during_the_save_exits_at_once(base, reference, tmp_path):
+    """The first Ctrl-C asks for a stop; a second one while its save is in flight (the main
+    thread then hangs) ends the process at once with status 130 and one line. The last
+    committed checkpoint stands, and resuming from it ends bit-identical."""
+    run_dir = tmp_path / "run"
+    # Saves at steps 5 and 10 (--save-every 5); the stop's save at step 12 is the third.
+    code, _, err = _run(base, run_dir, "SIGINT@step@12,SIGINT@hang@3", ["--epochs", "2"])
+    assert code == 128 + signal.SIGINT, err[-2000:]
+    assert err == ("qrnn-train: SIGINT again: exiting now, without waiting for the stop (the last committed "
+                   "checkpoint stands; continue with --resume)\n")
+    assert load(_latest(run_dir))["progress"]["step"] in (10, 12)
+    assert train_main(base + ["--epochs", "2", "--checkpoint-dir", str(run_dir)]) == 0
+    assert_same_training_state(reference, load(_latest(run_dir)))
+    _assert_only_committed_files(run_dir)  # the abandoned save's temporary and the lock are gone
+
+
+class _Lines:
+    """The lines a process writes to a pipe, read on a thread (waiting never blocks the test)."""
+
+    def __init__(self, pipe):
+        self.lines: queue.Queue = queue.Queue()
+        self.seen: list = []
+        self.thread = threading.Thread(target=self._read, args=(pipe,), daemon=True)
+        self.thread.start()
+
+    def _read(self, pipe):
+        for line in pipe:
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def wait_for(self, text, timeout=120):
+        deadline = time.monotonic() + timeout
+        while True:
+            line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            if line is None:
+                raise AssertionError(f"ended without {text!r}: {''.join(self.seen)[-2000:]}")
+            self.seen.append(line)
+            if text in line:
+                return line
+
+    def rest(self):
+        self.thread.join(timeout=120)
+        while not self.lines.empty():
+            line = self.lines.get()
+            if line is not None:
+                self.seen.append(line)
+        return "".join(self.seen)
+
+
+def test_a_second_run_on_a_folder_in_use_is_refused_at_start_up(base, tmp_path):
+    """While a run trains in a folder, a second qrnn-train on it is refused before it reads
+    data or trains: exit status 2, one line naming the first process; the first carries on
+    and stops on Ctrl-C as usual."""
+    run_dir = tmp_path / "run"
+    first = _launch(base, run_dir, "", ["--epochs", "200"], env={"PYTHONUNBUFFERED": "1"})
+    try:
+        out, err = _Lines(first.stdout), _Lines(first.stderr)
+        out.wait_for("run folder:")  # set-up done: the first run holds the folder
+        second = subprocess.run([sys.executable, "-m", "qrnn.train", *base, "--checkpoint-dir", str(run_dir),
+                                 "--epochs", "200"], capture_output=True, text=True, timeout=120,
+                                env=dict(os.environ, OMP_NUM_THREADS="1"))
+        assert second.returncode == 2, second.stderr[-2000:]
+        assert second.stderr == (f"qrnn-train: error: {run_dir} is in use by pid {first.pid} on host "
+                                 f"{socket.gethostname()}: wait for that run to end (or stop it), or pass "
+                                 "another --checkpoint-dir\n")
+        assert second.stdout == ""  # refused before the data was read
+        assert first.poll() is None
+        out.wait_for("epoch   1 |")  # the first run trains on, unaffected
+        first.send_signal(signal.SIGINT)
+        first.wait(timeout=120)
+    finally:
+        first.kill()
+    assert first.returncode == 128 + signal.SIGINT, err.rest()[-2000:]
+    stderr = err.rest()
+    assert stderr.startswith("qrnn-train: stopped by SIGINT at step ") and stderr.count("\n") == 1, stderr
+    assert load(_latest(run_dir))["progress"]["step"] >= EPOCH_STEPS
+    _assert_only_committed_files(run_dir)
+
+
+def _bare_resume(cwd, *extra):
+    return subprocess.run([sys.executable, "-m", "qrnn.train", "--resume", "--no-progress", "--sample-length", "0",
+                           *extra], capture_output=True, text=True, timeout=120, cwd=cwd,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+
+
+def test_bare_resume_picks_the_unfinished_run_and_says_so(base, tmp_path, monkeypatch):
+    """--resume without --checkpoint-dir continues the one unfinished run under runs/ (not the
+    newest finished one) and says which; once every run is finished it names the newest and
+    says it is finished (exit status 0, nothing trained); several unfinished runs: it asks
+    for --checkpoint-dir (exit status 2)."""
+    monkeypatch.chdir(tmp_path)
+    fresh = base[:-2]  # without --resume auto
+    assert train_main(fresh + ["--epochs", "1", "--max-steps", "12", "--checkpoint-dir", "runs/stopped"]) == 0
+    old = time.time() - 100  # the unfinished run is the older one
+    for path in [tmp_path / "runs" / "stopped", *(tmp_path / "runs" / "stopped").iterdir()]:
+        os.utime(path, (old, old))
+    assert train_main(fresh + ["--epochs", "1", "--checkpoint-dir", "runs/finished"]) == 0
+
+    resumed = _bare_resume(tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert ("--resume: runs/stopped, the only unfinished run of 2 under runs/ (--checkpoint-dir DIR "
+            "picks another)\n") in resumed.stdout
+    assert "run folder: runs/stopped (resuming ckpt-000000000012.pt: epoch 1, step 12)" in resumed.stdout
+    assert resumed.stderr == ""
+    assert load(_latest(tmp_path / "runs" / "stopped"))["progress"]["step"] == EPOCH_STEPS
+
+    again = _bare_resume(tmp_path)  # both finished: the newest is named, and said to be finished
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert again.stdout == "--resume: runs/stopped, the newest of 2 runs under runs/, all finished\n"
+    assert again.stderr == (f"qrnn-train: runs/stopped has finished its 1 epoch (step {EPOCH_STEPS}): nothing to "
+                            "train; pass --epochs N above 1 to train it further\n")
+    assert load(_latest(tmp_path / "runs" / "stopped"))["progress"]["step"] == EPOCH_STEPS
+
+    for name in ("second", "third"):
+        assert train_main(fresh + ["--epochs", "1", "--max-steps", "3", "--checkpoint-dir", f"runs/{name}"]) == 0
+    ambiguous = _bare_resume(tmp_path)
+    assert ambiguous.returncode == 2 and ambiguous.stdout == ""
+    assert ambiguous.stderr == ("qrnn-train: error: --resume: 2 unfinished runs under runs/ (runs/third, "
+                                "runs/second): pass --checkpoint-dir DIR to choose one\n")
 
 
 def test_sigusr1_during_a_save_commits_it_and_promotes_best_pt(base, tmp_path):
@@ -228,3 +377,14 @@ def test_trainer_fit_stops_on_a_signal_with_a_checkpoint(tmp_path):
     assert progress["position"] == 3 and progress["epoch"] == 0
     assert trainer.history[-1]["valid_loss"] is None and not trainer.history[-1]["complete"]
     assert signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL
+
+
+def test_ctrl_c_is_a_stop_request_unless_ignored():
+    """qrnn-train catches SIGINT as a stop request, except in a process that ignores it (a
+    job a shell starts in the background): that one keeps ignoring it."""
+    assert with_ctrl_c() == (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        assert with_ctrl_c() == (signal.SIGTERM, signal.SIGUSR1)
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -447,8 +447,9 @@ class AsyncCheckpointer(SaveQueue):
     create, rename, fsync, listing and unlink is relative to it and follows no symbolic link
     in it, so renaming the folder, swapping it for a link or a ``chdir`` redirects nothing.
     The first ``save()``, ``write_file()`` or ``publish()`` takes the folder's writer lock
-    for ``prefix`` (one writer per folder and prefix, in any process, container or host);
-    a second writer gets a :class:`CheckpointError` naming the holder. Reading takes no lock."""
+    for ``prefix`` (one writer per folder and prefix, in any process, container or host),
+    or ``lock()`` takes it earlier; a second writer gets a :class:`CheckpointError` naming
+    the holder. Reading takes no lock."""
 
     def __init__(self, directory: Union[str, os.PathLike], keep_last: Optional[int] = 3, max_pending: int = 1,
                  *, prefix: str = "ckpt-", copy_threads: Optional[int] = None, direct_io: bool = True,
@@ -517,6 +518,13 @@ class AsyncCheckpointer(SaveQueue):
         thread.start()
         if wait:
             thread.join()
+
+    def lock(self) -> None:
+        """Take the folder's writer lock now rather than at the first write (e.g. to refuse a
+        second writer at start-up, before any work); ``close()`` releases it. Raises
+        :class:`CheckpointError` (``errno`` EBUSY, ``operation`` ``"lock"``) naming the
+        holder ("pid P on host H") when another writer has it. Idempotent."""
+        self._writer_folder()
 
     def latest(self, order: str = "commit") -> Optional[str]:
         """Path of the most recently committed checkpoint in the directory (``order="step"``:

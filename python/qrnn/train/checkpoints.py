@@ -23,11 +23,18 @@ class CheckpointStallMeter:
     """Saves through qrnn.checkpoint.AsyncCheckpointer and measures how long training was held
     up by it. In overlap mode the snapshot is staged while the next forward and backward run
     and only the next ``optimizer.step()`` waits for it, so the stall is the blocking part of
-    save() plus that wait (both in ``SaveHandle.blocked_seconds``). Keeps best.pt too."""
+    save() plus that wait (both in ``SaveHandle.blocked_seconds``). Keeps best.pt too.
+    ``checkpointer``: an open AsyncCheckpointer of ``directory`` (``max_pending=1``) to save
+    through, e.g. one whose writer lock was taken at start-up; None: one opened here."""
 
-    def __init__(self, directory: str, keep_last: int, optimizer: Optional[torch.optim.Optimizer]):
+    def __init__(self, directory: str, keep_last: int, optimizer: Optional[torch.optim.Optimizer],
+                 checkpointer: Optional[AsyncCheckpointer] = None):
         self.directory = str(directory)
-        self.checkpointer = AsyncCheckpointer(self.directory, keep_last=keep_last, max_pending=1)
+        if checkpointer is None:
+            checkpointer = AsyncCheckpointer(self.directory, keep_last=keep_last, max_pending=1)
+        else:  # an open writer of `directory` (its lock perhaps taken at start-up): this meter's retention
+            checkpointer.keep_last = keep_last
+        self.checkpointer = checkpointer
         self.overlap_with = optimizer  # None: default mode, save() returns once staged
         self._counted: list = []       # [handle, seconds of its stall already counted]
         self._preparing = 0.0          # seconds spent gathering states for save(), not yet reported
@@ -115,12 +122,14 @@ def latest_checkpoint(directory: str) -> Optional[str]:
         return scanner.latest()
 
 
-def load_checkpoint(path: str) -> dict:
+def load_checkpoint(path: str, mmap: bool = False) -> dict:
     """Read a checkpoint file onto the CPU with :func:`qrnn.checkpoint.load`
     (``weights_only=True``, its structure checked first).
 
     Args:
         path: the checkpoint file.
+        mmap: map the tensors from the file rather than read them (to look at its progress
+            and settings only).
 
     Returns:
         Its contents (for qrnn-train's checkpoints, a dict).
@@ -132,7 +141,7 @@ def load_checkpoint(path: str) -> dict:
             them can stand for 2**40 items that a JSON encoder or a walk would then visit).
     """
     try:
-        state = load(path, map_location="cpu")
+        state = load(path, map_location="cpu", mmap=mmap)
         size = os.path.getsize(path)
     except FileNotFoundError:
         raise TrainError(f"checkpoint {path} does not exist") from None

@@ -5,12 +5,14 @@ N processes."""
 
 from __future__ import annotations
 
+import errno
 import gc
 import importlib.util
 import io
 import json
 import math
 import os
+import re
 import signal
 import sys
 import time
@@ -19,9 +21,9 @@ from typing import Callable, Optional
 
 import torch
 
-from ..checkpoint import CheckpointError
+from ..checkpoint import AsyncCheckpointer, CheckpointError
 from .cache import cached_corpus, check_data_identity, data_identity, ids_fingerprint
-from .checkpoints import latest_checkpoint, load_checkpoint
+from .checkpoints import latest_checkpoint, load_checkpoint, restore_best
 from .data import BPTTBatches, Corpus, DataError, Vocabulary, load_corpus
 from .distributed import (
     Distributed,
@@ -52,7 +54,7 @@ from .settings import (
 )
 from .softmax import check_cutoffs, default_cutoffs
 from .state import seed_everything
-from .stopping import STOP_SIGNALS, catch_stop_signals
+from .stopping import catch_stop_signals, with_ctrl_c
 from .trainer import Trainer
 
 __all__ = ["main", "generate_main", "build_parser", "build_training", "TrainingRun"]
@@ -60,40 +62,138 @@ __all__ = ["main", "generate_main", "build_parser", "build_training", "TrainingR
 CHECKPOINT_FORMAT = "qrnn-lm/1"
 
 
-def _run_dirs(root="runs"):
+def _run_dirs(root="runs") -> list:
+    """The folders under `root` that hold a checkpoint, the most recently written first."""
     if not os.path.isdir(root):
         return []
-    dirs = [os.path.join(root, name) for name in os.listdir(root)]
-    return sorted((d for d in dirs if os.path.isdir(d)), key=os.path.getmtime)
+    runs = []
+    for name in os.listdir(root):
+        run_dir = os.path.join(root, name)
+        latest = latest_checkpoint(run_dir) if os.path.isdir(run_dir) else None
+        if latest is not None:
+            try:
+                runs.append((os.path.getmtime(latest), run_dir))
+            except OSError:  # removed meanwhile
+                pass
+    return [run_dir for _, run_dir in sorted(runs, reverse=True)]
 
 
-def _locate_run(args, dist) -> tuple:
-    """(run folder, checkpoint to resume or None), agreed by all ranks."""
-    run_dir, resume_path, error = args.checkpoint_dir, None, None
+def _finished(state, epochs: Optional[int] = None) -> Optional[tuple]:
+    """(epochs, step) when the checkpoint `state` completed `epochs` epochs (None: those its
+    run was started for), else None (also for a damaged state: resuming it says what is wrong)."""
+    progress = state.get("progress") if isinstance(state, dict) else None
+    saved = state.get("settings") if isinstance(state, dict) else None
+    if epochs is None:
+        epochs = saved.get("epochs") if isinstance(saved, dict) else None
+    if not isinstance(progress, dict) or not isinstance(epochs, int):
+        return None
+    epoch, step = progress.get("epoch"), progress.get("step")
+    if not isinstance(epoch, int) or not isinstance(step, int) or epoch < epochs:
+        return None
+    return epochs, step
+
+
+def _is_finished(run_dir: str) -> bool:
+    """Whether `run_dir`'s latest checkpoint completed its run (read with its tensors mapped,
+    not loaded); False when it cannot tell."""
+    latest = latest_checkpoint(run_dir)
+    try:
+        return latest is not None and _finished(load_checkpoint(latest, mmap=True)) is not None
+    except TrainError:
+        return False
+
+
+def _pick_run(say: Callable) -> str:
+    """The run a bare --resume means: the one unfinished run under runs/ (the newest when every
+    run is finished, which then says so); several unfinished runs: a TrainError asking which."""
+    runs = _run_dirs()
+    if not runs:
+        raise TrainError("--resume: no run with a checkpoint under runs/; pass --checkpoint-dir")
+    if len(runs) == 1:
+        say(f"--resume: {runs[0]}, the only run under runs/")
+        return runs[0]
+    unfinished = [run_dir for run_dir in runs if not _is_finished(run_dir)]
+    if len(unfinished) > 1:
+        shown = ", ".join(unfinished[:4]) + (", ..." if len(unfinished) > 4 else "")
+        raise TrainError(f"--resume: {len(unfinished)} unfinished runs under runs/ ({shown}): "
+                         "pass --checkpoint-dir DIR to choose one")
+    if unfinished:
+        say(f"--resume: {unfinished[0]}, the only unfinished run of {len(runs)} under runs/ "
+            "(--checkpoint-dir DIR picks another)")
+        return unfinished[0]
+    say(f"--resume: {runs[0]}, the newest of {len(runs)} runs under runs/, all finished")
+    return runs[0]
+
+
+def _missing_folders(path: str) -> list:
+    """`path` and those of its parents that do not exist yet, deepest first."""
+    missing, path = [], os.path.abspath(path)
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        missing.append(path)
+        path = os.path.dirname(path)
+    return missing
+
+
+def _remove_if_empty(folders: list) -> None:
+    """Remove `folders` (deepest first) while they are empty: a run that saved nothing
+    leaves no folder behind."""
+    for folder in folders:
+        try:
+            os.rmdir(folder)
+        except OSError:
+            return
+
+
+def _take_run_dir(run_dir: str) -> AsyncCheckpointer:
+    """The run folder's writer with its lock taken now: a second qrnn-train on the folder is
+    refused at start-up, in one line naming the first, not at its first checkpoint."""
+    writer = AsyncCheckpointer(run_dir, keep_last=None, max_pending=1)
+    try:
+        writer.lock()
+    except CheckpointError as err:
+        writer.close()
+        if err.errno != errno.EBUSY:
+            raise
+        holder = re.search(r": (pid \d+ on host .*?) holds '", err.strerror or "")
+        raise TrainError(f"{run_dir} is in use by {holder.group(1) if holder else 'another process'}: wait for "
+                         "that run to end (or stop it), or pass another --checkpoint-dir") from None
+    return writer
+
+
+def _locate_run(args, dist, say: Callable) -> tuple:
+    """(run folder, checkpoint to resume or None, folders created for it, rank 0's writer of
+    the folder with its lock taken, else None), agreed by all ranks."""
+    run_dir, resume_path, error, created, writer = args.checkpoint_dir, None, None, [], None
     if dist.is_main:
-        if args.resume == "auto":
-            if run_dir is None:
-                error = "--resume auto needs --checkpoint-dir: the run folder to continue, or to start in"
-            else:
-                resume_path = latest_checkpoint(run_dir)
-        elif args.resume:
-            if run_dir is None:
-                candidates = [d for d in reversed(_run_dirs()) if latest_checkpoint(d)]
-                run_dir = candidates[0] if candidates else None
-            resume_path = latest_checkpoint(run_dir) if run_dir else None
-            if resume_path is None:
-                error = (f"--resume: no checkpoint in {run_dir}" if run_dir else
-                         "--resume: no run with a checkpoint under runs/; pass --checkpoint-dir")
-        else:
-            if run_dir is None:
+        try:
+            if args.resume == "auto" and run_dir is None:
+                raise TrainError("--resume auto needs --checkpoint-dir: the run folder to continue, or to start in")
+            if args.resume is True and run_dir is None:
+                run_dir = _pick_run(say)
+            elif args.resume is True and latest_checkpoint(run_dir) is None:
+                raise TrainError(f"--resume: no checkpoint in {run_dir}")
+            elif run_dir is None:
                 run_dir = os.path.join("runs", time.strftime("%Y%m%d-%H%M%S"))
-            elif latest_checkpoint(run_dir):
-                error = (f"{run_dir} already holds checkpoints: pass --resume to continue from them, "
-                         "or choose another --checkpoint-dir")
+            created = _missing_folders(run_dir)
+            writer = _take_run_dir(run_dir)
+            latest = latest_checkpoint(run_dir)  # now that no one else writes there
+            if args.resume:
+                resume_path = latest
+                if resume_path is None and args.resume is True:
+                    raise TrainError(f"--resume: no checkpoint in {run_dir}")
+            elif latest:
+                raise TrainError(f"{run_dir} already holds checkpoints: pass --resume to continue from them, "
+                                 "or choose another --checkpoint-dir")
+        except (TrainError, OSError) as err:
+            if writer is not None:
+                writer.close()
+                writer = None
+            _remove_if_empty(created)
+            error = str(err)
     run_dir, resume_path, error = broadcast_object((run_dir, resume_path, error), dist)
     if error:
         raise TrainError(error)
-    return run_dir, resume_path
+    return run_dir, resume_path, created, writer
 
 
 def _check_application_dependencies(settings: Settings) -> None:
@@ -157,16 +257,21 @@ def main(argv=None) -> int:
             names); None: ``sys.argv[1:]``.
 
     Returns:
-        The exit code: 0; 2 for usage, data, checkpoint and I/O errors and failed
-        collectives, each one line on stderr; 128 + the signal after a stop by SIGTERM or
-        SIGUSR1; 130 for Ctrl-C. A bad command line (and ``--help``) ends in argparse's
-        SystemExit instead (status 2 with one line; 0 for ``--help``).
+        The exit code: 0, also when a resumed run has already finished its epochs (one line
+        on stderr says so; nothing is trained); 2 for usage, data, checkpoint and I/O errors,
+        a run folder another process holds (refused at start-up, naming it), a bare
+        ``--resume`` with several unfinished runs under runs/, and failed collectives, each
+        one line on stderr; 128 + the signal after a stop by SIGTERM, SIGUSR1 or Ctrl-C (143,
+        138, 130), once the position reached is checkpointed (one line on stderr names the
+        file and how to continue); 130 too for a second Ctrl-C, which exits at once. A bad
+        command line (and ``--help``) ends in argparse's SystemExit instead (status 2 with
+        one line; 0 for ``--help``).
     """
     args = build_parser(preset_of(sys.argv[1:] if argv is None else argv)).parse_args(argv)
     try:
         # From the start, so that a signal during set-up is a stop request too (and a PID 1
-        # of a container reacts to SIGTERM at all).
-        with catch_stop_signals(STOP_SIGNALS, args.stop_grace):
+        # of a container reacts to SIGTERM at all). Ctrl-C too: it saves like SIGTERM.
+        with catch_stop_signals(with_ctrl_c(), args.stop_grace):
             return _train(args)
     finally:
         # DistributedDataParallel sits in reference cycles: collect it (and the process group
@@ -177,19 +282,33 @@ def main(argv=None) -> int:
 
 def _train(args) -> int:
     prog = "qrnn-train"
-    dist = trainer = None
+    dist = trainer = run = writer = None
+    created: list = []
     try:
         dist = init_distributed(args.device, args.dist_timeout)
         say = print if dist.is_main else (lambda *a, **k: None)
-        run_dir, resume_path = _locate_run(args, dist)
+        run_dir, resume_path, created, writer = _locate_run(args, dist, say)
         checkpoint = load_checkpoint(resume_path) if resume_path else None
         if checkpoint is not None:
             _check_checkpoint(checkpoint, resume_path, _RESUME_KEYS)
         settings = resolve(args, checkpoint)
+        finished = _finished(checkpoint, settings.epochs) if checkpoint is not None else None
+        if checkpoint is not None and finished is not None:
+            # Exit status 0, not an error: a requeued or restarted job that is done must
+            # neither fail nor loop (Kubernetes restarts a container that exits non-zero).
+            epochs, step = finished
+            if dist.is_main:  # a kill may have cut the last best.pt promotion short
+                best_step = checkpoint["progress"].get("best_step")
+                restore_best(run_dir, best_step if type(best_step) is int and 0 <= best_step < 2**63 else None,
+                             writer)
+                print(f"{prog}: {run_dir} has finished its {epochs} epoch{'s' if epochs != 1 else ''} (step "
+                      f"{step}): nothing to train; pass --epochs N above {epochs} to train it further",
+                      file=sys.stderr)
+            return 0
         if checkpoint is not None and args.data is None and settings.data is not None:
             _check_stored_data(settings.data, checkpoint, resume_path)
         _check_application_dependencies(settings)
-        run = build_training(settings, dist, run_dir, checkpoint, resume_path, say)
+        run = build_training(settings, dist, run_dir, checkpoint, resume_path, say, writer=writer)
         trainer, corpus = run.trainer, run.corpus
 
         def on_epoch_end(record):
@@ -217,8 +336,8 @@ def _train(args) -> int:
     except USER_ERRORS as err:
         return report_error(prog, err)
     except TrainingStopped as stop:
-        print(f"{prog}: stopped by {signal.Signals(stop.signum).name} at step {stop.step}, checkpointed in "
-              f"{trainer.checkpoint_dir if trainer else '-'}; continue with --resume", file=sys.stderr)
+        assert trainer is not None and run is not None and dist is not None  # only fit() raises it
+        print(f"{prog}: {_stop_report(stop, trainer, len(run.train_batches), dist)}", file=sys.stderr)
         return 128 + stop.signum
     except RuntimeError as err:
         if dist is None or not is_collective_failure(err, dist):
@@ -229,8 +348,26 @@ def _train(args) -> int:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
     finally:
+        if writer is not None:  # closed with the trainer, unless set-up failed first
+            writer.close()
+        _remove_if_empty(created)
         if dist is not None and dist.enabled and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
+
+
+def _stop_report(stop: TrainingStopped, trainer: Trainer, epoch_batches: int, dist: Distributed) -> str:
+    """What a stop by a signal saved, and how to continue: one line."""
+    name, run_dir = signal.Signals(stop.signum).name, trainer.checkpoint_dir
+    if not dist.is_main:  # rank 0 saves and says what
+        return f"stopped by {name} at step {stop.step}, checkpointed by rank 0 in {run_dir}"
+    latest = latest_checkpoint(run_dir) if run_dir else None
+    if run_dir is None or latest is None:
+        return f"stopped by {name} before the first step: nothing was saved; start again with the same command line"
+    where = (f"epoch {trainer.epoch + 1}, batch {trainer.position} of {epoch_batches}" if trainer.position
+             else f"end of epoch {trainer.epoch}")
+    saved = os.path.join(run_dir, os.path.basename(latest))
+    return (f"stopped by {name} at step {stop.step} ({where}): saved {saved}; "
+            f"continue with --resume --checkpoint-dir {run_dir}")
 
 
 
@@ -249,9 +386,11 @@ class TrainingRun:
 
 def build_training(settings: Settings, dist: Optional[Distributed] = None, run_dir: Optional[str] = None,
                    checkpoint: Optional[dict] = None, resume_path: Optional[str] = None,
-                   say: Callable = print) -> TrainingRun:
+                   say: Callable = print, writer: Optional[AsyncCheckpointer] = None) -> TrainingRun:
     """The corpus, model, optimizer, learning rates, loss and Trainer of a qrnn-train run with
-    `settings` (resuming `checkpoint`), the run's header lines said through `say`."""
+    `settings` (resuming `checkpoint`), the run's header lines said through `say`; `writer`:
+    rank 0's open writer of `run_dir` (its lock taken at start-up), which the Trainer saves
+    through (None: it opens one at its first save)."""
     dist = dist or Distributed(device=torch.device(settings.device or "cpu"))
     if checkpoint is None:  # a resumed model's sizes are first compared with its checkpoint's tensors
         # Sizes that cannot fit even with a one-token vocabulary: refused before the corpus is read.
@@ -333,7 +472,7 @@ def build_training(settings: Settings, dist: Optional[Distributed] = None, run_d
                           keep_last=settings.keep_last, checkpoint_extra=extra, progress=not settings.no_progress,
                           save_every=settings.save_every,
                           save_interval=None if settings.save_interval is None else 60 * settings.save_interval,
-                          stop_grace=settings.stop_grace)
+                          stop_grace=settings.stop_grace, checkpointer=writer)
     if checkpoint is not None:
         try:
             trainer.load_state_dict(checkpoint)

@@ -155,8 +155,9 @@ class Settings:
     checkpoint_dir: Optional[str] = _flag(None, "run folder: checkpoints, best.pt, metrics.jsonl, loss.png",
                                           "checkpoints and output", shown="runs/<date-time>", metavar="DIR")
     keep_last: int = _flag(3, "checkpoints kept", "checkpoints and output", type=positive_int, metavar="N")
-    resume: Any = _flag(None, "continue from the latest checkpoint in --checkpoint-dir (default: the newest run "
-                        "under runs/); --resume auto: continue if --checkpoint-dir holds a checkpoint, else "
+    resume: Any = _flag(None, "continue from the latest checkpoint in --checkpoint-dir (default: the one "
+                        "unfinished run under runs/, else the newest; several unfinished: it asks which); "
+                        "--resume auto: continue if --checkpoint-dir holds a checkpoint, else "
                         "start there (one command line for first starts, restarts and requeues)",
                         "checkpoints and output", shown="", nargs="?", const=True, type=_auto, metavar="auto")
     save_every: Optional[int] = _flag(None, "also checkpoint every STEPS optimizer steps, mid-epoch",
@@ -166,8 +167,9 @@ class Settings:
     sample_length: int = _flag(300, "tokens generated at the end", "checkpoints and output", shown="300; 0: none",
                                type=_non_negative_int, metavar="N")
     no_progress: bool = _flag(False, "no progress bar", "checkpoints and output", shown="", action="store_true")
-    stop_grace: float = _flag(DEFAULT_STOP_GRACE, "on SIGTERM or SIGUSR1: stop at the next step, checkpoint it and "
-                              "exit with 128 + the signal within SECONDS, else exit at once", "stops and faults",
+    stop_grace: float = _flag(DEFAULT_STOP_GRACE, "on SIGTERM, SIGUSR1 or Ctrl-C: stop at the next step, checkpoint "
+                              "it and exit with 128 + the signal within SECONDS, else exit at once (a second "
+                              "Ctrl-C: at once)", "stops and faults",
                               type=positive_float, metavar="SECONDS")
     dist_timeout: float = _flag(DEFAULT_DIST_TIMEOUT, "under torchrun: how long a collective waits for a hung or "
                                 "dead peer before the run fails", "stops and faults", type=positive_float,

@@ -1,8 +1,9 @@
 """Stop requests from a scheduler: SIGTERM (SLURM, Kubernetes, torchrun's agent) and SIGUSR1
-(SLURM's ``--signal``) ask a run to stop, not kill it. While caught, the first such signal is
-recorded for the training loop to act on at the next step, and from its arrival the process
-has `grace` seconds left while the signals are caught: when they run out it ends with status
-128 + the signal number.
+(SLURM's ``--signal``) ask a run to stop, not kill it; so does Ctrl-C (SIGINT) where it is
+caught too (qrnn-train does). While caught, the first such signal is recorded for the
+training loop to act on at the next step, and from its arrival the process has `grace`
+seconds left while the signals are caught: when they run out it ends with status 128 + the
+signal number. A second Ctrl-C ends it at once, with status 130.
 
 Installing handlers is also what makes a trainer that runs as PID 1 of a container react to
 SIGTERM at all: PID 1 gets no default action for a signal it has no handler for."""
@@ -17,12 +18,20 @@ import sys
 import threading
 from typing import Iterator, Optional, Sequence
 
-__all__ = ["StopRequest", "catch_stop_signals", "STOP_SIGNALS", "DEFAULT_STOP_GRACE"]
+__all__ = ["StopRequest", "catch_stop_signals", "with_ctrl_c", "STOP_SIGNALS", "DEFAULT_STOP_GRACE"]
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 # Well inside the 30 s that SLURM (KillWait), Kubernetes (terminationGracePeriodSeconds) and
 # torchrun's agent leave between SIGTERM and SIGKILL.
 DEFAULT_STOP_GRACE = 20.0
+
+
+def with_ctrl_c(signals: Sequence[int] = STOP_SIGNALS) -> tuple:
+    """`signals` and SIGINT (Ctrl-C), unless this process ignores SIGINT: a job a shell starts
+    in the background ignores it by convention, and then keeps ignoring it."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        return tuple(signals)
+    return tuple(signals) + (signal.SIGINT,)
 
 
 class StopRequest:
@@ -32,6 +41,7 @@ class StopRequest:
         self.signals = tuple(int(s) for s in signals)
         self.grace = grace
         self.signum = 0
+        self.interrupts = 0  # SIGINTs delivered (counted by deliver())
         self._lock = threading.RLock()  # reentrant: the handler may interrupt the main thread in trip()
         self._timer: Optional[threading.Timer] = None
 
@@ -49,6 +59,18 @@ class StopRequest:
             self._timer.daemon = True
             self._timer.start()
 
+    def deliver(self, signum: int) -> None:
+        """One delivery of a caught signal (call it once per delivery): trip(), except that a
+        second SIGINT ends the process at once. The first Ctrl-C asks for a stop that saves;
+        a user who presses it again wants the process gone, not a wait for the save."""
+        if signum == signal.SIGINT:
+            with self._lock:
+                self.interrupts += 1
+                again = self.interrupts > 1
+            if again:
+                self._exit_now("SIGINT again: exiting now, without waiting for the stop", signal.SIGINT)
+        self.trip(signum)
+
     def cancel_timer(self) -> None:
         """The stop is over and the caller takes control again: no forced exit."""
         with self._lock:
@@ -57,10 +79,14 @@ class StopRequest:
 
     def _expire(self) -> None:
         name = signal.Signals(self.signum).name
-        sys.stderr.write(f"qrnn-train: {name}: not stopped within the {self.grace:g} s grace; exiting now "
-                         "(the last committed checkpoint stands)\n")
+        self._exit_now(f"{name}: not stopped within the {self.grace:g} s grace; exiting now", self.signum)
+
+    @staticmethod
+    def _exit_now(what: str, signum: int) -> None:
+        sys.stderr.write(f"qrnn-train: {what} (the last committed checkpoint stands"
+                         + ("; continue with --resume)\n" if signum == signal.SIGINT else ")\n"))
         sys.stderr.flush()
-        os._exit(128 + self.signum)  # no atexit: it would wait for the saves that overran
+        os._exit(128 + signum)  # no atexit: it would wait for the saves that overran
 
 
 class _Installed:
@@ -69,7 +95,6 @@ class _Installed:
     def __init__(self, request: StopRequest):
         self.request = request
         self.users = 0
-        self.previous = {sig: signal.signal(sig, self._handle) for sig in request.signals}
         # The Python-level handler runs only when the main thread runs Python code; the wake-up
         # fd is written by the C-level handler at once, so a main thread blocked in a
         # collective or a wait still gets its grace timer.
@@ -86,9 +111,17 @@ class _Installed:
             self.pipe = (read_end, write_end)
             self.watcher = threading.Thread(target=self._watch, name="qrnn-stop-signals", daemon=True)
             self.watcher.start()
+        # The handlers last, once it is settled who counts deliveries (see _handle).
+        self.previous = {sig: signal.signal(sig, self._handle) for sig in request.signals}
 
     def _handle(self, signum, frame) -> None:
-        self.request.trip(signum)
+        # With the wake-up pipe the watcher counts deliveries (one byte each; this handler
+        # runs once for several signals that arrive while the main thread is in C code) and
+        # this handler only trips at once; without it, this handler is all there is.
+        if self.pipe is None:
+            self.request.deliver(signum)
+        else:
+            self.request.trip(signum)
 
     def _watch(self) -> None:
         assert self.pipe is not None
@@ -103,7 +136,7 @@ class _Installed:
                 return
             for signum in data:
                 if signum in self.request.signals:
-                    self.request.trip(signum)
+                    self.request.deliver(signum)
 
     def uninstall(self) -> None:
         self.request.cancel_timer()

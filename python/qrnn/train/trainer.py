@@ -15,6 +15,7 @@ from typing import Callable, Optional, Sequence
 import torch
 from torch import Tensor, nn
 
+from ..checkpoint import AsyncCheckpointer
 from .checkpoints import CheckpointStallMeter, restore_best
 from .distributed import Distributed, all_gather_object, all_reduce_max
 from .errors import TrainError, TrainingStopped
@@ -87,6 +88,10 @@ class Trainer:
         on_validation: ``on_validation(valid_loss, complete)``, called after each epoch's
             validation and before its checkpoint (on every rank), e.g. to switch optimizers
             (:meth:`replace_optimizer`).
+        checkpointer: rank 0's open :class:`qrnn.checkpoint.AsyncCheckpointer` of
+            ``checkpoint_dir`` (``max_pending=1``) to save through, e.g. one whose writer lock
+            was taken at start-up so that a second writer is refused before any work;
+            :meth:`close` closes it. None: one opened at the first save.
 
     Raises:
         TypeError: ``model``, ``optimizer`` or ``loss_fn`` of the wrong kind.
@@ -114,7 +119,8 @@ class Trainer:
                  save_interval: Optional[float] = None, stop_signals: Sequence[int] = STOP_SIGNALS,
                  stop_grace: float = DEFAULT_STOP_GRACE,
                  lr_at: Optional[Callable[[int, int, int], float]] = None,
-                 on_validation: Optional[Callable[[Optional[float], bool], None]] = None):
+                 on_validation: Optional[Callable[[Optional[float], bool], None]] = None,
+                 checkpointer: Optional[AsyncCheckpointer] = None):
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
         if not isinstance(optimizer, torch.optim.Optimizer):
@@ -158,8 +164,11 @@ class Trainer:
         self._stop_request: Optional[StopRequest] = None
         self._saved_step: Optional[int] = None  # step of the last checkpoint (same on every rank)
         self._next_save_time = 0.0
-        # Rank 0's, opened by the first save, closed by close().
+        # Rank 0's, opened by the first save (or on `checkpointer`, here), closed by close().
         self.checkpoints: Optional[CheckpointStallMeter] = None
+        if checkpointer is not None and checkpoint_dir is not None and self.dist.is_main:
+            self.checkpoints = CheckpointStallMeter(checkpoint_dir, keep_last,
+                                                    optimizer if checkpoint_overlap else None, checkpointer)
         # Progress, all saved in checkpoints.
         self.epoch = 0              # epoch in progress (0-based)
         self.position = 0           # next batch index within it
