@@ -3,7 +3,6 @@ chdir after it was opened, private files, two writers on one folder, a folder fs
 system refuses, the range of steps, and a staging image that memory limits forbid."""
 
 import errno
-import functools
 import json
 import os
 import re
@@ -12,12 +11,12 @@ import stat
 import subprocess
 import sys
 import textwrap
-import uuid
 import warnings
 
 import pytest
 import torch
 
+from cgroups import memory_cgroup
 from qrnn import _C
 from qrnn.checkpoint import AsyncCheckpointer, CheckpointError, async_save, load
 from qrnn.checkpoint._testing import FaultyCheckpointer, faulty_async_save
@@ -325,39 +324,6 @@ def test_save_under_an_address_space_limit_falls_back(tmp_path):
     out = check_limited_save(run_python(LIMITED_SAVER, tmp_path, 200, "as"))
     assert any("could not be allocated" in w for w in out["warnings"])
     assert files(tmp_path) == ["ckpt-000000000001.pt"]
-
-
-def memory_cgroup(limit_bytes):
-    """A fresh memory cgroup (v2, else v1) limited to `limit_bytes`, as (procs file, cleanup,
-    "cgroup2" or "cgroup1"), or a pytest.skip saying why there is none."""
-    for root, limit_file, extra in (("/sys/fs/cgroup", "memory.max", {"memory.swap.max": "0"}),
-                                    ("/sys/fs/cgroup/memory", "memory.limit_in_bytes", {"memory.swappiness": "0"})):
-        if not os.path.exists(os.path.join(root, limit_file if root.endswith("memory") else "cgroup.controllers")):
-            continue
-        if root == "/sys/fs/cgroup":
-            controllers = open(os.path.join(root, "cgroup.subtree_control")).read().split()
-            if "memory" not in controllers:
-                continue
-        folder = os.path.join(root, f"qrnn-test-{uuid.uuid4().hex[:12]}")
-        try:
-            os.mkdir(folder)
-        except OSError as error:
-            pytest.skip(f"cannot create a memory cgroup under {root}: {error}")
-        try:
-            with open(os.path.join(folder, limit_file), "w") as f:
-                f.write(str(limit_bytes))
-            for name, value in extra.items():
-                try:
-                    with open(os.path.join(folder, name), "w") as f:
-                        f.write(value)
-                except OSError:
-                    pass
-        except OSError as error:
-            os.rmdir(folder)
-            pytest.skip(f"cannot limit a memory cgroup under {root}: {error}")
-        return (os.path.join(folder, "cgroup.procs"), functools.partial(os.rmdir, folder),
-                "cgroup1" if root.endswith("memory") else "cgroup2")
-    pytest.skip("no writable memory cgroup hierarchy here (/sys/fs/cgroup)")
 
 
 def test_save_in_a_memory_cgroup_falls_back_instead_of_being_killed(tmp_path):

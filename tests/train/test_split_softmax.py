@@ -158,3 +158,18 @@ def test_train_resume_and_generate_with_the_adaptive_softmax(tmp_path, capsys):
     code = train_main(args + ["--resume", "--softmax", "full"])
     assert code == 2
     assert "--softmax full conflicts with the checkpoint" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bad", [50, 1000, -1])
+def test_targets_outside_the_vocabulary_are_refused(bad, monkeypatch):
+    # Before, an id >= the vocabulary fell in no cluster and was left out of the loss.
+    split, weight, bias = _split()
+    hidden = torch.randn(6, 6, dtype=F64)
+    targets = torch.tensor([0, 3, 49, 12, bad, 7])
+    with pytest.raises(ValueError, match=r"targets must be word ids in \[0, 50\).*" + str(bad)):
+        split.nll(weight, bias, hidden, targets)
+    # The device-side check (a GPU's, or a compiled graph's) refuses them too.
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    with pytest.raises(RuntimeError):
+        split.nll(weight, bias, hidden, targets)
+    split.nll(weight, bias, hidden, targets.clamp(0, 49))

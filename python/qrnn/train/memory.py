@@ -5,7 +5,8 @@ parameters; training holds, per parameter, the float32 weight, its gradient and 
 optimizer's state (Adam two copies, averaged SGD one, SGD none). Activations, the corpus
 and autocast copies come on top: the estimate is a lower bound, so a model refused by it
 could never have trained. The bound is compared with the memory the device has free: on a
-CPU the kernel's ``MemAvailable`` (capped by a cgroup v2 memory limit where one applies),
+CPU the kernel's ``MemAvailable``, capped by the room left in the tightest memory cgroup
+above the process (cgroup v1 or v2, read from ``/proc/self/cgroup``),
 on CUDA ``torch.cuda.mem_get_info``; a model trained on CUDA is built on the CPU first, so
 its weights must fit there too.
 """
@@ -17,6 +18,7 @@ from typing import Optional
 
 import torch
 
+from ..checkpoint.staging import memory_headroom
 from .errors import TrainError
 from .lm import QRNNLanguageModel
 
@@ -52,14 +54,9 @@ def _cpu_available() -> Optional[int]:
             available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
         except (OSError, ValueError, AttributeError):
             return None
-    try:  # a container's limit (cgroup v2) may be far below the host's free memory
-        with open("/sys/fs/cgroup/memory.max") as fh:
-            limit = fh.read().strip()
-        if limit != "max":
-            with open("/sys/fs/cgroup/memory.current") as fh:
-                available = min(available, max(int(limit) - int(fh.read()), 0))
-    except (OSError, ValueError):
-        pass
+    headroom = memory_headroom()  # the tightest memory cgroup above us, v1 or v2
+    if headroom is not None:
+        available = min(available, headroom[0])
     return available
 
 

@@ -86,6 +86,7 @@ class SplitSoftmax(nn.Module):
     def nll(self, weight: Tensor, bias: Tensor, hidden: Tensor, targets: Tensor) -> Tensor:
         """Negative log-likelihoods (float32) of `targets` (N,) given `hidden` (N, features), in
         the order head tokens first, then each cluster's (their sum and mean are the loss's)."""
+        self._check_targets(targets)
         weights, biases = self._pieces(weight, bias)
         head_log_probs = self._head_log_probs(weights, biases, hidden)
         head = self.cutoffs[0]
@@ -100,6 +101,21 @@ class SplitSoftmax(nn.Module):
             picked = tail.gather(1, (targets.index_select(0, rows) - lo).unsqueeze(1)).squeeze(1)
             parts.append(-(head_log_probs.index_select(0, rows)[:, head + cluster] + picked))
         return torch.cat(parts)
+
+    def _check_targets(self, targets: Tensor) -> None:
+        """Targets outside [0, vocab_size) would fall in no cluster and leave the loss without a
+        word: refused. On the CPU a ValueError; on a GPU, or while compiled, a device-side
+        assertion (no host synchronisation per batch)."""
+        if targets.numel() == 0:
+            return
+        if targets.device.type == "cpu" and not torch.compiler.is_compiling():
+            low, high = int(targets.min()), int(targets.max())
+            if low < 0 or high >= self.vocab_size:
+                raise ValueError(f"targets must be word ids in [0, {self.vocab_size}) (the vocabulary), "
+                                 f"got ids from {low} to {high}")
+            return
+        torch._assert_async(((targets >= 0) & (targets < self.vocab_size)).all(),
+                            f"targets must be word ids in [0, {self.vocab_size}) (the vocabulary)")
 
     def sample(self, weight: Tensor, bias: Tensor, hidden: Tensor, temperature: float = 1.0,
                generator: Optional[torch.Generator] = None) -> Tensor:
