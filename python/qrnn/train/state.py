@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 
 from .errors import TrainError
+from .records import plural
 
 __all__ = ["tree_map", "regroup_carry", "rng_state", "set_rng_state", "seed_everything"]
 
@@ -56,7 +57,8 @@ def regroup_carry(carries: list, world: int, batch_dim: int) -> list:
         if isinstance(tree, Tensor):
             size = tree.shape[batch_dim]
             if size % world:
-                raise TrainError(f"a carried state of batch {size} does not split over {world} processes")
+                raise TrainError(f"a carried state of batch {size} does not split over "
+                                 f"{plural(world, 'process', 'processes')}")
             return tree.narrow(batch_dim, rank * (size // world), size // world).clone()
         if isinstance(tree, (list, tuple)):
             return _rebuilt(tree, [split(t, rank) for t in tree])

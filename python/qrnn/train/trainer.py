@@ -21,7 +21,7 @@ from .distributed import Distributed, all_gather_object, all_reduce_max
 from .errors import TrainError, TrainingStopped
 from .optim import averaged_weights
 from .precision import AUTOCAST_DTYPES, choose_precision
-from .records import EpochRecord
+from .records import EpochRecord, plural
 from .state import regroup_carry, rng_state, seed_everything, set_rng_state, tree_map
 from .stopping import DEFAULT_STOP_GRACE, STOP_SIGNALS, StopRequest, catch_stop_signals
 
@@ -489,8 +489,8 @@ class Trainer:
         if not same_world:
             if self.position and self.stateful:
                 if self.carry_batch_dim is None:
-                    raise TrainError(f"the checkpoint was written mid-epoch by {saved_world} processes; "
-                                     f"resume it with {saved_world} processes")
+                    processes = plural(saved_world, "process", "processes")
+                    raise TrainError(f"the checkpoint was written mid-epoch by {processes}; resume it with {processes}")
                 # The global batch is unchanged: re-cut the carried states for this many processes.
                 carries = regroup_carry(carries, self.dist.world, self.carry_batch_dim)
             else:
