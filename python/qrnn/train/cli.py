@@ -36,7 +36,7 @@ from .distributed import (
     is_collective_failure,
 )
 from .errors import TrainError, TrainingStopped
-from .lm import QRNNLanguageModel, generate, lm_loss
+from .lm import QRNNLanguageModel, generate, lm_loss, meta_model
 from .memory import OutOfMemoryAsError, check_model_fits
 from .optim import NTASGD, LearningRate, averaged_state_dict, averaged_weights, make_asgd, make_optimizer
 from .records import format_epoch_record, plural
@@ -582,8 +582,7 @@ def _check_model_shapes(model_config: dict, weights, path: str) -> None:
     if not isinstance(weights, dict) or not all(isinstance(t, torch.Tensor) for t in weights.values()):
         raise TrainError(f"{path}: its model weights are damaged")
     try:
-        with torch.device("meta"):
-            expected = QRNNLanguageModel(**model_config).state_dict()
+        expected = meta_model(model_config).state_dict()
     except (TypeError, ValueError, RuntimeError, OverflowError) as err:
         raise TrainError(f"{path}: its model settings are damaged ({type(err).__name__}: "
                          f"{str(err).strip().splitlines()[0] if str(err).strip() else ''})") from None

@@ -29,6 +29,7 @@ from typing import NamedTuple, Optional, Sequence, cast
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.overrides import TorchFunctionMode
 
 from .. import QRNN, QRNNState
 from .softmax import SplitSoftmax
@@ -148,6 +149,27 @@ class QRNNLanguageModel(nn.Module):
             return nll.mean()
         logits = self.decoder(features.output)
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+class _SkipInitialisers(TorchFunctionMode):
+    """Leaves meta tensors to ``torch.nn.init``'s functions and ``Tensor.normal_`` /
+    ``uniform_`` untouched: a meta tensor holds no values to draw, and torch's meta
+    ``normal_`` imports torch._dynamo (seconds) on its first call."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if getattr(func, "__module__", None) == "torch.nn.init" or func in (Tensor.normal_, Tensor.uniform_):
+            target = args[0] if args else kwargs.get("tensor")
+            if isinstance(target, Tensor) and target.is_meta:
+                return target
+        return func(*args, **kwargs)
+
+
+def meta_model(model_config: dict) -> QRNNLanguageModel:
+    """``QRNNLanguageModel(**model_config)`` on the meta device (shapes, no memory), its
+    initialisers skipped: what sizes are checked and parameters counted on."""
+    with torch.device("meta"), _SkipInitialisers():
+        return QRNNLanguageModel(**model_config)
 
 
 def _layer_forward(layer: QRNN, x: Tensor, state) -> tuple:

@@ -20,7 +20,7 @@ import torch
 
 from ..checkpoint.staging import memory_headroom
 from .errors import TrainError
-from .lm import QRNNLanguageModel
+from .lm import meta_model
 
 __all__ = ["available_bytes", "format_bytes", "count_parameters", "check_model_fits", "is_out_of_memory",
            "out_of_memory_message", "OutOfMemoryAsError", "OPTIMIZER_STATE_COPIES"]
@@ -77,8 +77,7 @@ def count_parameters(model_config: dict) -> Optional[int]:
     """The number of parameters of ``QRNNLanguageModel(**model_config)`` (tied weights once),
     counted on the meta device; None when the sizes are too large to describe a tensor."""
     try:
-        with torch.device("meta"):
-            model = QRNNLanguageModel(**model_config)
+        model = meta_model(model_config)
     except (RuntimeError, TypeError, OverflowError):  # a size beyond int64 or a tensor's limits
         return None
     return sum(p.numel() for p in model.parameters())

@@ -10,6 +10,7 @@ TorchScript tracer, modes), or, under torch.func transforms and forward-mode AD,
 
 from __future__ import annotations
 
+import sys
 from typing import Callable, Optional
 
 import torch
@@ -146,6 +147,54 @@ def register_kernel(op, device: str, check: Callable[..., object], kernel: Calla
         return kernel(*args)
 
     op.register_kernel(device, checked)
+    defer_dynamo_import(op)
+
+
+def _disable_dynamo_code():
+    """The code object of the wrapper ``torch._disable_dynamo`` puts around a function, or
+    None on a torch without it."""
+    wrap = getattr(torch, "_disable_dynamo", None)
+    return None if wrap is None else getattr(wrap(lambda: None), "__code__", None)
+
+
+_DISABLE_DYNAMO_CODE = _disable_dynamo_code()
+
+
+def defer_dynamo_import(op) -> None:
+    """Keep the custom op's kernels from importing ``torch._dynamo`` (seconds, with sympy and
+    DTensor) at their first call while nothing in the process has imported it.
+
+    torch (>= 2.5) wraps each kernel of a ``custom_op`` in ``torch._disable_dynamo``, whose
+    first call imports torch._dynamo to build ``torch._dynamo.disable(kernel)`` and keeps it
+    as the kernel's ``__dynamo_disable`` attribute. That wrapper only turns Dynamo's frame
+    hook off around the kernel, and only torch._dynamo sets that hook: before it is imported
+    the kernel runs unwrapped, which is the same call. So each wrapper gets a stand-in
+    ``__dynamo_disable`` that calls the kernel while torch._dynamo is not in ``sys.modules``
+    and, from the first call after it is, builds the real one and puts it in its own place.
+    What the dispatcher, Dynamo and export see is unchanged. A torch whose wrapper looks
+    otherwise (or that has none, 2.4) is left as it is."""
+    backend_fns = getattr(op, "_backend_fns", None)
+    if _DISABLE_DYNAMO_CODE is None or not isinstance(backend_fns, dict):
+        return
+    for wrapper in backend_fns.values():
+        if getattr(wrapper, "__code__", None) is not _DISABLE_DYNAMO_CODE or not wrapper.__closure__:
+            continue
+        cells = dict(zip(wrapper.__code__.co_freevars, (cell.cell_contents for cell in wrapper.__closure__)))
+        fn, recursive = cells.get("fn"), cells.get("recursive")
+        if callable(fn) and isinstance(recursive, bool) and getattr(fn, "__dynamo_disable", None) is None:
+            setattr(fn, "__dynamo_disable", _until_dynamo_loaded(fn, recursive))
+
+
+def _until_dynamo_loaded(fn: Callable, recursive: bool) -> Callable:
+    def call(*args, **kwargs):
+        if "torch._dynamo" not in sys.modules:  # no frame hook can be set: nothing to disable
+            return fn(*args, **kwargs)
+        import torch._dynamo
+
+        disabled = torch._dynamo.disable(fn, recursive, wrapping=False)
+        setattr(fn, "__dynamo_disable", disabled)  # what torch._disable_dynamo would have kept
+        return disabled(*args, **kwargs)
+    return call
 
 
 def register_vmap(op, rule: Callable) -> bool:

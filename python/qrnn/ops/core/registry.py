@@ -8,7 +8,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from ... import _C  # type: ignore[attr-defined, unused-ignore]  # compiled, no stub
-from .dispatch import register_kernel
+from .dispatch import defer_dynamo_import, register_kernel
 
 
 class NativeKernels:
@@ -59,5 +59,6 @@ def define_op(op: str) -> Callable[[Callable], Any]:
     def define(fn: Callable) -> Any:
         defined = torch.library.custom_op(f"qrnn::{op}", mutates_args=(), schema=manifest_schema(op))(fn)
         defined.__doc__ = fn.__doc__
+        defer_dynamo_import(defined)  # the body's wrapper (devices without a native kernel)
         return defined
     return define
