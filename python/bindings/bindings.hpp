@@ -132,6 +132,7 @@ void def_fast(py::module_& m) {
 // The binders of each subsystem, called once by module.cpp.
 void bind_kernels(py::module_& m);     // CPU kernels and their argument lists
 void bind_checkpoint(py::module_& m);  // the checkpoint writer (qrnn.checkpoint)
+void bind_text(py::module_& m);        // the corpora's tokenizer (qrnn.train.data)
 #if defined(QRNN_WITH_CUDA)
 void bind_cuda(py::module_& m);        // CUDA launchers (qrnn.ops.core.cuda)
 #endif

@@ -1,5 +1,5 @@
 // qrnn._C: the torch-free core exposed to Python, one binding file per subsystem
-// (kernels.cpp, checkpoint.cpp, cuda.cpp; bindings.hpp has the one fast-call helper).
+// (kernels.cpp, checkpoint.cpp, text.cpp, cuda.cpp; bindings.hpp has the one fast-call helper).
 //
 // Tensors cross as integers: a data pointer and element strides per array; this module
 // never links libtorch, so one wheel serves every torch release. std::invalid_argument
@@ -32,6 +32,7 @@ PYBIND11_MODULE(_C, m) {
     });
     qrnn::bindings::bind_kernels(m);
     qrnn::bindings::bind_checkpoint(m);
+    qrnn::bindings::bind_text(m);
 #if defined(QRNN_WITH_CUDA)
     qrnn::bindings::bind_cuda(m);
 #endif

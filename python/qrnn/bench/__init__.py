@@ -12,4 +12,5 @@ AREAS = {
     "recipes": "recipes",
     "awd": "awd",
     "scale": "scale",
+    "tokenize": "tokenization",
 }

@@ -16,6 +16,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 import torch
@@ -184,9 +185,11 @@ print(json.dumps(result))
 '''
 
 
-def _measure(mode: str, data: Path) -> dict:
+def measure_subprocess(mode: str, data: Path, script: Optional[str] = None) -> dict:
+    """The JSON line `script` (default: the cache's measurements, `mode` "split", "build" or
+    "start") prints when run in a fresh interpreter on the corpus folder `data`."""
     launched = time.time()
-    done = subprocess.run([sys.executable, "-c", _MEASURE, mode, str(data)], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-c", script or _MEASURE, mode, str(data)], capture_output=True, text=True,
                           timeout=3600, env=dict(os.environ, QRNN_CACHE_DIR=str(data / "cache")))
     if done.returncode:
         raise RuntimeError(done.stderr[-2000:])
@@ -200,9 +203,9 @@ def _cache(quick: bool) -> list:
     shape = QUICK if quick else WT103
     with tempfile.TemporaryDirectory() as folder:
         data = write_corpus(Path(folder) / "wt103-shaped", shape)
-        split = _measure("split", data)
-        build = _measure("build", data)
-        warm = _measure("start", data)
+        split = measure_subprocess("split", data)
+        build = measure_subprocess("build", data)
+        warm = measure_subprocess("start", data)
         assert build["built_here"] and not warm["built_here"]
     tokens = f"{shape['train'] / 1e6:.1f}M tokens, vocabulary {shape['vocab']:,}"
     ratio = build["seconds"] / split["seconds"]
@@ -221,5 +224,35 @@ def _cache(quick: bool) -> list:
     ]
 
 
+def _timed_process(args: list) -> float:
+    """Wall time of a fresh interpreter running `args` (interpreter start and imports included)."""
+    start = time.perf_counter()
+    subprocess.run([sys.executable, *args], check=True, capture_output=True, timeout=600)
+    return time.perf_counter() - start
+
+
+def _generate_start(quick: bool) -> Result:
+    """qrnn-generate's first token against `import torch` and loading the same checkpoint,
+    each a whole fresh process, interleaved, best of a few: what sampling adds to loading."""
+    rounds = 1 if quick else 5
+    with tempfile.TemporaryDirectory() as folder:
+        run_dir = os.path.join(folder, "run")  # qrnn-train's default model, one step
+        subprocess.run([sys.executable, "-m", "qrnn.train", "--max-steps", "1", "--no-progress", "--sample-length",
+                        "0", "--precision", "fp32", "--checkpoint-dir", run_dir], check=True, capture_output=True,
+                       timeout=1800)
+        best_pt = os.path.join(run_dir, "best.pt")
+        load = ["-c", "import sys, torch; torch.load(sys.argv[1], weights_only=True)", best_pt]
+        sample = ["-c", "import sys; from qrnn.train.cli import generate_main; sys.exit(generate_main(sys.argv[1:]))",
+                  "--checkpoint", best_pt, "--length", "1"]
+        best = {"load": float("inf"), "sample": float("inf")}
+        for _ in range(rounds):
+            best["load"] = min(best["load"], _timed_process(load))
+            best["sample"] = min(best["sample"], _timed_process(sample))
+    ratio = best["sample"] / best["load"]
+    return Result(AREA, "qrnn-generate's first token vs import torch and torch.load of the checkpoint", ratio, "x",
+                  "<= 1.5x", ratio <= 1.5, f"{best['sample']:.2f} s vs {best['load']:.2f} s, fresh processes, best "
+                  f"of {rounds}; qrnn-train's default model")
+
+
 def run(quick: bool = False) -> list:
-    return _softmax_share(quick) + [_perplexity(quick)] + _cache(quick)
+    return _softmax_share(quick) + [_perplexity(quick)] + _cache(quick) + [_generate_start(quick)]

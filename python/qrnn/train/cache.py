@@ -5,9 +5,13 @@ A cache is a folder named by a key over the data files' identity (real path, siz
 modification time, a sampled content fingerprint), the token level and the format version.
 It holds ``train.i32``, ``valid.i32``, ``test.i32`` (little-endian int32 token ids),
 ``vocab.json`` and ``meta.json`` (token counts, each file's CRC-32, the training ids'
-fingerprint, who built it, when, in how long), written in a temporary folder renamed into
-place. Reading checks everything before trusting it: a partial or damaged cache (a killed
-build, a flipped byte) is rebuilt, never used. The ids are memory-mapped copy-on-write, so
+fingerprint, each split's id range, who built it, when, in how long, and its own
+checksum), written in a temporary folder renamed into place. Reading checks everything
+before trusting it, as input that anyone who can write beside the data may have made: each
+entry is opened relative to the folder's descriptor, following no link, and must be a
+regular file; the JSON is checked field by field; every id is checked against the
+vocabulary on the very pages that are then used. A partial, damaged or crafted cache is
+rebuilt, never used. The ids are memory-mapped copy-on-write, so
 their pages are shared through the page cache: a rank's private memory for data stays
 small.
 
@@ -19,14 +23,16 @@ data, or, where that folder cannot be written, under ``$QRNN_CACHE_DIR`` (defaul
 
 from __future__ import annotations
 
-import collections
+import contextlib
+import errno
 import fcntl
 import hashlib
-import itertools
 import json
 import os
+import secrets
 import shutil
 import socket
+import stat
 import time
 import zlib
 from dataclasses import dataclass
@@ -36,12 +42,12 @@ from typing import Callable, Iterator, Optional
 import numpy as np
 import torch
 
-from .data import EOS, LEVELS, SPLITS, UNK, Corpus, DataError, Vocabulary, decode_file_text, line_cuts, split_files
+from .data import LEVELS, SPLITS, Corpus, DataError, Tokenizer, Vocabulary, decode_file_text, line_cuts, split_files
 
 __all__ = ["CACHE_VERSION", "CacheInfo", "cached_corpus", "cache_root", "ids_fingerprint", "data_identity",
            "check_data_identity"]
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: meta.json checksummed, with each split's id range
 BLOCK_BYTES = 4 << 20  # text read and tokenized per block: bounds the build's memory
 _FINGERPRINT_SAMPLES = 64
 _FINGERPRINT_BYTES = 64 << 10
@@ -65,6 +71,8 @@ def cache_root(data_folder: Path) -> Path:
     """``.qrnn-cache`` beside the data if that folder can be written, else
     ``$QRNN_CACHE_DIR/corpora`` (default ``~/.cache/torch-qrnn/corpora``)."""
     beside = data_folder / ".qrnn-cache"
+    if beside.is_symlink():  # refused by the caller, never written through
+        return beside
     if os.access(data_folder, os.W_OK):
         try:  # access() says yes to root everywhere: try it
             beside.mkdir(exist_ok=True)
@@ -91,9 +99,13 @@ def _sampled_crcs(path: Path, size: int) -> list:
 
 
 def _file_identity(path: Path) -> list:
-    """Real path, size, modification time and sampled CRC-32s: the cache's key."""
-    stat = path.stat()
-    return [str(path.resolve()), stat.st_size, stat.st_mtime_ns, _sampled_crcs(path, stat.st_size)]
+    """Real path, device and inode, size, modification and change times, sampled CRC-32s: the
+    cache's key. The change time is the kernel's (no program can set it back, as ``touch -d``
+    sets the modification time), so an edit that keeps the size and restores the modification
+    time still makes a new key; so does a file replaced by another (its inode)."""
+    info = path.stat()
+    return [str(path.resolve()), info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns,
+            _sampled_crcs(path, info.st_size)]
 
 
 def data_identity(path: str) -> dict:
@@ -177,38 +189,16 @@ def _newline_at(fh, offset: int) -> int:
         offset += len(chunk)
 
 
-def _word_ids(words: dict, tokens: list) -> np.ndarray:
-    """Provisional ids of `tokens`: each word's order of first appearance, new words added
-    to `words`. New words are stored as fresh copies made once the block's strings are
-    freed: a kept string of a block would otherwise hold on to the memory of its block."""
-    ids = np.fromiter(map(words.get, tokens, itertools.repeat(-1)), dtype=np.int64, count=len(tokens))
-    unknown = np.flatnonzero(ids < 0)
-    if len(unknown):
-        new = dict.fromkeys(tokens[i] for i in unknown)
-        first = len(words)
-        local = {word: first + i for i, word in enumerate(new)}
-        ids[unknown] = np.fromiter(map(local.__getitem__, (tokens[i] for i in unknown)), dtype=np.int64,
-                                   count=len(unknown))
-        packed = "\n".join(new)  # one large string: not in the small-object pools
-        del new, local
-        tokens.clear()
-        for i, word in enumerate(packed.split("\n")):
-            words[word] = first + i
-    return ids
-
-
 def _build(folder: Path, ranges: dict, level: str, name: str, progress: bool) -> dict:
-    """Tokenize the splits into `folder`: one pass over the text, provisional ids written as
-    they come (first-appearance word ids, or code points for characters), then remapped to
-    the vocabulary's ids in bounded blocks."""
+    """Tokenize the splits into `folder`: one pass over the text, provisional ids (each
+    token's order of first appearance: :class:`~qrnn.train.data.Tokenizer`) written as they
+    come, then remapped to the vocabulary's ids in bounded blocks."""
     from tqdm.auto import tqdm
 
     total = sum(stop - start for _, start, stop in ranges.values())
     bar = tqdm(total=total, unit="B", unit_scale=True, desc=f"tokenizing {name}", leave=False,
                disable=not progress, dynamic_ncols=True)
-    words: dict = {}
-    counts = np.zeros(0, dtype=np.int64)
-    codes_seen: set = set()
+    tokenizer = Tokenizer(level)
     has_text = {}
     with bar:
         for split, (path, start, stop) in ranges.items():
@@ -216,100 +206,201 @@ def _build(folder: Path, ranges: dict, level: str, name: str, progress: bool) ->
             with open(folder / f"{split}.raw", "wb") as out:
                 for text in _text_blocks(path, start, stop, bar.update):
                     has_text[split] = has_text[split] or bool(text.strip())
-                    if level == "char":
-                        ids = np.frombuffer(text.encode("utf-32-le"), dtype="<u4")
-                        if split == "train":
-                            codes_seen.update(np.unique(ids).tolist())
-                    else:
-                        ids = _word_ids(words, text.replace("\n", f" {EOS} ").split())
-                        if split == "train":
-                            if len(words) > len(counts):
-                                counts = np.concatenate([counts, np.zeros(len(words) - len(counts), np.int64)])
-                            counts += np.bincount(ids, minlength=len(counts))
-                        ids = ids.astype("<u4")
-                    out.write(ids.tobytes())
+                    out.write(tokenizer.ids(text, count=split == "train").data)
     for split in SPLITS:
         if not has_text[split]:
             raise DataError(f"--data {name}: the {split} split is empty")
     # The vocabulary, as Vocabulary.build makes it, and each provisional id's final id.
-    if level == "char":
-        codes = np.array(sorted(codes_seen), dtype=np.uint32)
-        vocab = Vocabulary(level, [UNK] + [chr(c) for c in codes.tolist()])
+    vocab, table = tokenizer.vocabulary()
 
-        def final(raw: np.ndarray) -> np.ndarray:
-            pos = np.searchsorted(codes, raw)
-            found = pos < len(codes)
-            found[found] = codes[pos[found]] == raw[found]
-            return np.where(found, pos + 1, 0)
-    else:
-        by_id = list(words)
-        seen = collections.Counter({by_id[i]: int(c) for i, c in enumerate(counts) if c})
-        seen.pop(UNK, None)
-        ordered = sorted(seen.items(), key=lambda kv: (-kv[1], kv[0]))
-        vocab = Vocabulary(level, [UNK] + [word for word, _ in ordered])
-        table = np.zeros(len(words), dtype=np.int32)  # words never in training (and <unk>): 0
-        index = {word: i for i, word in enumerate(vocab.tokens)}
-        for word, provisional in words.items():
-            table[provisional] = index.get(word, 0)
-
-        def final(raw: np.ndarray) -> np.ndarray:
-            return table[raw]
+    def final(raw: np.ndarray) -> np.ndarray:
+        return table[raw]
     meta: dict = {"version": CACHE_VERSION, "level": level, "files": {}}
     for split in SPLITS:  # read in blocks, not mapped: the build's memory stays its own
         crc = fingerprint = 0
+        low, high = 2**31, -1
         with open(folder / f"{split}.raw", "rb") as src, open(folder / f"{split}.i32", "wb") as out:
             while len(raw := np.fromfile(src, dtype="<u4", count=1 << 22)):
                 block = final(raw).astype("<i4")
+                low, high = min(low, int(block.min())), max(high, int(block.max()))
                 crc = zlib.crc32(block.tobytes(), crc)
                 if split == "train":  # ids_fingerprint, block by block
                     fingerprint = zlib.crc32(block.astype("<i8").tobytes(), fingerprint)
                 out.write(block.tobytes())
         os.unlink(folder / f"{split}.raw")
-        meta["files"][split] = {"tokens": os.path.getsize(folder / f"{split}.i32") // 4, "crc32": crc}
+        # The ids' range, checked against the vocabulary whenever the cache is opened.
+        meta["files"][split] = {"tokens": os.path.getsize(folder / f"{split}.i32") // 4, "crc32": crc,
+                                "min": low if high >= 0 else 0, "max": max(high, 0)}
         if split == "train":
             meta["fingerprint"] = fingerprint
     vocab_bytes = json.dumps(vocab.state_dict()).encode()
     (folder / "vocab.json").write_bytes(vocab_bytes)
     meta["vocab_crc32"] = zlib.crc32(vocab_bytes)
+    meta["vocab_bytes"] = len(vocab_bytes)
     return meta
 
 
-def _check(folder: Path, level: str) -> Optional[str]:
-    """None if the cache in `folder` is complete and intact, else what is wrong."""
+class _Unusable(Exception):
+    """What makes a cache folder unusable (its message), found while opening it."""
+
+
+# meta.json is a few hundred bytes; vocab.json is bounded by its recorded size and this cap.
+_META_MAX_BYTES = 1 << 20
+_VOCAB_MAX_BYTES = 1 << 30
+_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # NONBLOCK: a FIFO never blocks
+
+
+def _open_dir(path: Path, dir_fd: Optional[int] = None) -> int:
+    """A descriptor of the folder `path` that is not a symbolic link (O_NOFOLLOW)."""
+    return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+
+
+def _open_entry(dir_fd: int, name: str) -> int:
+    """A descriptor of the regular file `name` in the folder `dir_fd`: a symbolic link, a
+    device or a FIFO in its place makes the cache unusable (never read, never followed)."""
     try:
-        meta = json.loads((folder / "meta.json").read_text())
-        if meta.get("version") != CACHE_VERSION or meta.get("level") != level:
-            return "another version or level"
-        if zlib.crc32((folder / "vocab.json").read_bytes()) != meta["vocab_crc32"]:
-            return "vocab.json does not match its checksum"
-        for split in SPLITS:
-            path, want = folder / f"{split}.i32", meta["files"][split]
-            if os.path.getsize(path) != 4 * want["tokens"]:
-                return f"{path.name} has the wrong size"
-            crc = 0
-            with open(path, "rb") as fh:
-                while block := fh.read(8 << 20):
-                    crc = zlib.crc32(block, crc)
-            if crc != want["crc32"]:
-                return f"{path.name} does not match its checksum"
+        fd = os.open(name, _OPEN_FLAGS, dir_fd=dir_fd)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise _Unusable(f"{name} is a symbolic link") from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise _Unusable(f"{name} is not a regular file")
+    return fd
+
+
+def _read_entry(dir_fd: int, name: str, limit: int) -> bytes:
+    fd = _open_entry(dir_fd, name)
+    with os.fdopen(fd, "rb") as fh:
+        if os.fstat(fd).st_size > limit:
+            raise _Unusable(f"{name} is larger than a cache writes it ({limit:,} bytes at most)")
+        return fh.read(limit + 1)[:limit]
+
+
+def _is_int(value, low: int = -(2**63), high: int = 2**63 - 1) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+
+def _meta_checksum(meta: dict) -> int:
+    """CRC-32 of meta.json's fields but its own checksum, in a canonical form."""
+    return zlib.crc32(json.dumps({k: v for k, v in meta.items() if k != "meta_crc32"}, sort_keys=True).encode())
+
+
+def _parse_meta(data: bytes, level: str) -> dict:
+    """meta.json's fields, each of the type the builder writes, else _Unusable."""
+    try:
+        meta = json.loads(data)
+    except ValueError:
+        raise _Unusable("meta.json is not JSON") from None
+    if not isinstance(meta, dict):
+        raise _Unusable("meta.json is not an object")
+    if meta.get("version") != CACHE_VERSION:
+        raise _Unusable(f"cache format {meta.get('version')!r:.20}, this version reads {CACHE_VERSION}")
+    if meta.get("meta_crc32") != _meta_checksum(meta):
+        raise _Unusable("meta.json does not match its checksum")
+    fields: dict = {"level": str, "builder": str, "built": str, "seconds": (int, float), "files": dict}
+    wrong = [key for key, kind in fields.items() if not isinstance(meta.get(key), kind)]
+    wrong += [key for key in ("fingerprint", "vocab_crc32", "vocab_bytes") if not _is_int(meta.get(key), 0)]
+    for split in SPLITS:
+        entry = meta["files"].get(split) if isinstance(meta.get("files"), dict) else None
+        if not isinstance(entry, dict) or not all(_is_int(entry.get(k)) for k in ("tokens", "crc32", "min", "max")) \
+                or entry["tokens"] < 0:
+            wrong.append(f"files.{split}")
+    if wrong:
+        raise _Unusable(f"meta.json's {', '.join(wrong)} missing or damaged")
+    if meta["level"] != level:
+        raise _Unusable(f"meta.json says level {meta['level']!r:.20}, not {level!r}")
+    return meta
+
+
+def _parse_vocab(data: bytes, meta: dict, level: str) -> Vocabulary:
+    if len(data) != meta["vocab_bytes"] or zlib.crc32(data) != meta["vocab_crc32"]:
+        raise _Unusable("vocab.json does not match its checksum")
+    try:
+        state = json.loads(data)
+        vocab = Vocabulary.from_state_dict(state)
+    except (ValueError, TypeError, KeyError, AttributeError) as err:
+        raise _Unusable(f"vocab.json is damaged ({str(err)[:200]})") from None
+    if vocab.level != level:  # a char vocabulary under a word-level key, or the reverse
+        raise _Unusable(f"vocab.json is a {vocab.level}-level vocabulary, not {level}")
+    return vocab
+
+
+def _map_ids(dir_fd: int, split: str, want: dict, vocab_size: int) -> torch.Tensor:
+    """The split's ids, memory-mapped copy-on-write, once the mapped bytes match their size,
+    CRC-32 and the vocabulary's range (checked on the mapping itself: what is checked is what
+    is used)."""
+    name = f"{split}.i32"
+    fd = _open_entry(dir_fd, name)
+    try:
+        if os.fstat(fd).st_size != 4 * want["tokens"]:
+            raise _Unusable(f"{name} has the wrong size")
+        if want["tokens"] == 0:
+            return torch.zeros(0, dtype=torch.int32)
+        with os.fdopen(os.dup(fd), "rb") as fh:  # np.memmap maps a duplicate: ours is closed below
+            ids = np.memmap(fh, dtype="<i4", mode="c")
+    finally:
+        os.close(fd)
+    crc, low, high = 0, vocab_size, -1
+    for start in range(0, len(ids), 1 << 21):
+        block = ids[start: start + (1 << 21)]
+        crc = zlib.crc32(block.data, crc)
+        low, high = min(low, int(block.min())), max(high, int(block.max()))
+    if crc != want["crc32"]:
+        raise _Unusable(f"{name} does not match its checksum")
+    if (low, high) != (want["min"], want["max"]) or low < 0 or high >= vocab_size:
+        raise _Unusable(f"{name} holds token ids {low}..{high}, outside the vocabulary's 0..{vocab_size - 1}")
+    # Copy-on-write: writable for torch (no warning), shared pages until written (never).
+    return torch.from_numpy(ids)
+
+
+def _open_cache(root_fd: int, folder: Path, name: str, level: str):
+    """(Corpus, meta) of the cache `folder` (a name in the folder `root_fd`) if it is complete,
+    intact and consistent with `level`, else what is wrong with it (a str). Every entry is
+    opened relative to the folder's descriptor, following no link, so that the files checked
+    are the files used."""
+    try:
+        dir_fd = _open_dir(Path(folder.name), dir_fd=root_fd)
+    except FileNotFoundError:
+        return "absent"
+    except OSError as err:
+        if err.errno in (errno.ELOOP, errno.ENOTDIR):
+            return "it is a symbolic link or a file, not a folder"
+        return f"unreadable ({err.strerror or err})"
+    try:
+        meta = _parse_meta(_read_entry(dir_fd, "meta.json", _META_MAX_BYTES), level)
+        vocab = _parse_vocab(_read_entry(dir_fd, "vocab.json", min(meta["vocab_bytes"], _VOCAB_MAX_BYTES)),
+                             meta, level)
+        ids = [_map_ids(dir_fd, split, meta["files"][split], len(vocab)) for split in SPLITS]
     except FileNotFoundError:
         return "incomplete"
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        return f"unreadable ({type(err).__name__}: {err})"
-    return None
+    except _Unusable as problem:
+        return str(problem)
+    except OSError as err:
+        return f"unreadable ({err.strerror or err})"
+    finally:
+        os.close(dir_fd)
+    return Corpus(name, vocab, ids[0], ids[1], ids[2], fingerprint=meta["fingerprint"]), meta
 
 
-def _open(folder: Path, name: str) -> Corpus:
-    meta = json.loads((folder / "meta.json").read_text())
-    vocab = Vocabulary.from_state_dict(json.loads((folder / "vocab.json").read_text()))
-    ids = []
-    for split in SPLITS:
-        if meta["files"][split]["tokens"]:
-            # Copy-on-write: writable for torch (no warning), shared pages until written (never).
-            ids.append(torch.from_numpy(np.memmap(folder / f"{split}.i32", dtype="<i4", mode="c")))
-        else:
-            ids.append(torch.zeros(0, dtype=torch.int32))
-    return Corpus(name, vocab, ids[0], ids[1], ids[2], fingerprint=int(meta["fingerprint"]))
+def _check_text_files(files: dict, path: str) -> None:
+    """What can be told of the data files before anything is created or said: each is not
+    empty and starts as UTF-8 text (a compressed or binary file is refused at its first
+    bytes; a problem further in is found by the build, which then leaves nothing behind)."""
+    single = len(set(files.values())) == 1
+    for file in dict.fromkeys(files.values()):
+        size = file.stat().st_size
+        if size == 0:
+            raise DataError(f"--data {path}: {'file' if single else file.name} is empty")
+        with open(file, "rb") as fh:
+            head = fh.read(_SNIFF_BYTES)
+        if len(head) < size:  # end the sample at a line end, never inside a character
+            head = head[: head.rfind(b"\n") + 1]
+        decode_file_text(head, file, 0, at_end=len(head) == size)
+
+
+_SNIFF_BYTES = 64 << 10
 
 
 def cached_corpus(path: str, level: str, say: Callable = print, progress: bool = True) -> tuple:
@@ -319,54 +410,140 @@ def cached_corpus(path: str, level: str, say: Callable = print, progress: bool =
     if level not in LEVELS:
         raise DataError(f"--level must be one of {', '.join(LEVELS)}, got {level!r}")
     files, name = split_files(path)
+    _check_text_files(files, path)
     ranges = _split_ranges(files)
     identity = [CACHE_VERSION, level] + [_file_identity(p) for p in dict.fromkeys(files.values())]
     key = hashlib.sha256(json.dumps(identity).encode()).hexdigest()[:24]
     root = cache_root(next(iter(files.values())).parent)
+    root_fd = _open_root(root)
     try:
-        root.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise DataError(f"cannot create the corpus cache folder {root}: {err.strerror or err}; set "
-                        "QRNN_CACHE_DIR to a writable folder") from None
-    folder = root / f"{name}-{level}-{key}"
-    problem = _check(folder, level) if folder.exists() else "absent"
-    built_here = False
-    if problem is not None:
-        with open(root / f"{folder.name}.lock", "a+") as lock:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                say(f"corpus cache: waiting for the process building {folder}", flush=True)
-                fcntl.flock(lock, fcntl.LOCK_EX)
-            problem = _check(folder, level) if folder.exists() else "absent"
-            if problem is not None:  # this process builds it
-                if problem != "absent":
-                    say(f"corpus cache: {folder} is damaged ({problem}): rebuilding it", flush=True)
-                say(f"corpus cache: tokenizing {name} once into {folder}", flush=True)
-                _build_into(folder, ranges, level, name, progress)
-                built_here = True
-    meta = json.loads((folder / "meta.json").read_text())
-    corpus = _open(folder, name)
+        folder = root / f"{name}-{level}-{key}"
+        opened = _open_cache(root_fd, folder, name, level)
+        built_here = False
+        if isinstance(opened, str):
+            with _build_lock(root_fd, root, folder, say):
+                opened = _open_cache(root_fd, folder, name, level)
+                if isinstance(opened, str):  # this process builds it
+                    if opened != "absent":
+                        say(f"corpus cache: {folder} cannot be used ({opened}): rebuilding it", flush=True)
+                    say(f"corpus cache: tokenizing {name} once into {folder}", flush=True)
+                    _build_into(root_fd, folder, ranges, level, name, progress)
+                    built_here = True
+                    opened = _open_cache(root_fd, folder, name, level)
+                    if isinstance(opened, str):
+                        raise DataError(f"the corpus cache {folder} does not read back after its build "
+                                        f"({opened}): is another program writing to {root}?")
+    finally:
+        os.close(root_fd)
+    corpus, meta = opened
     return corpus, CacheInfo(str(folder), built_here, meta["builder"], meta["seconds"])
 
 
-def _build_into(folder: Path, ranges: dict, level: str, name: str, progress: bool) -> None:
+def _open_root(root: Path) -> int:
+    """A descriptor of the cache root, created if needed: a symbolic link there is refused
+    (whoever can write beside the data must not choose where the cache is read)."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        return _open_dir(root)
+    except OSError as err:
+        if err.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise DataError(f"the corpus cache folder {root} is a symbolic link or a file, which qrnn-train does "
+                            "not follow: remove it (the cache is then made there anew)") from None
+        raise DataError(f"cannot create the corpus cache folder {root}: {err.strerror or err}; set "
+                        "QRNN_CACHE_DIR to a writable folder") from None
+
+
+@contextlib.contextmanager
+def _build_lock(root_fd: int, root: Path, folder: Path, say: Callable) -> Iterator[None]:
+    """The exclusive flock on ``<key>.lock`` (a regular file, never a link) for building
+    `folder`. A build that fails on the data (not text, an empty split) takes the lock file
+    away again, and the cache root if it is left empty: a refused file leaves nothing."""
+    lock_name = f"{folder.name}.lock"
+    try:
+        fd = os.open(lock_name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644,
+                     dir_fd=root_fd)
+    except OSError as err:
+        raise DataError(f"cannot open the corpus cache lock {root / lock_name}: "
+                        f"{'it is a symbolic link' if err.errno == errno.ELOOP else err.strerror or err}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise DataError(f"the corpus cache lock {root / lock_name} is not a regular file: remove it")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            say(f"corpus cache: waiting for the process building {folder}", flush=True)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            yield
+        except DataError:
+            with contextlib.suppress(OSError):
+                os.unlink(lock_name, dir_fd=root_fd)
+                os.rmdir(root)  # only if empty: another cache lives there
+            raise
+    finally:
+        os.close(fd)
+
+
+def _remove_entry(root_fd: int, root: Path, name: str) -> None:
+    """Remove the entry `name` of the cache root, a folder or anything else, following no link
+    (rmtree itself refuses a link and follows none inside)."""
+    try:
+        if stat.S_ISDIR(os.stat(name, dir_fd=root_fd, follow_symlinks=False).st_mode):
+            shutil.rmtree(root / name)
+        else:
+            os.unlink(name, dir_fd=root_fd)
+    except FileNotFoundError:
+        pass
+
+
+def _remove_stale_temporaries(root_fd: int, root: Path, own: str) -> None:
+    """Temporaries of builds whose builder is gone (killed with -9, or a host that died): our
+    own key's (we hold its lock), and any other whose key's lock is free."""
+    for entry in os.listdir(root_fd):
+        key, tmp, _ = entry.partition(".tmp-")
+        if not tmp:
+            continue
+        if key == own:
+            _remove_entry(root_fd, root, entry)
+            continue
+        try:
+            fd = os.open(f"{key}.lock", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=root_fd)
+        except FileNotFoundError:  # a builder always holds its lock: none, no builder
+            _remove_entry(root_fd, root, entry)
+            continue
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # its builder is still at work
+            continue
+        else:
+            _remove_entry(root_fd, root, entry)
+        finally:
+            os.close(fd)
+
+
+def _build_into(root_fd: int, folder: Path, ranges: dict, level: str, name: str, progress: bool) -> None:
+    """Build the cache `folder` in a fresh temporary beside it, then rename it into place
+    (under the key's lock)."""
     start = time.perf_counter()
-    work = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir()
+    _remove_stale_temporaries(root_fd, folder.parent, folder.name)
+    work = folder.with_name(f"{folder.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+    work.mkdir()  # a new name: fails rather than reuse anything already there
     try:
         meta = _build(work, ranges, level, name, progress)
         rank = os.environ.get("RANK")
         meta["builder"] = f"{socket.gethostname()} pid {os.getpid()}" + (f" (rank {rank})" if rank else "")
         meta["seconds"] = time.perf_counter() - start
         meta["built"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+        meta["meta_crc32"] = _meta_checksum(meta)
         (work / "meta.json").write_text(json.dumps(meta))
         for entry in work.iterdir():
             with open(entry, "rb") as fh:
                 os.fsync(fh.fileno())
-        shutil.rmtree(folder, ignore_errors=True)  # a damaged one
-        os.rename(work, folder)
+        _remove_entry(root_fd, folder.parent, folder.name)  # a damaged one, or whatever took its name
+        os.rename(work.name, folder.name, src_dir_fd=root_fd, dst_dir_fd=root_fd)
+        os.fsync(root_fd)
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise

@@ -7,9 +7,7 @@ With no path the corpus is the English reference text that every CPython carries
 
 from __future__ import annotations
 
-import collections
 import fnmatch
-import itertools
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,9 +17,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["DataError", "Vocabulary", "Corpus", "load_corpus", "load_texts", "split_files", "default_text",
-           "split_text", "line_cuts", "decode_text", "decode_file_text", "BPTTBatches", "UNK", "EOS", "LEVELS",
-           "SPLITS"]
+from qrnn import _C
+
+__all__ = ["DataError", "Tokenizer", "Vocabulary", "Corpus", "load_corpus", "load_texts", "split_files",
+           "default_text", "split_text", "line_cuts", "decode_text", "decode_file_text", "BPTTBatches", "UNK", "EOS",
+           "LEVELS", "SPLITS"]
 
 UNK = "<unk>"
 EOS = "<eos>"
@@ -33,9 +33,37 @@ class DataError(ValueError):
     """A corpus that cannot be used (missing, empty, too small); the message is one line."""
 
 
-def _char_codes(text: str) -> np.ndarray:
-    """Unicode code points of `text` as uint32, without a Python loop over characters."""
-    return np.frombuffer(text.encode("utf-32-le"), dtype="<u4")
+class Tokenizer:
+    """The one tokenizer of every corpus path (:class:`Vocabulary`, :func:`load_corpus`, the
+    corpus cache): ``qrnn._C.Tokenizer``, C++ that runs without the GIL (cpp/src/text/).
+
+    Word level: the words ``str.split()`` finds (Unicode whitespace), with ``<eos>`` for each
+    ``"\\n"``; char level: each character. Without `tokens`, each token gets a provisional
+    id, its order of first appearance, and :meth:`vocabulary` orders the counted ones into
+    the corpus's vocabulary; with `tokens` (a vocabulary's), ids are their places, 0 for any
+    other token. Each text passed is whole: a block of a longer text ends at a line end.
+    """
+
+    def __init__(self, level: str, tokens: Optional[Sequence[str]] = None):
+        if level not in LEVELS:
+            raise ValueError(f"level must be one of {LEVELS}, got {level!r}")
+        self.level = level
+        self._native = _C.Tokenizer(level, None if tokens is None else list(tokens))
+
+    def ids(self, text, count: bool = False) -> np.ndarray:
+        """int32 ids of the tokens of `text` (str, or UTF-8 bytes); `count`: it is training
+        text, whose tokens make the vocabulary."""
+        return np.frombuffer(self._native.tokenize(text, count), dtype=np.int32)
+
+    def count(self, text) -> None:
+        """Count the tokens of the training text `text`, keeping no ids."""
+        self._native.tokenize(text, True, False)
+
+    def vocabulary(self) -> tuple:
+        """(the :class:`Vocabulary` of the counted text, the final id of each provisional id
+        as an int32 array: 0 for tokens never counted)."""
+        tokens, final = self._native.vocabulary()
+        return Vocabulary(self.level, tokens), np.frombuffer(final, dtype=np.int32)
 
 
 class Vocabulary:
@@ -43,7 +71,8 @@ class Vocabulary:
 
     Char level: tokens are single characters, sorted by code point. Word level: tokens are
     whitespace-separated words plus ``<eos>`` at each line end (the WikiText / PTB
-    convention), most frequent first.
+    convention), most frequent first, ties in code point order. :class:`Tokenizer` finds
+    and orders them.
     """
 
     def __init__(self, level: str, tokens: Sequence[str]):
@@ -52,25 +81,24 @@ class Vocabulary:
         tokens = list(tokens)
         if not tokens or tokens[0] != UNK:
             raise ValueError(f"the first token must be {UNK!r}")
+        # A vocabulary read from a file (a cache, a checkpoint) is checked whole here.
+        if not all(isinstance(t, str) for t in tokens):
+            raise ValueError("tokens must be strings")
+        if len(set(tokens)) != len(tokens):
+            raise ValueError("tokens must be distinct")
         self.level = level
         self.tokens = tokens
         if level == "char":
-            # Sorted code points of tokens[1:], so encoding is one np.searchsorted.
-            self._codes = np.array([ord(t) for t in tokens[1:]], dtype=np.uint32)
-            if np.any(np.diff(self._codes.astype(np.int64)) <= 0):
+            codes = np.array([ord(t) for t in tokens[1:]], dtype=np.int64)
+            if np.any(np.diff(codes) <= 0):
                 raise ValueError("char tokens must be single characters in increasing order")
-        else:
-            self._index = {t: i for i, t in enumerate(tokens)}
+        self._encoder: Optional[Tokenizer] = None  # made on the first encode()
 
     @classmethod
     def build(cls, text: str, level: str) -> "Vocabulary":
-        if level == "char":
-            codes = np.unique(_char_codes(text))
-            return cls(level, [UNK] + [chr(c) for c in codes.tolist()])
-        counts = collections.Counter(_words(text))
-        counts.pop(UNK, None)
-        ordered = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-        return cls(level, [UNK] + [word for word, _ in ordered])
+        tokenizer = Tokenizer(level)
+        tokenizer.count(text)
+        return tokenizer.vocabulary()[0]
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -78,19 +106,14 @@ class Vocabulary:
     def __eq__(self, other) -> bool:
         return isinstance(other, Vocabulary) and (self.level, self.tokens) == (other.level, other.tokens)
 
+    def __getstate__(self) -> dict:  # the C++ encoder is not pickled: remade when needed
+        return {**self.__dict__, "_encoder": None}
+
     def encode(self, text: str) -> Tensor:
         """Token ids (int64) of `text`; unknown tokens become 0 (``<unk>``)."""
-        if self.level == "char":
-            codes = _char_codes(text)
-            pos = np.searchsorted(self._codes, codes)
-            found = pos < len(self._codes)
-            found[found] = self._codes[pos[found]] == codes[found]
-            ids = np.where(found, pos + 1, 0)
-        else:
-            words = _words(text)
-            ids = np.fromiter(map(self._index.get, words, itertools.repeat(0)), dtype=np.int64,
-                              count=len(words))
-        return torch.from_numpy(ids.astype(np.int64))
+        if self._encoder is None:
+            self._encoder = Tokenizer(self.level, self.tokens)
+        return torch.from_numpy(self._encoder.ids(text).astype(np.int64))
 
     def decode(self, ids) -> str:
         tokens = [self.tokens[i] for i in torch.as_tensor(ids).tolist()]
@@ -104,11 +127,6 @@ class Vocabulary:
     @classmethod
     def from_state_dict(cls, state: dict) -> "Vocabulary":
         return cls(state["level"], state["tokens"])
-
-
-def _words(text: str) -> list:
-    # str.replace and str.split run in C: no per-token Python code.
-    return text.replace("\n", f" {EOS} ").split()
 
 
 @dataclass
@@ -260,9 +278,14 @@ def load_corpus(path: Optional[str] = None, level: str = "char", vocab: Optional
     if level not in LEVELS:
         raise DataError(f"--level must be one of {', '.join(LEVELS)}, got {level!r}")
     name, train, valid, test = load_texts(path)
-    if vocab is None:
-        vocab = Vocabulary.build(train, level)
-    return Corpus(name, vocab, vocab.encode(train), vocab.encode(valid), vocab.encode(test))
+    if vocab is not None:
+        return Corpus(name, vocab, vocab.encode(train), vocab.encode(valid), vocab.encode(test))
+    # One pass: provisional ids, counted on the training split, then mapped to the vocabulary's.
+    tokenizer = Tokenizer(level)
+    provisional = [tokenizer.ids(text, count=split == "train") for split, text in zip(SPLITS, (train, valid, test))]
+    vocab, final = tokenizer.vocabulary()
+    ids = [torch.from_numpy(final[raw].astype(np.int64)) for raw in provisional]
+    return Corpus(name, vocab, ids[0], ids[1], ids[2])
 
 
 class BPTTBatches(Sequence):
