@@ -382,9 +382,11 @@ def test_trainer_fit_stops_on_a_signal_with_a_checkpoint(tmp_path):
 def test_ctrl_c_is_a_stop_request_unless_ignored():
     """qrnn-train catches SIGINT as a stop request, except in a process that ignores it (a
     job a shell starts in the background): that one keeps ignoring it."""
-    assert with_ctrl_c() == (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Set both states explicitly: pytest itself may run as a background job ignoring SIGINT.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
+        assert with_ctrl_c() == (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         assert with_ctrl_c() == (signal.SIGTERM, signal.SIGUSR1)
     finally:
         signal.signal(signal.SIGINT, previous)
