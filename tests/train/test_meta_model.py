@@ -37,17 +37,45 @@ def test_meta_model_leaves_real_initialisation_alone():
         torch.testing.assert_close(after[name], tensor, rtol=0, atol=0)
 
 
-def test_size_checks_import_nothing_heavy():
-    proc = run_python("""
-        import json, sys
-        import torch
-        from qrnn.train.cli import _check_model_shapes
-        from qrnn.train.lm import meta_model
-        from qrnn.train.memory import count_parameters
-        config = dict(vocab_size=5000, emsize=16, hidden=16, layers=2, cutoffs=[500, 2000])
-        assert count_parameters(config) > 0
-        _check_model_shapes(config, {k: torch.empty(v.shape) for k, v in meta_model(config).state_dict().items()}, "x")
-        print(json.dumps([m for m in ("torch._dynamo", "sympy") if m in sys.modules]))
-    """, timeout=300)
+HEAVY = ("torch._dynamo", "sympy")
+# Prints the heavy modules loaded, each with the code that first imported it.
+_WATCH_HEAVY = """
+import json, sys, traceback
+first = {}
+class Watch:
+    def find_spec(self, name, path=None, target=None):
+        if name in HEAVY and name not in first:
+            first[name] = "".join(traceback.format_stack(limit=12))
+        return None
+HEAVY = %r
+sys.meta_path.insert(0, Watch())
+"""
+
+
+def _heavy_imports(code):
+    proc = run_python(_WATCH_HEAVY % (HEAVY,) + code + "\nprint(json.dumps(first))", timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert json.loads(proc.stdout.strip().splitlines()[-1]) == []
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_size_checks_import_nothing_heavy():
+    """No torch._dynamo ever, and nothing heavy that torch's own meta-device module building
+    does not import in that torch too (a torch release may load sympy on its own)."""
+    ours = _heavy_imports("""
+import torch
+from qrnn.train.cli import _check_model_shapes
+from qrnn.train.lm import meta_model
+from qrnn.train.memory import count_parameters
+config = dict(vocab_size=5000, emsize=16, hidden=16, layers=2, cutoffs=[500, 2000])
+assert count_parameters(config) > 0
+_check_model_shapes(config, {k: torch.empty(v.shape) for k, v in meta_model(config).state_dict().items()}, "x")
+""")
+    torchs = _heavy_imports("""
+import torch
+with torch.device("meta"):
+    torch.nn.Embedding(5000, 16).state_dict()
+    torch.nn.Linear(16, 48).state_dict()
+""")
+    assert "torch._dynamo" not in ours, ours["torch._dynamo"]
+    extra = {name: stack for name, stack in ours.items() if name not in torchs}
+    assert not extra, "\n".join(f"{name} first imported by:\n{stack}" for name, stack in extra.items())
