@@ -92,33 +92,21 @@ def _assert_only_committed_files(run_dir):
             name.startswith("ckpt-") and name.endswith(".pt")), name
 
 
-def test_sigterm_during_a_step_checkpoints_the_position_and_resumes_bit_identical(base, reference, tmp_path):
-    """SIGTERM mid-step: the run stops at that step with exit status 143 and one line, the
-    partial epoch checkpointed; the same command line resumes it bit-identically."""
+@pytest.mark.parametrize("name", ["SIGTERM", "SIGINT"])
+def test_a_stop_signal_during_a_step_checkpoints_the_position_and_resumes_bit_identical(base, reference, tmp_path,
+                                                                                       name):
+    """SIGTERM, or SIGINT (Ctrl-C), mid-step: the run stops at that step with exit status 128 +
+    the signal and one line naming the file saved and how to continue, the partial epoch
+    checkpointed; the same command line resumes it bit-identically."""
     run_dir = tmp_path / "run"
-    code, _, err = _run(base, run_dir, "SIGTERM@step@12", ["--epochs", "2"])
-    assert code == 128 + signal.SIGTERM, err[-2000:]
-    assert err == (f"qrnn-train: stopped by SIGTERM at step 12 (epoch 1, batch 12 of {EPOCH_STEPS}): saved "
+    code, _, err = _run(base, run_dir, f"{name}@step@12", ["--epochs", "2"])
+    assert code == 128 + getattr(signal, name), err[-2000:]
+    assert err == (f"qrnn-train: stopped by {name} at step 12 (epoch 1, batch 12 of {EPOCH_STEPS}): saved "
                    f"{run_dir}/ckpt-000000000012.pt; continue with --resume --checkpoint-dir {run_dir}\n")
     stopped = load(_latest(run_dir))
     assert stopped["progress"]["step"] == 12 and stopped["progress"]["position"] == 12
     _assert_only_committed_files(run_dir)
     # The same command line continues it, and it ends as if never stopped.
-    assert train_main(base + ["--epochs", "2", "--checkpoint-dir", str(run_dir)]) == 0
-    assert_same_training_state(reference, load(_latest(run_dir)))
-
-
-def test_ctrl_c_checkpoints_the_position_says_what_was_saved_and_resumes(base, reference, tmp_path):
-    """SIGINT (Ctrl-C) mid-step stops like SIGTERM: the partial epoch is checkpointed, exit
-    status 130, one line naming the file saved and how to continue; resuming is bit-identical."""
-    run_dir = tmp_path / "run"
-    code, _, err = _run(base, run_dir, "SIGINT@step@12", ["--epochs", "2"])
-    assert code == 128 + signal.SIGINT, err[-2000:]
-    assert err == (f"qrnn-train: stopped by SIGINT at step 12 (epoch 1, batch 12 of {EPOCH_STEPS}): saved "
-                   f"{run_dir}/ckpt-000000000012.pt; continue with --resume --checkpoint-dir {run_dir}\n")
-    stopped = load(_latest(run_dir))
-    assert stopped["progress"]["step"] == 12 and stopped["progress"]["position"] == 12
-    _assert_only_committed_files(run_dir)
     assert train_main(base + ["--epochs", "2", "--checkpoint-dir", str(run_dir)]) == 0
     assert_same_training_state(reference, load(_latest(run_dir)))
 
