@@ -172,23 +172,53 @@ qrnn::DType check_sequences(const Tensor& first, const Tensor& second, const cha
     return dtype;
 }
 
+// ---- Sequences (qrnn/view.hpp): lengths or packed cu_seqlens, and reverse -------------------
+
+// Sets the params' sequence fields and returns the number of sequences (the states' rows):
+// `rows` batch rows, or the packed row's sequences. Values are checked by the core (CPU).
+template <typename Params>
+int64_t set_sequences(Params& p, const std::optional<Tensor>& lengths, const std::optional<Tensor>& cu_seqlens,
+                      const Tensor& like, int64_t rows, const char* op) {
+    require(!(lengths.has_value() && cu_seqlens.has_value()),
+            std::string(op) + ": give lengths or cu_seqlens, not both");
+    if (lengths.has_value()) {
+        check_device(*lengths, like, op, "lengths");
+        require(lengths->dim() == 1 && lengths->size(0) == rows && lengths->scalar_type() == ScalarType::Long,
+                std::string(op) + ": lengths must be a 1-D int64 tensor of batch size");
+        p.lengths = static_cast<const int64_t*>(lengths->data_ptr());
+        p.lengths_stride = lengths->stride(0);
+    }
+    if (!cu_seqlens.has_value()) return rows;
+    check_device(*cu_seqlens, like, op, "cu_seqlens");
+    require(cu_seqlens->dim() == 1 && cu_seqlens->size(0) >= 1 && cu_seqlens->scalar_type() == ScalarType::Long &&
+                (cu_seqlens->size(0) == 1 || cu_seqlens->stride(0) == 1),
+            std::string(op) + ": cu_seqlens must be a contiguous 1-D int64 tensor");
+    require(rows == 1, std::string(op) + ": with cu_seqlens the input must be one packed row (batch 1)");
+    p.cu_seqlens = static_cast<const int64_t*>(cu_seqlens->data_ptr());
+    return cu_seqlens->size(0) - 1;
+}
+
 // ---- qrnn::forget_mult ------------------------------------------------------------------------
 
-Tensor forget_mult(Tensor f, Tensor x, std::optional<Tensor> h0, bool batch_first) {
+Tensor forget_mult(Tensor f, Tensor x, std::optional<Tensor> h0, bool batch_first, std::optional<Tensor> lengths,
+                   std::optional<Tensor> cu_seqlens, bool reverse) {
     constexpr const char* op = "forget_mult";
     const qrnn::DType dtype = check_sequences(f, x, op, "f", "x");
     qrnn::ForgetMultForwardParams p;
     p.seq_len = f.size(batch_first ? 1 : 0);
-    p.batch = f.size(batch_first ? 0 : 1);
+    p.batch = set_sequences(p, lengths, cu_seqlens, f, f.size(batch_first ? 0 : 1), op);
     p.hidden = f.size(2);
     check_state(h0, f, p.batch, p.hidden, op, "h0");
+    // A whole row reversed is a negative time stride; sequences reverse by the core's flag.
+    const bool whole = reverse && !lengths.has_value() && !cu_seqlens.has_value();
+    p.reverse = reverse && !whole;
     Tensor h = torch::stable::new_empty(f, f.sizes());
     p.dtype = dtype;
-    p.f = view3<qrnn::ConstView3>(f, batch_first);
-    p.x = view3<qrnn::ConstView3>(x, batch_first);
+    p.f = time_view3<qrnn::ConstView3>(f, batch_first, whole);
+    p.x = time_view3<qrnn::ConstView3>(x, batch_first, whole);
     p.h0 = view2<qrnn::ConstView2>(h0);
     p.h0_dtype = h0.has_value() ? dtype_of(*h0, op, "h0") : dtype;
-    p.h = view3<qrnn::View3>(h, batch_first);
+    p.h = time_view3<qrnn::View3>(h, batch_first, whole);
 #if defined(QRNN_WITH_CUDA)
     if (f.is_cuda()) {
         const int32_t device = f.get_device_index();
@@ -202,21 +232,24 @@ Tensor forget_mult(Tensor f, Tensor x, std::optional<Tensor> h0, bool batch_firs
 
 // ---- qrnn::linear_scan ------------------------------------------------------------------------
 
-Tensor linear_scan(Tensor a, Tensor b, std::optional<Tensor> h0, bool reverse, bool batch_first) {
+Tensor linear_scan(Tensor a, Tensor b, std::optional<Tensor> h0, bool reverse, bool batch_first,
+                   std::optional<Tensor> lengths, std::optional<Tensor> cu_seqlens) {
     constexpr const char* op = "linear_scan";
     const qrnn::DType dtype = check_sequences(a, b, op, "a", "b");
     qrnn::LinearScanForwardParams p;
     p.seq_len = a.size(batch_first ? 1 : 0);
-    p.batch = a.size(batch_first ? 0 : 1);
+    p.batch = set_sequences(p, lengths, cu_seqlens, a, a.size(batch_first ? 0 : 1), op);
     p.hidden = a.size(2);
     check_state(h0, a, p.batch, p.hidden, op, "h0");
+    const bool whole = reverse && !lengths.has_value() && !cu_seqlens.has_value();
+    p.reverse = reverse && !whole;
     Tensor h = torch::stable::new_empty(a, a.sizes());
     p.dtype = dtype;
-    p.a = time_view3<qrnn::ConstView3>(a, batch_first, reverse);
-    p.b = time_view3<qrnn::ConstView3>(b, batch_first, reverse);
+    p.a = time_view3<qrnn::ConstView3>(a, batch_first, whole);
+    p.b = time_view3<qrnn::ConstView3>(b, batch_first, whole);
     p.h0 = view2<qrnn::ConstView2>(h0);
     p.h0_dtype = h0.has_value() ? dtype_of(*h0, op, "h0") : dtype;
-    p.h = time_view3<qrnn::View3>(h, batch_first, reverse);
+    p.h = time_view3<qrnn::View3>(h, batch_first, whole);
 #if defined(QRNN_WITH_CUDA)
     if (a.is_cuda()) {
         const int32_t device = a.get_device_index();
@@ -232,7 +265,7 @@ Tensor linear_scan(Tensor a, Tensor b, std::optional<Tensor> h0, bool reverse, b
 
 std::tuple<Tensor, Tensor, Tensor> qrnn_gates(Tensor gates, std::optional<Tensor> c0, std::optional<Tensor> forget_mask,
                                               std::optional<Tensor> lengths, double forget_scale, bool output_gate,
-                                              bool batch_first, bool reverse) {
+                                              bool batch_first, bool reverse, std::optional<Tensor> cu_seqlens) {
     constexpr const char* op = "qrnn_gates";
     const int64_t n_gates = output_gate ? 3 : 2;
     check_device(gates, gates, op, "gates");
@@ -241,8 +274,9 @@ std::tuple<Tensor, Tensor, Tensor> qrnn_gates(Tensor gates, std::optional<Tensor
             "qrnn_gates: gates must be 3-D with the last size a multiple of " + std::to_string(n_gates));
     require(forget_scale >= 0.0 && forget_scale <= 1.0, "qrnn_gates: forget_scale must be in [0, 1]");
     const int64_t hidden = gates.size(2) / n_gates;
-    const int64_t batch = gates.size(batch_first ? 0 : 1);
     const int64_t seq_len = gates.size(batch_first ? 1 : 0);
+    qrnn::QrnnGatesForwardParams p;
+    const int64_t batch = set_sequences(p, lengths, cu_seqlens, gates, gates.size(batch_first ? 0 : 1), op);
     check_state(c0, gates, batch, hidden, op, "c0");
     const std::vector<int64_t> out_shape{gates.size(0), gates.size(1), hidden};
     if (forget_mask.has_value()) {
@@ -252,18 +286,12 @@ std::tuple<Tensor, Tensor, Tensor> qrnn_gates(Tensor gates, std::optional<Tensor
                 "qrnn_gates: forget_mask must have the output's shape");
         require(forget_mask->scalar_type() == gates.scalar_type(), "qrnn_gates: forget_mask must have gates' dtype");
     }
-    if (lengths.has_value()) {
-        check_device(*lengths, gates, op, "lengths");
-        require(lengths->dim() == 1 && lengths->size(0) == batch && lengths->scalar_type() == ScalarType::Long,
-                "qrnn_gates: lengths must be a 1-D int64 tensor of batch size");
-    }
 
     Tensor output = torch::stable::new_empty(gates, out_shape);
     // The backward needs every c[t]; without an output gate that is the output itself.
     Tensor states = torch::stable::new_empty(gates, output_gate ? out_shape : std::vector<int64_t>{0});
     Tensor c_n = torch::stable::new_empty(gates, {batch, hidden}, state_scalar_type(gates.scalar_type()));
 
-    qrnn::QrnnGatesForwardParams p;
     p.seq_len = seq_len;
     p.batch = batch;
     p.hidden = hidden;
@@ -275,10 +303,6 @@ std::tuple<Tensor, Tensor, Tensor> qrnn_gates(Tensor gates, std::optional<Tensor
     p.forget_scale = forget_scale;
     p.c0 = view2<qrnn::ConstView2>(c0);
     p.c0_dtype = c0.has_value() ? dtype_of(*c0, op, "c0") : dtype;
-    if (lengths.has_value()) {
-        p.lengths = static_cast<const int64_t*>(lengths->data_ptr());
-        p.lengths_stride = lengths->stride(0);
-    }
     p.reverse = reverse;
     p.output = view3<qrnn::View3>(output, batch_first);
     if (output_gate) p.states = view3<qrnn::View3>(states, batch_first);

@@ -9,6 +9,13 @@
 namespace qrnn::cuda {
 namespace {
 
+// The CUDA schedules walk whole rows: sequences are refused (qrnn/view.hpp).
+template <typename Params>
+int64_t validate(const Params& p) {
+    qrnn::detail::refuse_sequences(p, "qrnn::cuda::forget_mult");
+    return qrnn::detail::validate_forget_mult(p);
+}
+
 using detail::check_schedule;
 using detail::strided;
 
@@ -28,26 +35,26 @@ LaunchPlan plan_of(const ForgetMultBackwardParams& p, Schedule schedule) {
 
 void forget_mult_forward(const ForgetMultForwardParams& p, void* stream, Schedule schedule, int device) {
     check_schedule(schedule);
-    detail::launch_scan_forward("qrnn::cuda::forget_mult_forward", detail::KernelFamily::forget_mult, p,
-                                qrnn::detail::validate_forget_mult(p), p.f.data, &plan_of, stream, schedule, device);
+    detail::launch_scan_forward("qrnn::cuda::forget_mult_forward", detail::KernelFamily::forget_mult, p, validate(p),
+                                p.f.data, &plan_of, stream, schedule, device);
 }
 
 void forget_mult_backward(const ForgetMultBackwardParams& p, void* stream, Schedule schedule, int device) {
     check_schedule(schedule);
-    qrnn::detail::validate_forget_mult(p);
+    validate(p);
     detail::launch_scan_backward("qrnn::cuda::forget_mult_backward", detail::KernelFamily::forget_mult, p, p.f.data,
                                  &plan_of, stream, schedule, device);
 }
 
 LaunchPlan forget_mult_forward_plan(const ForgetMultForwardParams& p, Schedule schedule) {
     check_schedule(schedule);
-    qrnn::detail::validate_forget_mult(p);
+    validate(p);
     return plan_of(p, schedule);
 }
 
 LaunchPlan forget_mult_backward_plan(const ForgetMultBackwardParams& p, Schedule schedule) {
     check_schedule(schedule);
-    qrnn::detail::validate_forget_mult(p);
+    validate(p);
     return plan_of(p, schedule);
 }
 

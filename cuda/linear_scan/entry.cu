@@ -9,6 +9,13 @@
 namespace qrnn::cuda {
 namespace {
 
+// The CUDA schedules walk whole rows: sequences are refused (qrnn/view.hpp).
+template <typename Params>
+int64_t validate(const Params& p) {
+    qrnn::detail::refuse_sequences(p, "qrnn::cuda::linear_scan");
+    return qrnn::detail::validate_linear_scan(p);
+}
+
 using detail::check_schedule;
 using detail::strided;
 
@@ -27,26 +34,26 @@ LaunchPlan plan_of(const LinearScanBackwardParams& p, Schedule schedule) {
 
 void linear_scan_forward(const LinearScanForwardParams& p, void* stream, Schedule schedule, int device) {
     check_schedule(schedule);
-    detail::launch_scan_forward("qrnn::cuda::linear_scan_forward", detail::KernelFamily::linear_scan, p,
-                                qrnn::detail::validate_linear_scan(p), p.a.data, &plan_of, stream, schedule, device);
+    detail::launch_scan_forward("qrnn::cuda::linear_scan_forward", detail::KernelFamily::linear_scan, p, validate(p),
+                                p.a.data, &plan_of, stream, schedule, device);
 }
 
 void linear_scan_backward(const LinearScanBackwardParams& p, void* stream, Schedule schedule, int device) {
     check_schedule(schedule);
-    qrnn::detail::validate_linear_scan(p);
+    validate(p);
     detail::launch_scan_backward("qrnn::cuda::linear_scan_backward", detail::KernelFamily::linear_scan, p, p.a.data,
                                  &plan_of, stream, schedule, device);
 }
 
 LaunchPlan linear_scan_forward_plan(const LinearScanForwardParams& p, Schedule schedule) {
     check_schedule(schedule);
-    qrnn::detail::validate_linear_scan(p);
+    validate(p);
     return plan_of(p, schedule);
 }
 
 LaunchPlan linear_scan_backward_plan(const LinearScanBackwardParams& p, Schedule schedule) {
     check_schedule(schedule);
-    qrnn::detail::validate_linear_scan(p);
+    validate(p);
     return plan_of(p, schedule);
 }
 

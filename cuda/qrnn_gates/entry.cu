@@ -34,6 +34,16 @@ int width_for(DType dtype, int64_t T, int64_t B, int64_t H, std::initializer_lis
     return 1;
 }
 
+// The CUDA kernels walk padded rows (lengths, reverse); packed sequences are refused.
+template <typename Params>
+bool validate(const Params& p) {
+    if (p.cu_seqlens)
+        qrnn::detail::fail(
+            "qrnn::cuda::qrnn_gates: cu_seqlens runs on the CPU kernels only; on CUDA pass padded rows "
+            "with lengths");
+    return qrnn::detail::validate_qrnn_gates(p, qrnn::detail::LengthsMemory::device);
+}
+
 int width_of(const QrnnGatesForwardParams& p) {
     const int64_t elem = dtype_size(p.dtype);
     const GateBlocks g = blocks_of(p.gates.data, p.gates.stride_t, p.gates.stride_b, p.gates.stride_h, p.gate_stride,
@@ -54,7 +64,7 @@ int width_of(const QrnnGatesBackwardParams& p) {
 
 template <typename Params>
 void launch(const Params& p, void* stream, int device, const char* what) {
-    if (!qrnn::detail::validate_qrnn_gates(p, qrnn::detail::LengthsMemory::device)) return;
+    if (!validate(p)) return;
     const LaunchPlan plan{width_of(p), 1};
     const detail::LaunchGuard guard(what, stream, device, p.gates.data, detail::KernelFamily::gates, p.dtype);
     detail::launch_of_dtype(p, plan, stream);
@@ -71,12 +81,12 @@ void qrnn_gates_backward(const QrnnGatesBackwardParams& p, void* stream, int dev
 }
 
 int qrnn_gates_forward_vector_width(const QrnnGatesForwardParams& p) {
-    qrnn::detail::validate_qrnn_gates(p, qrnn::detail::LengthsMemory::device);
+    validate(p);
     return width_of(p);
 }
 
 int qrnn_gates_backward_vector_width(const QrnnGatesBackwardParams& p) {
-    qrnn::detail::validate_qrnn_gates(p, qrnn::detail::LengthsMemory::device);
+    validate(p);
     return width_of(p);
 }
 

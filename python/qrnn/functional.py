@@ -46,12 +46,14 @@ def check_input_dtype(input: Tensor, dtype: Optional[torch.dtype]) -> None:
 
 
 def _window_inputs(x: Tensor, x_tail: Optional[Tensor], window: int, lengths: Optional[Tensor],
-                   time_dim: int, reverse: bool) -> tuple:
+                   time_dim: int, reverse: bool, cu_seqlens: Optional[Tensor] = None) -> tuple:
     """``concat(x[t], x[t-1], ..., x[t-window+1])`` on the feature axis (one copy), and the
     new input tail. In reverse the previous inputs are x[t+1], ..., zero past each end."""
     T = x.shape[time_dim]
     pad_shape = list(x.shape)
     pad_shape[time_dim] = window - 1
+    if cu_seqlens is not None:
+        return _packed_window_inputs(x, window, cu_seqlens, time_dim, reverse, pad_shape), None
     if reverse:
         if lengths is not None:  # inputs past a sequence's end are not part of it (even NaN)
             padding = torch.arange(T, device=x.device).unsqueeze(1) >= lengths.unsqueeze(0)  # (T, B)
@@ -71,10 +73,29 @@ def _window_inputs(x: Tensor, x_tail: Optional[Tensor], window: int, lengths: Op
     return torch.cat(parts, -1), new_tail
 
 
+def _packed_window_inputs(x: Tensor, window: int, cu_seqlens: Tensor, time_dim: int, reverse: bool,
+                          pad_shape: list) -> Tensor:
+    """The window over packed sequences: a step never sees another sequence's inputs (those
+    before its sequence's first step, or after its last in reverse, read as zeros)."""
+    T = x.shape[time_dim]
+    t = torch.arange(T, device=x.device)
+    sequence = torch.searchsorted(cu_seqlens, t, right=True) - 1
+    # How many earlier (later, in reverse) steps of its own sequence each step has.
+    room = (cu_seqlens[sequence + 1] - 1 - t) if reverse else (t - cu_seqlens[sequence])
+    zeros = x.new_zeros(pad_shape)
+    padded = torch.cat([x, zeros], time_dim) if reverse else torch.cat([zeros, x], time_dim)
+    parts = [x]
+    for j in range(1, window):
+        part = padded.narrow(time_dim, j if reverse else window - 1 - j, T)
+        outside = (room < j).view((1, T, 1) if time_dim == 1 else (T, 1, 1))
+        parts.append(part.masked_fill(outside, 0))
+    return torch.cat(parts, -1)
+
+
 def qrnn_layer(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None, c0: Optional[Tensor] = None,
                x_tail: Optional[Tensor] = None, *, window: int = 1, output_gate: bool = True,
                zoneout: float = 0.0, training: bool = False, lengths: Optional[Tensor] = None,
-               batch_first: bool = False, reverse: bool = False) -> tuple:
+               batch_first: bool = False, reverse: bool = False, cu_seqlens: Optional[Tensor] = None) -> tuple:
     """One direction of one QRNN layer, functional: state in, state out.
 
     Args:
@@ -99,6 +120,10 @@ def qrnn_layer(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None, c0:
             device if needed.
         batch_first: the layout of ``input``, ``x_tail`` and the output.
         reverse: walk each sequence from its own last valid step back to step 0.
+        cu_seqlens: int64 ``(N + 1,)`` offsets of ``N`` sequences packed in one row (batch
+            1), as for :func:`qrnn.qrnn_gates`: ``c0`` and ``c_n`` are ``(N, hidden)``, the
+            window reads zeros before each sequence's first step (no step sees another
+            sequence's inputs), and ``x_tail`` must be None.
 
     Returns:
         ``(output, c_n, x_tail_n)``: the output in the GEMM's dtype (the autocast dtype
@@ -113,23 +138,26 @@ def qrnn_layer(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None, c0:
             checks it.
     """
     return qrnn_layer_with(input, None, weight, bias, c0, x_tail, window, output_gate, zoneout, training, lengths,
-                           batch_first, reverse)
+                           batch_first, reverse, cu_seqlens)
 
 
 def qrnn_layer_with(input: Tensor, linear: Optional[nn.Module], weight: Optional[Tensor], bias: Optional[Tensor],
                     c0: Optional[Tensor], x_tail: Optional[Tensor], window: int, output_gate: bool, zoneout: float,
-                    training: bool, lengths: Optional[Tensor], batch_first: bool, reverse: bool) -> tuple:
+                    training: bool, lengths: Optional[Tensor], batch_first: bool, reverse: bool,
+                    cu_seqlens: Optional[Tensor] = None) -> tuple:
     """:func:`qrnn_layer`, the GEMM being ``F.linear(source, weight, bias)`` when ``linear`` is
     None, else ``linear(source)`` (any module: a weight-dropped, parametrized, quantized or
     adapter linear), whose output the fused gate kernel then reads."""
     window = check_positive_int("window", window)
     zoneout = check_probability("zoneout", zoneout)
     time_dim = 1 if batch_first else 0
+    if cu_seqlens is not None and x_tail is not None:
+        raise ValueError("x_tail must be None with cu_seqlens: each packed sequence's window starts from zeros")
     if window > 1:
         low = low_precision_dtype(input.device.type)
         if low is not None and input.dtype == torch.float32:
             input = input.to(low)  # the GEMM casts anyway: cast once, before the window copy
-        source, x_tail_n = _window_inputs(input, x_tail, window, lengths, time_dim, reverse)
+        source, x_tail_n = _window_inputs(input, x_tail, window, lengths, time_dim, reverse, cu_seqlens)
     else:
         source, x_tail_n = input, None
     # Callers pass weight whenever linear is None (the checker cannot relate the two).
@@ -148,7 +176,7 @@ def qrnn_layer_with(input: Tensor, linear: Optional[nn.Module], weight: Optional
         lengths = lengths.to(gates.device)
     output, c_n = ops.qrnn_gates(gates, c0, output_gate=output_gate, forget_mask=forget_mask,
                                  forget_scale=forget_scale, lengths=lengths, batch_first=batch_first,
-                                 reverse=reverse)
+                                 reverse=reverse, cu_seqlens=cu_seqlens)
     return output, c_n, x_tail_n
 
 
@@ -202,4 +230,33 @@ def check_lengths(lengths, batch: int, seq_len: int, device: torch.device) -> Op
                              "of it; pass lengths as a tensor on the input's GPU")
         return lengths.pin_memory().to(device, non_blocking=True)
     return lengths.to(device)
+
+
+def check_cu_seqlens(cu_seqlens, rows: int, seq_len: int, device: torch.device) -> Optional[Tensor]:
+    """cu_seqlens as int64 ``(N + 1,)`` on ``device`` (the input's) for one packed row: 1-D
+    integers from 0, nondecreasing, to ``seq_len`` (values checked here when on the CPU; on
+    a GPU the ops check them)."""
+    if cu_seqlens is None:
+        return None
+    if not isinstance(cu_seqlens, Tensor):
+        cu_seqlens = torch.as_tensor(cu_seqlens)
+    if cu_seqlens.dim() != 1 or cu_seqlens.shape[0] < 1:
+        raise ValueError(f"cu_seqlens must be 1-D (N + 1 offsets), got shape {tuple(cu_seqlens.shape)}")
+    if cu_seqlens.dtype.is_floating_point or cu_seqlens.dtype.is_complex or cu_seqlens.dtype == torch.bool:
+        raise ValueError(f"cu_seqlens must hold integers, got {cu_seqlens.dtype}")
+    if rows != 1:
+        raise ValueError(f"input with cu_seqlens must be one packed row (batch 1), got batch {rows}")
+    if not cu_seqlens.is_cpu and cu_seqlens.device != device:
+        raise ValueError(f"cu_seqlens must be on the CPU or the input's device {device}, got {cu_seqlens.device}")
+    cu_seqlens = cu_seqlens.to(torch.int64)
+    if cu_seqlens.is_cpu and not _is_fake(cu_seqlens):
+        values = cu_seqlens.tolist()
+        if values[0] != 0 or values[-1] != seq_len or any(b < a for a, b in zip(values, values[1:])):
+            raise ValueError(f"cu_seqlens must rise from 0 to the packed length {seq_len}, got {values}")
+    return cu_seqlens.to(device).contiguous()
+
+
+def _is_fake(t: Tensor) -> bool:
+    """Traced or without values: its values cannot (or must not) be read here."""
+    return torch.compiler.is_compiling() or type(t) is not Tensor or t.is_meta
 

@@ -26,6 +26,7 @@ from torch.nn.modules import module as _module_mod
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from .functional import (
+    check_cu_seqlens,
     check_input_dtype,
     check_lengths,
     check_positive_int,
@@ -71,6 +72,7 @@ class _StackedLayerState(NamedTuple):
     x_tail: Optional[Tensor]
     batch_first: bool
     reverse: bool
+    cu_seqlens: Optional[Tensor] = None
 
 
 # ---- Modules ------------------------------------------------------------------------
@@ -144,8 +146,8 @@ if TYPE_CHECKING:
         """What calling a QRNN layer returns, for type checkers (nn.Module.__call__ says Any)."""
 
         @overload
-        def __call__(self, input: Tensor, hx: Optional[Tensor] = None,
-                     lengths: Optional[Tensor] = None) -> tuple[Tensor, Tensor]: ...
+        def __call__(self, input: Tensor, hx: Optional[Tensor] = None, lengths: Optional[Tensor] = None,
+                     cu_seqlens: Optional[Tensor] = None) -> tuple[Tensor, Tensor]: ...
 
         @overload
         def __call__(self, input: Tensor, hx: Union[QRNNState, tuple],
@@ -155,7 +157,7 @@ if TYPE_CHECKING:
         def __call__(self, input: PackedSequence, hx: Optional[Tensor] = None,
                      lengths: None = None) -> tuple[PackedSequence, Tensor]: ...
 
-        def __call__(self, input, hx=None, lengths=None): ...
+        def __call__(self, input, hx=None, lengths=None, cu_seqlens=None): ...
 else:
     _TypedCall = nn.Module
 
@@ -181,7 +183,7 @@ class QRNNLayer(_TypedCall):
     input_size`` features to the gate pre-activations (a weight-dropped, parametrized,
     quantized or adapter linear); a plain ``nn.Linear`` takes a direct path.
 
-    ``forward(input, hx=None, lengths=None)`` takes time-major ``(seq_len, batch,
+    ``forward(input, hx=None, lengths=None, cu_seqlens=None)`` takes time-major ``(seq_len, batch,
     input_size)`` input (or unbatched ``(seq_len, input_size)``) and returns
     ``(output, h_n)`` with ``h_n`` of shape ``(1, batch, hidden)``, the cell state after
     the last step, like a one-layer ``nn.GRU`` and pytorch-qrnn's ``(H, C[-1:])``. ``hx``
@@ -189,7 +191,10 @@ class QRNNLayer(_TypedCall):
     plain ``(c, x_tails)`` tuple of its fields): then a QRNNState is returned, with the
     input tail for the next chunk. ``lengths`` (``(batch,)`` valid steps per sequence, each
     in ``0..seq_len``) zeroes the outputs past each end and makes ``h_n`` each sequence's
-    state after its last valid step.
+    state after its last valid step. ``cu_seqlens`` (``(N + 1,)`` offsets) runs ``N``
+    sequences packed end to end in one ``(total, 1, input_size)`` row, as
+    flash-linear-attention lays them out: each sequence starts from its own ``hx`` row (``hx``
+    and ``h_n`` are ``(1, N, hidden)``) and its window reads zeros before its first step.
 
     Raises:
         ValueError: a size or window that is not a positive int, or a ``zoneout`` or
@@ -226,7 +231,8 @@ class QRNNLayer(_TypedCall):
         raise RuntimeError(_SCRIPT_MESSAGE.format(what="qrnn.QRNNLayer"))
 
     def run(self, input: Tensor, c0: Optional[Tensor] = None, x_tail: Optional[Tensor] = None, *,
-            lengths: Optional[Tensor] = None, batch_first: bool = False, reverse: bool = False) -> tuple:
+            lengths: Optional[Tensor] = None, batch_first: bool = False, reverse: bool = False,
+            cu_seqlens: Optional[Tensor] = None) -> tuple:
         """:func:`qrnn.functional.qrnn_layer` with this layer's weights and options:
         ``(output, c_n, x_tail_n)``. :class:`QRNN` calls each of its layers as a module, whose
         ``forward`` then runs this (a subclass may override it to change every call)."""
@@ -239,17 +245,18 @@ class QRNNLayer(_TypedCall):
                                  f"hooks, got {type(linear).__name__}: drop the weights inside that module instead")
             weight = F.dropout(linear.weight, weight_drop, training=True) if weight_drop else linear.weight
             return qrnn_layer_with(input, None, weight, linear.bias, c0, x_tail, self.window,
-                                   self.output_gate, self.zoneout, self.training, lengths, batch_first, reverse)
+                                   self.output_gate, self.zoneout, self.training, lengths, batch_first, reverse,
+                                   cu_seqlens)
         return qrnn_layer_with(input, linear, None, None, c0, x_tail, self.window, self.output_gate, self.zoneout,
-                               self.training, lengths, batch_first, reverse)
+                               self.training, lengths, batch_first, reverse, cu_seqlens)
 
     def forward(self, input: Tensor, hx: Union[Tensor, QRNNState, tuple, None] = None,
-                lengths: Optional[Tensor] = None):
+                lengths: Optional[Tensor] = None, cu_seqlens: Optional[Tensor] = None):
         """Run the layer over ``input``: ``(output, h_n)``, or ``(output, QRNNState)`` when
         ``hx`` is a state (see the class description for the shapes)."""
         if type(hx) is _StackedLayerState:  # called by QRNN, which checked everything once
             return self.run(input, hx.c0, hx.x_tail, lengths=lengths, batch_first=hx.batch_first,
-                            reverse=hx.reverse)
+                            reverse=hx.reverse, cu_seqlens=hx.cu_seqlens)
         refuse_fx_proxy("qrnn.QRNNLayer", input, hx)
         if not isinstance(input, Tensor) or input.dim() not in (2, 3):
             raise ValueError("input must be a 3-D tensor (seq_len, batch, input_size) or 2-D (seq_len, input_size), "
@@ -262,6 +269,10 @@ class QRNNLayer(_TypedCall):
         _check_input(input, _gemm_weight(self.linear), "qrnn.QRNNLayer")
         T, B = input.shape[0], input.shape[1]
         lengths = check_lengths(lengths, B, T, input.device)
+        cu_seqlens = check_cu_seqlens(cu_seqlens, B, T, input.device)
+        if cu_seqlens is not None:
+            _check_packed_call(unbatched, lengths, hx)
+            B = cu_seqlens.shape[0] - 1  # the states have a row per packed sequence
         c0: Optional[Tensor]
         x_tail: Optional[Tensor]
         if hx is not None and not isinstance(hx, Tensor):
@@ -278,7 +289,7 @@ class QRNNLayer(_TypedCall):
             _check_state_device(c0, input.device, "hx.c" if as_state else "hx")
         if x_tail is not None:
             x_tail = _check_tail(x_tail, self.window, B, self.input_size, False, "hx.x_tails[0]", input.device)
-        output, c_n, x_tail_n = self.run(input, c0, x_tail, lengths=lengths)
+        output, c_n, x_tail_n = self.run(input, c0, x_tail, lengths=lengths, cu_seqlens=cu_seqlens)
         if unbatched:
             output = output.squeeze(1)
         if as_state:
@@ -289,6 +300,19 @@ class QRNNLayer(_TypedCall):
         if low_precision_dtype(input.device.type) is None:
             h_n = h_n.to(output.dtype)
         return output, (h_n.squeeze(1) if unbatched else h_n)
+
+
+def _check_packed_call(unbatched: bool, lengths, hx) -> None:
+    """What a call with cu_seqlens cannot also have: its input is one 3-D packed row, its
+    states a tensor with a row per sequence (each sequence's window starts from zeros)."""
+    if unbatched:
+        raise ValueError("input with cu_seqlens must be the 3-D packed row (total, 1, input_size) (or (1, total, "
+                         "input_size) batch-first), got a 2-D input")
+    if lengths is not None:
+        raise ValueError("lengths and cu_seqlens: give one or the other, not both")
+    if hx is not None and not isinstance(hx, Tensor):
+        raise ValueError("hx with cu_seqlens must be a tensor (or None): each packed sequence's input window starts "
+                         "from zeros, so a QRNNState's input tails do not apply")
 
 
 def _as_state(hx, shape: str = "(num_layers * num_directions, batch, hidden_size)") -> "QRNNState":
@@ -364,7 +388,7 @@ class QRNN(_TypedCall):
         weight_drop: DropConnect on every layer's gate weights in training (see
             :class:`QRNNLayer`; awd-lstm-lm's ``--wdrop``).
 
-    ``forward(input, hx=None, lengths=None)``:
+    ``forward(input, hx=None, lengths=None, cu_seqlens=None)``:
         input: ``(seq_len, batch, input_size)`` (``(batch, seq_len, input_size)`` with
             ``batch_first``), unbatched ``(seq_len, input_size)``, or a PackedSequence.
         hx: ``(num_layers * num_directions, batch, hidden_size)`` initial cell states, or a
@@ -374,6 +398,13 @@ class QRNN(_TypedCall):
         lengths: valid steps per sequence ``(batch,)`` for padded input: outputs past each
             end are zero, ``h_n`` is each sequence's state after its last valid step, and
             the reverse direction starts at each sequence's own end. Need not be sorted.
+        cu_seqlens: ``(N + 1,)`` int offsets from 0 to ``total`` for packed input: ``N``
+            documents end to end in one row, ``(total, 1, input_size)`` (``(1, total,
+            input_size)`` with ``batch_first``), as flash-linear-attention's ``cu_seqlens``.
+            Each sequence starts from its own state (``hx`` and ``h_n`` are
+            ``(num_layers * num_directions, N, hidden_size)``), no step sees another
+            sequence (the window reads zeros before a sequence's first step; the reverse
+            direction starts at each sequence's end), and empty sequences keep their ``hx``.
 
     Returns ``(output, h_n)``: output ``(seq_len, batch, num_directions * hidden_size)`` (or
     a PackedSequence), h_n ``(num_layers * num_directions, batch, hidden_size)``, the cell
@@ -476,14 +507,16 @@ class QRNN(_TypedCall):
             tails.append(torch.zeros(shape, device=device, dtype=dtype))
         return QRNNState(c, tuple(tails))
 
-    def forward(self, input, hx: Union[Tensor, QRNNState, tuple, None] = None, lengths: Optional[Tensor] = None):
+    def forward(self, input, hx: Union[Tensor, QRNNState, tuple, None] = None, lengths: Optional[Tensor] = None,
+                cu_seqlens: Optional[Tensor] = None):
         """Run the stack over ``input``: ``(output, h_n)``, or ``(output, QRNNState)`` when
         ``hx`` is a state (see the class description for the arguments and shapes)."""
         refuse_fx_proxy("qrnn.QRNN", input, hx)
         packed = isinstance(input, PackedSequence)
         if packed:
-            if lengths is not None:
-                raise ValueError("lengths must be None for a PackedSequence input (it carries its own lengths)")
+            if lengths is not None or cu_seqlens is not None:
+                raise ValueError("lengths and cu_seqlens must be None for a PackedSequence input (it carries its own "
+                                 "lengths)")
             sorted_indices, unsorted_indices = input.sorted_indices, input.unsorted_indices
             input, pack_lengths = pad_packed_sequence(input, batch_first=self.batch_first)  # original batch order
             lengths = pack_lengths  # the host copy packing needs, checked below like any lengths
@@ -502,6 +535,10 @@ class QRNN(_TypedCall):
         time_dim = 1 if self.batch_first else 0
         T, B = input.shape[time_dim], input.shape[1 - time_dim]
         lengths = check_lengths(lengths, B, T, input.device)
+        cu_seqlens = check_cu_seqlens(cu_seqlens, B, T, input.device)
+        if cu_seqlens is not None:
+            _check_packed_call(unbatched, lengths, hx)
+            B = cu_seqlens.shape[0] - 1  # the states have a row per packed sequence
         as_state = False
         if hx is not None and not isinstance(hx, Tensor):
             hx = _as_state(hx)
@@ -522,10 +559,10 @@ class QRNN(_TypedCall):
                 layer_c0 = None if c0 is None else c0[index]
                 if _is_plain_layer(module):
                     out, c_n, tail = module.run(x, layer_c0, tail, lengths=lengths, batch_first=self.batch_first,
-                                                reverse=direction == 1)
+                                                reverse=direction == 1, cu_seqlens=cu_seqlens)
                 else:  # called as a module: its hooks, any wrapper in its place, FSDP2's unsharding take part
-                    out, c_n, tail = module(x, _StackedLayerState(layer_c0, tail, self.batch_first, direction == 1),
-                                            lengths)
+                    out, c_n, tail = module(x, _StackedLayerState(layer_c0, tail, self.batch_first, direction == 1,
+                                                                  cu_seqlens), lengths)
                 outputs.append(out)
                 states.append(c_n)
                 if direction == 0:

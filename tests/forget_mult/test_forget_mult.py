@@ -8,6 +8,7 @@ import torch
 
 import qrnn
 from conftest import CPU_DTYPES, assert_close_to_reference, reference_grads
+from qrnn.ops.forget_mult.kernels import backward_args, forward_args
 from qrnn.ops.forget_mult.reference import forget_mult_backward_reference, forget_mult_reference
 
 
@@ -127,16 +128,12 @@ def test_every_element_written_by_kernel():
     T, B, H = 7, 3, 517
     f, x, h0 = make_inputs(T, B, H, torch.float32)
 
-    def view(t):
-        return (t.data_ptr(), *t.stride())
-
     h = torch.full((T, B, H), float("nan"))
-    qrnn._C.forget_mult_forward(0, T, B, H, *view(f), *view(x), *view(h0), 0, *view(h), 2)
+    qrnn._C.forget_mult_forward(*forward_args(h, f, x, h0, False), 2)
     assert not h.isnan().any()
     gf, gx, gh0 = (torch.full_like(t, float("nan")) for t in (f, x, h0))
     gh = torch.randn(T, B, H)
-    qrnn._C.forget_mult_backward(0, T, B, H, *view(f), *view(x), *view(h), *view(h0), 0, *view(gh),
-                                 *view(gf), *view(gx), *view(gh0), 2)
+    qrnn._C.forget_mult_backward(*backward_args(gf, gx, gh0, gh, f, x, h, h0, False), 2)
     assert not (gf.isnan().any() or gx.isnan().any() or gh0.isnan().any())
 
 
@@ -254,9 +251,11 @@ def test_bad_input(call, error, message):
 @pytest.mark.parametrize("entry", ["forget_mult_forward", "linear_scan_forward"])
 def test_core_validates_again(entry):
     """The scan families' C++ cores reject bad sizes themselves (Python's checks are not
-    trusted); both take the same fields: dtype, sizes, two sequences, h0, its dtype, h."""
+    trusted); both take the same fields: dtype, sizes, two sequences, h0, its dtype, the
+    sequences (lengths, its stride, cu_seqlens, reverse), h."""
     fwd = getattr(qrnn._C, entry)
-    views = (8, 1, 1, 1, 8, 1, 1, 1, 0, 0, 0, 0, 8, 1, 1, 1)  # f (a), x (b), no h0, h0 dtype, h
+    # f (a), x (b), no h0, h0 dtype, no lengths or cu_seqlens, h
+    views = (8, 1, 1, 1, 8, 1, 1, 1, 0, 0, 0, 0, 0, 1, 0, 0, 8, 1, 1, 1)
     with pytest.raises(ValueError, match="seq_len"):
         fwd(0, -1, 1, 1, *views, 1)
     with pytest.raises(ValueError, match="null pointer"):
@@ -265,7 +264,7 @@ def test_core_validates_again(entry):
         fwd(0, 2**40, 2**40, 2, *views, 1)
     with pytest.raises(ValueError, match="dtype"):
         fwd(7, 1, 1, 1, *views, 1)
-    with pytest.raises(TypeError, match="takes 21 arguments"):
+    with pytest.raises(TypeError, match="takes 25 arguments"):
         fwd(0, 1, 1, 1)
     with pytest.raises(TypeError):
         fwd(0, 1.5, 1, 1, *views, 1)
@@ -290,9 +289,9 @@ def test_kernel_argument_lists_are_defined_once():
     assert {getattr(torch, name) for name in qrnn._C.dtype_codes()} == set(kernel_args.DTYPE_CODES)
     f = torch.rand(2, 3, 4)
     sources = {"dtype": "0", "seq_len": "2", "batch": "3", "hidden": "4", "f": "f", "x": "f", "h0": "view2(None)",
-               "h0_dtype": "0", "h": "f"}
+               "h0_dtype": "0", "lengths": "0", "lengths_stride": "1", "cu_seqlens": "0", "reverse": "0", "h": "f"}
     build = kernel_args.generate("forget_mult_forward", "f", "", sources, [(f,)])
-    assert len(build(f)) == 20
+    assert len(build(f)) == 24
     with pytest.raises(kernel_args.KernelArgsError, match=r"fields \['h'\] have no Python expression"):
         kernel_args.generate("forget_mult_forward", "f", "", {k: v for k, v in sources.items() if k != "h"}, [])
     with pytest.raises(kernel_args.KernelArgsError, match=r"\['hidden_size'\] are not qrnn._C fields"):

@@ -122,7 +122,7 @@ def test_every_output_element_is_written(dtype):
         return (t.data_ptr(), *t.stride())
 
     for reverse in (False, True):
-        common = (code, T, B, H, 1, *view3(gates), H, *view3(mask), *view2(c0), sc, lens.data_ptr(), 1, int(reverse))
+        common = (code, T, B, H, 1, *view3(gates), H, *view3(mask), *view2(c0), sc, lens.data_ptr(), 1, 0, int(reverse))
         output = torch.full((T, B, H), float("nan"), dtype=dtype)
         states = torch.full((T, B, H), float("nan"), dtype=dtype)
         c_n = torch.full((B, H), float("nan"), dtype=state_dtype)
@@ -269,7 +269,7 @@ def test_bad_arguments():
         qrnn.qrnn_gates(g, forget_mask=torch.ones(4, 2, 4, dtype=torch.float64))
     with pytest.raises(ValueError, match="forget_scale"):
         qrnn.qrnn_gates(g, forget_scale=1.5)
-    with pytest.raises(ValueError, match="lengths must be an int64"):
+    with pytest.raises(TypeError, match="lengths must be an int32 or int64 tensor"):
         qrnn.qrnn_gates(g, lengths=torch.tensor([4.0, 2.0]))
     with pytest.raises(ValueError, match="lengths"):  # the kernel checks values
         qrnn.qrnn_gates(g, lengths=torch.tensor([5, 2]))

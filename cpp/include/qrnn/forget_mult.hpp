@@ -20,7 +20,12 @@ struct ForgetMultForwardParams {
     ConstView3 f, x;
     ConstView2 h0;                    // optional
     DType h0_dtype = DType::float32;  // dtype, or float32 when dtype is 16-bit (a float32 carried state)
-    View3 h;                          // output, every element written
+    // Which steps are real (as for every family, qrnn/view.hpp): optional
+    const int64_t* lengths = nullptr;     // valid steps per batch row (dense), 0..seq_len
+    int64_t lengths_stride = 1;
+    const int64_t* cu_seqlens = nullptr;  // packed: batch + 1 offsets into the one row
+    bool reverse = false;                 // each sequence from its last real step back
+    View3 h;                              // output, every element written
 };
 
 struct ForgetMultBackwardParams {
@@ -30,9 +35,14 @@ struct ForgetMultBackwardParams {
     ConstView3 h;                     // the forward output (h[t-1] is needed for grad_f)
     ConstView2 h0;                    // optional, as in the forward pass
     DType h0_dtype = DType::float32;  // of h0 and grad_h0
+    // Which steps are real (as for every family, qrnn/view.hpp): optional
+    const int64_t* lengths = nullptr;     // valid steps per batch row (dense), 0..seq_len
+    int64_t lengths_stride = 1;
+    const int64_t* cu_seqlens = nullptr;  // packed: batch + 1 offsets into the one row
+    bool reverse = false;                 // each sequence from its last real step back
     ConstView3 grad_h;
-    View3 grad_f, grad_x;             // outputs, every element written
-    View2 grad_h0;                    // optional output
+    View3 grad_f, grad_x;                 // outputs, every element written
+    View2 grad_h0;                        // optional output
 };
 
 namespace cpu {
@@ -77,6 +87,10 @@ QRNN_API const char* simd_level();
     QRNN_FORGET_MULT_COMMON_FIELDS(X)      \
     X(cview2, h0)                          \
     X(dtype, h0_dtype)                     \
+    X(lengths, lengths)                    \
+    X(integer, lengths_stride)             \
+    X(lengths, cu_seqlens)                 \
+    X(flag, reverse)                       \
     X(view3, h)
 
 #define QRNN_FORGET_MULT_BACKWARD_FIELDS(X) \
@@ -84,6 +98,10 @@ QRNN_API const char* simd_level();
     X(cview3, h)                            \
     X(cview2, h0)                           \
     X(dtype, h0_dtype)                      \
+    X(lengths, lengths)                     \
+    X(integer, lengths_stride)              \
+    X(lengths, cu_seqlens)                  \
+    X(flag, reverse)                        \
     X(cview3, grad_h)                       \
     X(view3, grad_f)                        \
     X(view3, grad_x)                        \
@@ -94,8 +112,11 @@ QRNN_API const char* simd_level();
     L(forget_mult_backward, ForgetMultBackwardParams, QRNN_FORGET_MULT_BACKWARD_FIELDS)
 
 // S(name, schema): the qrnn:: ops, forward first.
-#define QRNN_FORGET_MULT_SCHEMAS(S)                                                           \
-    S(forget_mult, "forget_mult(Tensor f, Tensor x, Tensor? h0, bool batch_first) -> Tensor") \
-    S(forget_mult_backward,                                                                   \
-      "forget_mult_backward(Tensor grad_h, Tensor f, Tensor x, Tensor h, Tensor? h0, "        \
-      "bool batch_first) -> (Tensor, Tensor, Tensor)")
+#define QRNN_FORGET_MULT_SCHEMAS(S)                                                              \
+    S(forget_mult,                                                                               \
+      "forget_mult(Tensor f, Tensor x, Tensor? h0, bool batch_first, Tensor? lengths=None, "     \
+      "Tensor? cu_seqlens=None, bool reverse=False) -> Tensor")                                  \
+    S(forget_mult_backward,                                                                      \
+      "forget_mult_backward(Tensor grad_h, Tensor f, Tensor x, Tensor h, Tensor? h0, "           \
+      "bool batch_first, Tensor? lengths=None, Tensor? cu_seqlens=None, bool reverse=False) -> " \
+      "(Tensor, Tensor, Tensor)")

@@ -22,7 +22,12 @@ struct LinearScanForwardParams {
     ConstView3 a, b;
     ConstView2 h0;                    // optional
     DType h0_dtype = DType::float32;  // dtype, or float32 when dtype is 16-bit (a float32 carried state)
-    View3 h;                          // output, every element written
+    // Which steps are real (as for every family, qrnn/view.hpp): optional
+    const int64_t* lengths = nullptr;     // valid steps per batch row (dense), 0..seq_len
+    int64_t lengths_stride = 1;
+    const int64_t* cu_seqlens = nullptr;  // packed: batch + 1 offsets into the one row
+    bool reverse = false;                 // each sequence from its last real step back
+    View3 h;                              // output, every element written
 };
 
 // The backward needs the decays and the forward output (h[t-1] for grad_a), not b.
@@ -33,9 +38,14 @@ struct LinearScanBackwardParams {
     ConstView3 h;                     // the forward output
     ConstView2 h0;                    // optional, as in the forward pass
     DType h0_dtype = DType::float32;  // of h0 and grad_h0
+    // Which steps are real (as for every family, qrnn/view.hpp): optional
+    const int64_t* lengths = nullptr;     // valid steps per batch row (dense), 0..seq_len
+    int64_t lengths_stride = 1;
+    const int64_t* cu_seqlens = nullptr;  // packed: batch + 1 offsets into the one row
+    bool reverse = false;                 // each sequence from its last real step back
     ConstView3 grad_h;
-    View3 grad_a, grad_b;             // outputs, every element written
-    View2 grad_h0;                    // optional output
+    View3 grad_a, grad_b;                 // outputs, every element written
+    View2 grad_h0;                        // optional output
 };
 
 namespace cpu {
@@ -61,6 +71,10 @@ QRNN_API void linear_scan_backward(const LinearScanBackwardParams& params, int n
     X(cview3, b)                           \
     X(cview2, h0)                          \
     X(dtype, h0_dtype)                     \
+    X(lengths, lengths)                    \
+    X(integer, lengths_stride)             \
+    X(lengths, cu_seqlens)                 \
+    X(flag, reverse)                       \
     X(view3, h)
 
 #define QRNN_LINEAR_SCAN_BACKWARD_FIELDS(X) \
@@ -72,6 +86,10 @@ QRNN_API void linear_scan_backward(const LinearScanBackwardParams& params, int n
     X(cview3, h)                            \
     X(cview2, h0)                           \
     X(dtype, h0_dtype)                      \
+    X(lengths, lengths)                     \
+    X(integer, lengths_stride)              \
+    X(lengths, cu_seqlens)                  \
+    X(flag, reverse)                        \
     X(cview3, grad_h)                       \
     X(view3, grad_a)                        \
     X(view3, grad_b)                        \
@@ -82,8 +100,10 @@ QRNN_API void linear_scan_backward(const LinearScanBackwardParams& params, int n
     L(linear_scan_backward, LinearScanBackwardParams, QRNN_LINEAR_SCAN_BACKWARD_FIELDS)
 
 // S(name, schema): the qrnn:: ops, forward first.
-#define QRNN_LINEAR_SCAN_SCHEMAS(S)                                                                         \
-    S(linear_scan, "linear_scan(Tensor a, Tensor b, Tensor? h0, bool reverse, bool batch_first) -> Tensor") \
-    S(linear_scan_backward,                                                                                 \
-      "linear_scan_backward(Tensor grad_h, Tensor a, Tensor h, Tensor? h0, bool reverse, "                  \
-      "bool batch_first) -> (Tensor, Tensor, Tensor)")
+#define QRNN_LINEAR_SCAN_SCHEMAS(S)                                                        \
+    S(linear_scan,                                                                         \
+      "linear_scan(Tensor a, Tensor b, Tensor? h0, bool reverse, bool batch_first, "       \
+      "Tensor? lengths=None, Tensor? cu_seqlens=None) -> Tensor")                          \
+    S(linear_scan_backward,                                                                \
+      "linear_scan_backward(Tensor grad_h, Tensor a, Tensor h, Tensor? h0, bool reverse, " \
+      "bool batch_first, Tensor? lengths=None, Tensor? cu_seqlens=None) -> (Tensor, Tensor, Tensor)")

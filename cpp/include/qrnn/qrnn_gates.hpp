@@ -39,22 +39,23 @@ namespace qrnn {
 
 struct QrnnGatesForwardParams {
     int64_t seq_len = 0, batch = 0, hidden = 0;
-    DType dtype = DType::float32;      // storage of gates, forget_mask, output, states
-    bool output_gate = true;           // G has an O block; output = o * c (else output = c)
-    ConstView3 gates;                  // pre-activations, see the layout above
-    int64_t gate_stride = 0;           // elements from a Z element to its F (and F to O)
-    ConstView3 forget_mask;            // optional zoneout keep mask over (t, b, j)
-    double forget_scale = 1.0;         // multiplies f (evaluation zoneout: 1 - p)
-    ConstView2 c0;                     // optional initial state (batch, hidden)
-    DType c0_dtype = DType::float32;   // dtype, or float32 when dtype is 16-bit
-    const int64_t* lengths = nullptr;  // optional valid steps per sequence, 0 <= lengths[b] <= seq_len
+    DType dtype = DType::float32;         // storage of gates, forget_mask, output, states
+    bool output_gate = true;              // G has an O block; output = o * c (else output = c)
+    ConstView3 gates;                     // pre-activations, see the layout above
+    int64_t gate_stride = 0;              // elements from a Z element to its F (and F to O)
+    ConstView3 forget_mask;               // optional zoneout keep mask over (t, b, j)
+    double forget_scale = 1.0;            // multiplies f (evaluation zoneout: 1 - p)
+    ConstView2 c0;                        // optional initial state (batch, hidden)
+    DType c0_dtype = DType::float32;      // dtype, or float32 when dtype is 16-bit
+    const int64_t* lengths = nullptr;     // optional valid steps per sequence, 0 <= lengths[b] <= seq_len
     int64_t lengths_stride = 1;
-    bool reverse = false;              // walk each sequence from its end back to step 0
-    View3 output;                      // every element written (padding steps as 0)
-    View3 states;                      // optional: c[t] for every step, what the backward reads
-                                       // (needed when output_gate; otherwise pass output there)
-    View2 c_n;                         // optional final state (batch, hidden)
-    DType c_n_dtype = DType::float32;  // dtype, or float32 when dtype is 16-bit
+    const int64_t* cu_seqlens = nullptr;  // optional packed sequences (qrnn/view.hpp)
+    bool reverse = false;                 // walk each sequence from its end back to step 0
+    View3 output;                         // every element written (padding steps as 0)
+    View3 states;                         // optional: c[t] for every step, what the backward reads
+                                          // (needed when output_gate; otherwise pass output there)
+    View2 c_n;                            // optional final state (batch, hidden)
+    DType c_n_dtype = DType::float32;     // dtype, or float32 when dtype is 16-bit
 };
 
 struct QrnnGatesBackwardParams {
@@ -69,6 +70,7 @@ struct QrnnGatesBackwardParams {
     DType c0_dtype = DType::float32;  // of c0 and grad_c0
     const int64_t* lengths = nullptr;
     int64_t lengths_stride = 1;
+    const int64_t* cu_seqlens = nullptr;
     bool reverse = false;
     ConstView3 states;                 // the forward's c[t] (its `states`, or its `output` without output gate)
     ConstView3 grad_output;            // optional (absent: zeros)
@@ -109,6 +111,7 @@ QRNN_API void qrnn_gates_backward(const QrnnGatesBackwardParams& params, int num
     X(dtype, c0_dtype)              \
     X(lengths, lengths)             \
     X(integer, lengths_stride)      \
+    X(lengths, cu_seqlens)          \
     X(flag, reverse)
 
 #define QRNN_GATES_FORWARD_FIELDS(X) \
@@ -133,11 +136,11 @@ QRNN_API void qrnn_gates_backward(const QrnnGatesBackwardParams& params, int num
     L(qrnn_gates_backward, QrnnGatesBackwardParams, QRNN_GATES_BACKWARD_FIELDS)
 
 // S(name, schema): the qrnn:: ops, forward first.
-#define QRNN_QRNN_GATES_SCHEMAS(S)                                                                      \
-    S(qrnn_gates,                                                                                       \
-      "qrnn_gates(Tensor gates, Tensor? c0, Tensor? forget_mask, Tensor? lengths, float forget_scale, " \
-      "bool output_gate, bool batch_first, bool reverse) -> (Tensor, Tensor, Tensor)")                  \
-    S(qrnn_gates_backward,                                                                              \
-      "qrnn_gates_backward(Tensor? grad_output, Tensor? grad_c_n, Tensor gates, Tensor states, "        \
-      "Tensor? c0, Tensor? forget_mask, Tensor? lengths, float forget_scale, bool output_gate, "        \
-      "bool batch_first, bool reverse) -> (Tensor, Tensor)")
+#define QRNN_QRNN_GATES_SCHEMAS(S)                                                                              \
+    S(qrnn_gates,                                                                                               \
+      "qrnn_gates(Tensor gates, Tensor? c0, Tensor? forget_mask, Tensor? lengths, float forget_scale, "         \
+      "bool output_gate, bool batch_first, bool reverse, Tensor? cu_seqlens=None) -> (Tensor, Tensor, Tensor)") \
+    S(qrnn_gates_backward,                                                                                      \
+      "qrnn_gates_backward(Tensor? grad_output, Tensor? grad_c_n, Tensor gates, Tensor states, "                \
+      "Tensor? c0, Tensor? forget_mask, Tensor? lengths, float forget_scale, bool output_gate, "                \
+      "bool batch_first, bool reverse, Tensor? cu_seqlens=None) -> (Tensor, Tensor)")

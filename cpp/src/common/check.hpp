@@ -65,4 +65,42 @@ inline void check_view2(const char* name, const void* data, int64_t B, int64_t H
     check_extent(name, sizes, strides, 2);
 }
 
+// Where `lengths` and `cu_seqlens` live decides whether their values can be checked here:
+// host memory is read; device memory is not (that would synchronise), and the CUDA kernels
+// clamp each value into range instead, so no access leaves the arrays.
+enum class LengthsMemory { host, device };
+
+// Which steps are real (qrnn/view.hpp, "Sequences"): lengths (T steps, B rows) or
+// cu_seqlens (B sequences in one row of T steps), not both.
+inline void check_sequences(const int64_t* lengths, int64_t lengths_stride, const int64_t* cu_seqlens, int64_t T,
+                            int64_t B, LengthsMemory memory) {
+    if (lengths && cu_seqlens) fail("lengths and cu_seqlens: give one or the other, not both");
+    if (lengths) {
+        check_pointer("lengths", lengths, B);
+        const int64_t sizes[1] = {B}, strides[1] = {lengths_stride};
+        check_extent("lengths", sizes, strides, 1);
+        if (memory == LengthsMemory::device) return;
+        for (int64_t b = 0; b < B; ++b) {
+            const int64_t len = lengths[b * lengths_stride];
+            if (len < 0 || len > T)
+                fail("lengths[" + std::to_string(b) + "] = " + std::to_string(len) + " is outside 0..seq_len (" +
+                     std::to_string(T) + ")");
+        }
+    }
+    if (cu_seqlens && memory == LengthsMemory::host) {
+        if (cu_seqlens[0] != 0) fail("cu_seqlens[0] must be 0, got " + std::to_string(cu_seqlens[0]));
+        for (int64_t b = 0; b < B; ++b)
+            if (cu_seqlens[b + 1] < cu_seqlens[b])
+                fail("cu_seqlens must be nondecreasing: cu_seqlens[" + std::to_string(b + 1) +
+                     "] = " + std::to_string(cu_seqlens[b + 1]) + " < cu_seqlens[" + std::to_string(b) +
+                     "] = " + std::to_string(cu_seqlens[b]));
+        if (cu_seqlens[B] != T)
+            fail("cu_seqlens[-1] must be the packed length seq_len (" + std::to_string(T) + "), got " +
+                 std::to_string(cu_seqlens[B]));
+    }
+}
+
+// Batch rows of the (time, batch, hidden) arrays: one for packed sequences.
+inline int64_t array_rows(const int64_t* cu_seqlens, int64_t batch) { return cu_seqlens ? 1 : batch; }
+
 }  // namespace qrnn::detail

@@ -109,18 +109,56 @@ inline void row_from_float<float16>(const float* __restrict__ src, float16* __re
 }
 #endif
 
+// A row of zeros (padding).
+template <typename T>
+inline void zero_row(T* __restrict__ dst, int64_t n, int64_t stride) {
+    const T zero = from_float<T>(0.f);
+    for (int64_t j = 0; j < n; ++j) dst[j * stride] = zero;
+}
+
 // ---- Work items (common/cpu_work_items.hpp says how they are sized and walked) ----------------
 
-// One work item: a batch row's block of hidden units [j0, j0 + n).
-struct RowItem { int64_t b, j0, n; };
+// One work item: sequence b's block of hidden units [j0, j0 + n), and where the sequence's
+// steps are: `steps` real steps from time t0 of the arrays' batch row `row`. A dense call
+// has row b from t0 = 0 (steps = seq_len, or lengths[b]); a packed call (cu_seqlens) has
+// every sequence in row 0, sequence b from t0 = cu_seqlens[b]. The states (h0, the final
+// state and their gradients) have one row per sequence: row b.
+struct RowItem { int64_t b, j0, n, t0 = 0, steps = 0, row = 0; };
 
-// Items first .. first + count - 1 of `hidden`'s blocks of `block` units.
-inline void describe_rows(int64_t hidden, int64_t block, int64_t first, int64_t count, RowItem* items) {
-    const int64_t blocks = (hidden + block - 1) / block;
+// Items first .. first + count - 1 of `hidden`'s blocks of `block` units, with their
+// sequence's steps from the family's params (its seq_len, lengths and cu_seqlens fields).
+template <typename Params>
+inline void describe_items(const Params& p, int64_t block, int64_t first, int64_t count, RowItem* items) {
+    const int64_t blocks = (p.hidden + block - 1) / block;
     for (int64_t i = 0; i < count; ++i) {
-        const int64_t item = first + i, j0 = (item % blocks) * block;
-        items[i] = {item / blocks, j0, std::min(block, hidden - j0)};
+        const int64_t item = first + i, b = item / blocks, j0 = (item % blocks) * block;
+        RowItem& it = items[i];
+        it.b = b, it.j0 = j0, it.n = std::min(block, p.hidden - j0);
+        if (p.cu_seqlens) {
+            it.row = 0, it.t0 = p.cu_seqlens[b], it.steps = p.cu_seqlens[b + 1] - it.t0;
+        } else {
+            it.row = b, it.t0 = 0, it.steps = p.lengths ? p.lengths[b * p.lengths_stride] : p.seq_len;
+        }
     }
+}
+
+// The most steps of items[0, count): how long a chunk of items walks.
+inline int64_t most_steps(const RowItem* items, int64_t count) {
+    int64_t most = 0;
+    for (int64_t i = 0; i < count; ++i) most = std::max(most, items[i].steps);
+    return most;
+}
+
+// Time index of an item's k-th step, walked forwards or (reverse) from its last real step.
+inline int64_t step_time(int64_t k, const RowItem& it, bool reverse) {
+    return it.t0 + (reverse ? it.steps - 1 - k : k);
+}
+
+// Whether a dense row has padding after its real steps (written as zeros): a packed row's
+// steps all belong to some sequence.
+template <typename Params>
+inline bool pads(const Params& p, const RowItem& it) {
+    return !p.cu_seqlens && it.steps < p.seq_len;
 }
 
 // Per-thread scratch of at least n elements, kept across calls so that a kernel call
@@ -134,10 +172,11 @@ E* scratch(size_t n) {
     return buffer.data();
 }
 
-// Element offset of item `it`'s row at time t in a strided (time, batch, hidden) view.
+// Element offset of item `it`'s row at time t (an index of the arrays, see step_time) in a
+// strided (time, batch, hidden) view.
 template <typename V>
 inline int64_t row_offset(const V& v, int64_t t, const RowItem& it) {
-    return t * v.stride_t + it.b * v.stride_b + it.j0 * v.stride_h;
+    return t * v.stride_t + it.row * v.stride_b + it.j0 * v.stride_h;
 }
 
 // Item `it`'s row at time t of a strided view, as T (const for a ConstView3).

@@ -30,14 +30,18 @@ struct HasGradH0<Params, std::void_t<decltype(std::declval<const Params&>().grad
 template <typename Params>
 constexpr bool has_grad_h0 = HasGradH0<Params>::value;
 
-// Sizes, the element count (returned), the state's dtype and its views (h0, and grad_h0 in a
-// backward's parameters); `what` names the call in the overflow message.
+// Sizes, the element count of the arrays (returned), which steps are real, the state's
+// dtype and its views (h0, and grad_h0 in a backward's parameters); `what` names the call
+// in the overflow message.
 template <typename Params>
-int64_t check_scan_sizes_and_state(const Params& p, const char* what) {
+int64_t check_scan_sizes_and_state(const Params& p, const char* what, LengthsMemory memory) {
     check_size("seq_len", p.seq_len);
     check_size("batch", p.batch);
     check_size("hidden", p.hidden);
-    const int64_t numel = checked_numel(p.seq_len, p.batch, p.hidden, what);
+    checked_numel(1, p.batch, p.hidden, what);
+    const int64_t numel = checked_numel(p.seq_len, array_rows(p.cu_seqlens, p.batch), p.hidden, what);
+    if (p.cu_seqlens) check_pointer("cu_seqlens", p.cu_seqlens, 1);
+    check_sequences(p.lengths, p.lengths_stride, p.cu_seqlens, p.seq_len, p.batch, memory);
     bool has_state = p.h0.data != nullptr;
     if constexpr (has_grad_h0<Params>) has_state = has_state || p.grad_h0.data != nullptr;
     check_state_dtypes(p.dtype, p.h0_dtype, has_state);
@@ -46,6 +50,25 @@ int64_t check_scan_sizes_and_state(const Params& p, const char* what) {
         if (p.grad_h0.data)
             check_view2("grad_h0", p.grad_h0.data, p.batch, p.hidden, p.grad_h0.stride_b, p.grad_h0.stride_h);
     return numel;
+}
+
+// A (time, batch, hidden) array of the call: seq_len steps of its batch rows (one row for
+// packed sequences).
+template <typename Params, typename V>
+void check_scan_view3(const char* name, const V& v, const Params& p) {
+    check_view3(name, v.data, p.seq_len, array_rows(p.cu_seqlens, p.batch), p.hidden, v.stride_t, v.stride_b,
+                v.stride_h);
+}
+
+// For kernels that walk whole rows only (the CUDA schedules of the scan families): lengths,
+// packed sequences and reverse-within-sequences are refused (a whole row reversed is a
+// negative time stride there). qrnn's Python layer runs such calls as dense scans.
+template <typename Params>
+void refuse_sequences(const Params& p, const char* what) {
+    if (p.lengths || p.cu_seqlens || p.reverse)
+        fail(std::string(what) +
+             ": lengths, cu_seqlens and reverse run on the CPU kernels only; on CUDA pass "
+             "whole rows (reverse them with a negative time stride)");
 }
 
 }  // namespace qrnn::detail

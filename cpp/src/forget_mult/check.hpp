@@ -3,7 +3,6 @@
 #pragma once
 
 #include <cstdint>
-#include <string>
 
 #include "common/check.hpp"
 #include "common/scan_check.hpp"
@@ -11,30 +10,24 @@
 
 namespace qrnn::detail {
 
-#define QRNN_CHECK_FM_VIEW3(p, v) \
-    check_view3(#v, (p).v.data, (p).seq_len, (p).batch, (p).hidden, (p).v.stride_t, (p).v.stride_b, (p).v.stride_h)
-
-// Returns seq_len * batch * hidden.
-inline int64_t validate_forget_mult(const ForgetMultForwardParams& p) {
-    const int64_t numel = check_scan_sizes_and_state(p, "forget_mult");
-    QRNN_CHECK_FM_VIEW3(p, f);
-    QRNN_CHECK_FM_VIEW3(p, x);
-    QRNN_CHECK_FM_VIEW3(p, h);
+// Returns the element count of the arrays. `memory`: where lengths and cu_seqlens live.
+inline int64_t validate_forget_mult(const ForgetMultForwardParams& p, LengthsMemory memory = LengthsMemory::host) {
+    const int64_t numel = check_scan_sizes_and_state(p, "forget_mult", memory);
+    check_scan_view3("f", p.f, p);
+    check_scan_view3("x", p.x, p);
+    check_scan_view3("h", p.h, p);
     return numel;
 }
 
-// Returns seq_len * batch * hidden.
-inline int64_t validate_forget_mult(const ForgetMultBackwardParams& p) {
-    const int64_t numel = check_scan_sizes_and_state(p, "forget_mult_backward");
-    QRNN_CHECK_FM_VIEW3(p, f);
-    QRNN_CHECK_FM_VIEW3(p, x);
-    QRNN_CHECK_FM_VIEW3(p, h);
-    QRNN_CHECK_FM_VIEW3(p, grad_h);
-    QRNN_CHECK_FM_VIEW3(p, grad_f);
-    QRNN_CHECK_FM_VIEW3(p, grad_x);
+inline int64_t validate_forget_mult(const ForgetMultBackwardParams& p, LengthsMemory memory = LengthsMemory::host) {
+    const int64_t numel = check_scan_sizes_and_state(p, "forget_mult_backward", memory);
+    check_scan_view3("f", p.f, p);
+    check_scan_view3("x", p.x, p);
+    check_scan_view3("h", p.h, p);
+    check_scan_view3("grad_h", p.grad_h, p);
+    check_scan_view3("grad_f", p.grad_f, p);
+    check_scan_view3("grad_x", p.grad_x, p);
     return numel;
 }
-
-#undef QRNN_CHECK_FM_VIEW3
 
 }  // namespace qrnn::detail

@@ -84,6 +84,12 @@ struct ForgetMultScan {
                                             Contig ? 1 : p.h.stride_h);
     }
 
+    template <typename T, bool Contig>
+    static void pad_row(const Backward& p, int64_t t, const RowItem& it) {
+        zero_row(row_at<T>(p.grad_f, t, it), it.n, Contig ? 1 : p.grad_f.stride_h);
+        zero_row(row_at<T>(p.grad_x, t, it), it.n, Contig ? 1 : p.grad_x.stride_h);
+    }
+
     // The running gradient g (reaching h[t]): g += dh[t]; dx[t] = f[t] g; df[t] = (x[t] - h[t-1]) g;
     // g -= f[t] g.
     template <typename T, typename M, bool Contig, typename HP>

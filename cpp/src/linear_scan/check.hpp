@@ -10,29 +10,23 @@
 
 namespace qrnn::detail {
 
-#define QRNN_CHECK_LS_VIEW3(p, v) \
-    check_view3(#v, (p).v.data, (p).seq_len, (p).batch, (p).hidden, (p).v.stride_t, (p).v.stride_b, (p).v.stride_h)
-
-// Returns seq_len * batch * hidden.
-inline int64_t validate_linear_scan(const LinearScanForwardParams& p) {
-    const int64_t numel = check_scan_sizes_and_state(p, "linear_scan");
-    QRNN_CHECK_LS_VIEW3(p, a);
-    QRNN_CHECK_LS_VIEW3(p, b);
-    QRNN_CHECK_LS_VIEW3(p, h);
+// Returns the element count of the arrays. `memory`: where lengths and cu_seqlens live.
+inline int64_t validate_linear_scan(const LinearScanForwardParams& p, LengthsMemory memory = LengthsMemory::host) {
+    const int64_t numel = check_scan_sizes_and_state(p, "linear_scan", memory);
+    check_scan_view3("a", p.a, p);
+    check_scan_view3("b", p.b, p);
+    check_scan_view3("h", p.h, p);
     return numel;
 }
 
-// Returns seq_len * batch * hidden.
-inline int64_t validate_linear_scan(const LinearScanBackwardParams& p) {
-    const int64_t numel = check_scan_sizes_and_state(p, "linear_scan_backward");
-    QRNN_CHECK_LS_VIEW3(p, a);
-    QRNN_CHECK_LS_VIEW3(p, h);
-    QRNN_CHECK_LS_VIEW3(p, grad_h);
-    QRNN_CHECK_LS_VIEW3(p, grad_a);
-    QRNN_CHECK_LS_VIEW3(p, grad_b);
+inline int64_t validate_linear_scan(const LinearScanBackwardParams& p, LengthsMemory memory = LengthsMemory::host) {
+    const int64_t numel = check_scan_sizes_and_state(p, "linear_scan_backward", memory);
+    check_scan_view3("a", p.a, p);
+    check_scan_view3("h", p.h, p);
+    check_scan_view3("grad_h", p.grad_h, p);
+    check_scan_view3("grad_a", p.grad_a, p);
+    check_scan_view3("grad_b", p.grad_b, p);
     return numel;
 }
-
-#undef QRNN_CHECK_LS_VIEW3
 
 }  // namespace qrnn::detail

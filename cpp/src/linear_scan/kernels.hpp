@@ -27,6 +27,12 @@ struct LinearScan {
                            Contig ? 1 : p.a.stride_h, Contig ? 1 : p.b.stride_h, Contig ? 1 : p.h.stride_h);
     }
 
+    template <typename T, bool Contig>
+    static void pad_row(const Backward& p, int64_t t, const RowItem& it) {
+        zero_row(row_at<T>(p.grad_a, t, it), it.n, Contig ? 1 : p.grad_a.stride_h);
+        zero_row(row_at<T>(p.grad_b, t, it), it.n, Contig ? 1 : p.grad_b.stride_h);
+    }
+
     // The running gradient g (reaching h[t]): g += dh[t]; db[t] = g; da[t] = h[t-1] g; g *= a[t].
     template <typename T, typename M, bool Contig, typename HP>
     static void backward_row(const Backward& p, int64_t t, const RowItem& it, const HP* h_prev, int64_t sh, M* grad) {

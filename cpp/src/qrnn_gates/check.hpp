@@ -1,5 +1,5 @@
 // Validation of the fused QRNN gate parameters, shared by the CPU and CUDA entry points:
-// sizes, dtypes, pointers, strides and lengths. Throws std::invalid_argument naming the
+// sizes, dtypes, pointers, strides, lengths and cu_seqlens. Throws std::invalid_argument naming the
 // field. Both return false when the call has nothing to write.
 #pragma once
 
@@ -10,11 +10,6 @@
 #include "qrnn/qrnn_gates.hpp"
 
 namespace qrnn::detail {
-
-// Where `lengths` lives decides whether its values can be checked here: host memory is
-// read (every value in 0..seq_len); device memory is not (that would synchronise), and
-// the CUDA kernels clamp each length to 0..seq_len instead, so no access leaves the arrays.
-enum class LengthsMemory { host, device };
 
 namespace gates_check {
 
@@ -33,48 +28,38 @@ inline void state_dtype(const char* name, DType state, DType dtype) {
              ", got " + dtype_name(state));
 }
 
-struct Shape { int64_t T, B, H; };
+// T steps of `rows` array rows (one for packed sequences); B sequences (the states' rows).
+struct Shape { int64_t T, B, H, rows; };
 
-inline Shape shape(int64_t T, int64_t B, int64_t H) {
+inline Shape shape(int64_t T, int64_t B, int64_t H, const int64_t* cu_seqlens) {
     check_size("seq_len", T);
     check_size("batch", B);
     check_size("hidden", H);
-    checked_numel(T, B, H, "qrnn_gates");
-    return {T, B, H};
+    const int64_t rows = array_rows(cu_seqlens, B);
+    checked_numel(T, rows, H, "qrnn_gates");
+    checked_numel(1, B, H, "qrnn_gates");
+    return {T, B, H, rows};
 }
 
 // G's view covers n_gates blocks of H units, gate_stride apart.
 template <typename V>
 void gates(const char* name, const V& v, const Shape& s, int64_t gate_stride, bool output_gate) {
     const int64_t n_gates = output_gate ? 3 : 2;
-    const int64_t sizes[4] = {s.T, s.B, n_gates, s.H}, strides[4] = {v.stride_t, v.stride_b, gate_stride, v.stride_h};
-    checked_numel(s.T * s.B, n_gates, s.H, name);
-    check_pointer(name, v.data, s.T * s.B * n_gates * s.H);
+    const int64_t sizes[4] = {s.T, s.rows, n_gates, s.H},
+                  strides[4] = {v.stride_t, v.stride_b, gate_stride, v.stride_h};
+    checked_numel(s.T * s.rows, n_gates, s.H, name);
+    check_pointer(name, v.data, s.T * s.rows * n_gates * s.H);
     check_extent(name, sizes, strides, 4);
 }
 
 template <typename V>
 void view3(const char* name, const V& v, const Shape& s) {
-    check_view3(name, v.data, s.T, s.B, s.H, v.stride_t, v.stride_b, v.stride_h);
+    check_view3(name, v.data, s.T, s.rows, s.H, v.stride_t, v.stride_b, v.stride_h);
 }
 
 template <typename V>
 void view2(const char* name, const V& v, const Shape& s) {
     check_view2(name, v.data, s.B, s.H, v.stride_b, v.stride_h);
-}
-
-inline void lengths(const int64_t* lengths, int64_t stride, const Shape& s, LengthsMemory memory) {
-    if (!lengths) return;
-    check_pointer("lengths", lengths, s.B);
-    const int64_t sizes[1] = {s.B}, strides[1] = {stride};
-    check_extent("lengths", sizes, strides, 1);
-    if (memory == LengthsMemory::device) return;
-    for (int64_t b = 0; b < s.B; ++b) {
-        const int64_t len = lengths[b * stride];
-        if (len < 0 || len > s.T)
-            fail("lengths[" + std::to_string(b) + "] = " + std::to_string(len) + " is outside 0..seq_len (" +
-                 std::to_string(s.T) + ")");
-    }
 }
 
 inline void scale(double scale) {
@@ -85,14 +70,15 @@ inline void scale(double scale) {
 // Shared by both directions: sizes, dtype, G, mask, scale, c0 and lengths.
 template <typename Params>
 Shape common(const Params& p, bool has_c0_dtype, LengthsMemory memory) {
-    const Shape s = shape(p.seq_len, p.batch, p.hidden);
+    const Shape s = shape(p.seq_len, p.batch, p.hidden, p.cu_seqlens);
     dtype(p.dtype);
     gates("gates", p.gates, s, p.gate_stride, p.output_gate);
     if (p.forget_mask.data) view3("forget_mask", p.forget_mask, s);
     scale(p.forget_scale);
     if (has_c0_dtype) state_dtype("c0_dtype", p.c0_dtype, p.dtype);
     if (p.c0.data) view2("c0", p.c0, s);
-    lengths(p.lengths, p.lengths_stride, s, memory);
+    if (p.cu_seqlens) check_pointer("cu_seqlens", p.cu_seqlens, 1);
+    check_sequences(p.lengths, p.lengths_stride, p.cu_seqlens, s.T, s.B, memory);
     return s;
 }
 

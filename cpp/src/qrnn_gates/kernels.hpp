@@ -50,12 +50,6 @@ inline void narrow<float16, float>(const float* __restrict__ src, int64_t n, flo
     for (int64_t j = 0; j < n; ++j) dst[j * stride] = to_half(src[j]);
 }
 
-template <typename T>
-inline void zero_row(T* __restrict__ dst, int64_t n, int64_t stride) {
-    const T zero = from_float<T>(0.f);
-    for (int64_t j = 0; j < n; ++j) dst[j * stride] = zero;
-}
-
 // A row of n values of type M: in place (with its stride) when the storage is M,
 // else widened into `buffer` (stride 1).
 template <typename M>
@@ -237,37 +231,27 @@ void backward_row(Args...);
 
 // ---- Work items ---------------------------------------------------------------------
 
-// A work item (common/cpu_kernel_common.hpp) and its sequence's valid steps.
-struct Item : RowItem { int64_t valid; };
-
-// Fills items[0, count) for items first, first + 1, ... and loads each one's c0 (zeros
-// when absent) into its row of `c0_rows`; returns their longest walk.
+// Fills items[0, count) for items first, first + 1, ... (common/cpu_kernel_common.hpp) and
+// loads each one's c0 (zeros when absent) into its row of `c0_rows`; returns their longest
+// walk.
 template <typename Params, typename M>
-inline int64_t start_items(const Params& p, int64_t block, int64_t first, int64_t count, Item* items, M* c0_rows) {
-    int64_t max_valid = 0;
-    for (int64_t i = 0; i < count; ++i) {
-        Item& it = items[i];
-        describe_rows(p.hidden, block, first + i, 1, &it);
-        it.valid = p.lengths ? p.lengths[it.b * p.lengths_stride] : p.seq_len;
-        max_valid = std::max(max_valid, it.valid);
-        load_state(p.c0, p.c0_dtype, it.b, it.j0, it.n, &c0_rows[i * block]);
-    }
-    return max_valid;
+inline int64_t start_items(const Params& p, int64_t block, int64_t first, int64_t count, RowItem* items, M* c0_rows) {
+    describe_items(p, block, first, count, items);
+    for (int64_t i = 0; i < count; ++i)
+        load_state(p.c0, p.c0_dtype, items[i].b, items[i].j0, items[i].n, &c0_rows[i * block]);
+    return most_steps(items, count);
 }
-
-// Time index of step k of a sequence with `valid` steps, walked forwards or in reverse.
-inline int64_t step_time(int64_t k, int64_t valid, bool reverse) { return reverse ? valid - 1 - k : k; }
 
 // The chunk's items and states, and rows for widened 16-bit data, in per-thread scratch.
 template <typename M>
 struct Scratch {
-    Item* items;
+    RowItem* items;
     M *state, *state2;  // forward: c; backward: running gradient and c0
     M* rows;            // 11 rows of one block: gates, mask, c[t-1], dh, results
     M *ones, *zeros;
     int64_t block;
     Scratch(int64_t block_, int64_t n_items)
-        : items(scratch<Item, 0>(size_t(n_items))), state(scratch<M, 1>(size_t(n_items * block_))),
+        : items(scratch<RowItem, 0>(size_t(n_items))), state(scratch<M, 1>(size_t(n_items * block_))),
           state2(scratch<M, 2>(size_t(n_items * block_))), rows(scratch<M, 3>(size_t(11 * block_))),
           ones(scratch<M, 4>(size_t(block_))), zeros(scratch<M, 5>(size_t(block_))), block(block_) {
         std::fill(ones, ones + block, M(1));
@@ -288,7 +272,7 @@ struct StepInputs {
           scale(M(p.forget_scale)) {}
 
     template <typename Params>
-    Row<M> keep(const Params& p, int64_t t, const Item& it, Scratch<M>& s) const {
+    Row<M> keep(const Params& p, int64_t t, const RowItem& it, Scratch<M>& s) const {
         return p.forget_mask.data ? read_row<T, M>(row_at<T>(p.forget_mask, t, it), sk, it.n, s.row(3))
                                   : Row<M>{s.ones, 1};
     }
@@ -316,12 +300,12 @@ void gates_forward_items(const QrnnGatesForwardParams& p, int64_t begin, int64_t
     Scratch<M> s(block, chunks.most);
     for (int64_t first = begin; first < end; first += chunks.per_chunk) {
         const int64_t count = chunks.count(first, end);
-        const int64_t max_valid = start_items(p, block, first, count, s.items, s.state);  // c: c0
-        for (int64_t k = 0; k < max_valid; ++k) {
+        const int64_t most = start_items(p, block, first, count, s.items, s.state);  // c: c0
+        for (int64_t k = 0; k < most; ++k) {
             for (int64_t i = 0; i < count; ++i) {
-                const Item& it = s.items[i];
-                if (k >= it.valid) continue;
-                const int64_t t = step_time(k, it.valid, p.reverse), n = it.n;
+                const RowItem& it = s.items[i];
+                if (k >= it.steps) continue;
+                const int64_t t = step_time(k, it, p.reverse), n = it.n;
                 const T* g = row_at<T>(p.gates, t, it);
                 const Row<M> keep = in.keep(p, t, it, s);
                 M* c = &s.state[i * block];
@@ -329,7 +313,7 @@ void gates_forward_items(const QrnnGatesForwardParams& p, int64_t begin, int64_t
                 T* state = p.states.data ? row_at<T>(p.states, t, it) : nullptr;
                 if constexpr (vectorised<T, Contig>) {
                     const int64_t ahead =
-                        k + 1 < it.valid ? (step_time(k + 1, it.valid, p.reverse) - t) * p.gates.stride_t : 0;
+                        k + 1 < it.steps ? (step_time(k + 1, it, p.reverse) - t) * p.gates.stride_t : 0;
                     forward_row<T, OutputGate>(g, g + in.gs, g + 2 * in.gs, ahead, keep.data, in.scale, c, out, state,
                                                n);
                     continue;
@@ -346,13 +330,14 @@ void gates_forward_items(const QrnnGatesForwardParams& p, int64_t begin, int64_t
             }
         }
         for (int64_t i = 0; i < count; ++i) {
-            const Item& it = s.items[i];
+            const RowItem& it = s.items[i];
             if (p.c_n.data) store_state(p.c_n, p.c_n_dtype, it.b, it.j0, it.n, &s.state[i * block]);
-            // Padding steps (at or after the sequence's end, either direction): zeros.
-            for (int64_t t = it.valid; t < p.seq_len; ++t) {
-                zero_row(row_at<T>(p.output, t, it), it.n, so);
-                if (p.states.data) zero_row(row_at<T>(p.states, t, it), it.n, ss);
-            }
+            // Padding steps of a dense row (at or after its end, either direction): zeros.
+            if (pads(p, it))
+                for (int64_t t = it.steps; t < p.seq_len; ++t) {
+                    zero_row(row_at<T>(p.output, t, it), it.n, so);
+                    if (p.states.data) zero_row(row_at<T>(p.states, t, it), it.n, ss);
+                }
         }
     }
 }
@@ -375,21 +360,22 @@ void gates_backward_items(const QrnnGatesBackwardParams& p, int64_t begin, int64
     Scratch<M> s(block, chunks.most);
     for (int64_t first = begin; first < end; first += chunks.per_chunk) {
         const int64_t count = chunks.count(first, end);
-        const int64_t max_valid = start_items(p, block, first, count, s.items, s.state2);
+        const int64_t most = start_items(p, block, first, count, s.items, s.state2);
         for (int64_t i = 0; i < count; ++i) {
-            const Item& it = s.items[i];
+            const RowItem& it = s.items[i];
             load_state(p.grad_c_n, p.c_n_dtype, it.b, it.j0, it.n, &s.state[i * block]);  // the running gradient
-            for (int64_t t = it.valid; t < p.seq_len; ++t) {
-                T* row = row_at<T>(p.grad_gates, t, it);
-                for (int k = 0; k < n_gates; ++k) zero_row(row + k * dgs, it.n, sdg);
-            }
+            if (pads(p, it))
+                for (int64_t t = it.steps; t < p.seq_len; ++t) {
+                    T* row = row_at<T>(p.grad_gates, t, it);
+                    for (int k = 0; k < n_gates; ++k) zero_row(row + k * dgs, it.n, sdg);
+                }
         }
         // The forward's steps in reverse order: each item joins once k reaches its last step.
-        for (int64_t k = max_valid - 1; k >= 0; --k) {
+        for (int64_t k = most - 1; k >= 0; --k) {
             for (int64_t i = 0; i < count; ++i) {
-                const Item& it = s.items[i];
-                if (k >= it.valid) continue;
-                const int64_t t = step_time(k, it.valid, p.reverse), n = it.n;
+                const RowItem& it = s.items[i];
+                if (k >= it.steps) continue;
+                const int64_t t = step_time(k, it, p.reverse), n = it.n;
                 const T* g = row_at<T>(p.gates, t, it);
                 const Row<M> keep = in.keep(p, t, it, s);
                 T* dg = row_at<T>(p.grad_gates, t, it);
@@ -398,7 +384,7 @@ void gates_backward_items(const QrnnGatesBackwardParams& p, int64_t begin, int64
                     if (has_dh) {
                         // What the next step (k - 1) reads is asked for ahead: its gates,
                         // output gradient and c[t-1] (none before its first step).
-                        const auto time_of = [&](int64_t step) { return step_time(step, it.valid, p.reverse); };
+                        const auto time_of = [&](int64_t step) { return step_time(step, it, p.reverse); };
                         const int64_t ahead = k > 0 ? (time_of(k - 1) - t) * p.gates.stride_t : 0;
                         const T* dh_row = row_at<T>(p.grad_output, t, it);
                         const T* dh_next = k > 0 ? row_at<T>(p.grad_output, time_of(k - 1), it) : nullptr;
@@ -418,8 +404,7 @@ void gates_backward_items(const QrnnGatesBackwardParams& p, int64_t begin, int64
                 }
                 // c[t-1]: the saved state of the previous step, or c0 before the first.
                 const Row<M> cprev =
-                    k > 0 ? read_row<T, M>(row_at<T>(p.states, step_time(k - 1, it.valid, p.reverse), it), sc, n,
-                                           s.row(4))
+                    k > 0 ? read_row<T, M>(row_at<T>(p.states, step_time(k - 1, it, p.reverse), it), sc, n, s.row(4))
                           : Row<M>{&s.state2[i * block], 1};
                 const Row<M> dh =
                     has_dh ? read_row<T, M>(row_at<T>(p.grad_output, t, it), sd, n, s.row(5)) : Row<M>{s.zeros, 1};
@@ -442,7 +427,7 @@ void gates_backward_items(const QrnnGatesBackwardParams& p, int64_t begin, int64
         }
         if (p.grad_c0.data)
             for (int64_t i = 0; i < count; ++i) {
-                const Item& it = s.items[i];
+                const RowItem& it = s.items[i];
                 store_state(p.grad_c0, p.c0_dtype, it.b, it.j0, it.n, &s.state[i * block]);
             }
     }

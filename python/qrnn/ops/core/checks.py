@@ -9,6 +9,7 @@ from torch import Tensor
 from .dispatch import refuse_fx_proxy
 from .kernel_args import DTYPE_CODES as _DTYPE_CODES
 from .kernel_args import HALF_DTYPES as _HALF_DTYPES
+from .sequences import check_sequences
 
 __all__ = ["check_dense", "check_scan_args", "check_like"]
 
@@ -22,11 +23,12 @@ def check_dense(name: str, t: Tensor, op: str = "forget_mult") -> None:
         raise TypeError(f"{op}: {name} must be a dense (strided) tensor, got a {kind} tensor")
 
 
-def check_scan_args(op: str, names: tuple, first, second, h0, batch_first) -> None:
+def check_scan_args(op: str, names: tuple, first, second, h0, batch_first, lengths=None, cu_seqlens=None) -> None:
     """The checks of a scan family's forward arguments (ForgetMult's f and x, linear_scan's a
-    and b): two same-shaped 3-D sequences and an optional (batch, hidden) initial state. Raise
-    TypeError/ValueError naming the bad argument. Written for the common all-good case to
-    touch each tensor attribute once."""
+    and b): two same-shaped 3-D sequences, optional lengths or cu_seqlens
+    (:mod:`.sequences`) and an optional (batch, hidden) initial state, one row per sequence.
+    Raise TypeError/ValueError naming the bad argument. Written for the common all-good case
+    to touch each tensor attribute once."""
     one, two = names
     if not isinstance(first, Tensor):
         refuse_fx_proxy(f"qrnn.{op}", first)
@@ -51,14 +53,18 @@ def check_scan_args(op: str, names: tuple, first, second, h0, batch_first) -> No
     both_cpu = first.is_cpu and second.is_cpu  # cheap attribute: skips building device objects
     if not both_cpu and second.device != first.device:
         raise ValueError(f"{op}: {two} must be on {one}'s device {first.device}, got {second.device}")
+    rows = shape[0] if batch_first else shape[1]
+    if lengths is not None or cu_seqlens is not None:
+        rows = check_sequences(op, rows, first.device, lengths, cu_seqlens)
     if h0 is None:
         return
     if not isinstance(h0, Tensor):
         raise TypeError(f"{op}: h0 must be a torch.Tensor or None, got {type(h0).__name__}")
     check_dense("h0", h0, op)
-    expected = (shape[0], shape[2]) if batch_first else (shape[1], shape[2])
+    expected = (rows, shape[2])
     if h0.shape != expected:
-        raise ValueError(f"{op}: h0 must have shape (batch, hidden) = {expected}, got {tuple(h0.shape)}")
+        what = "(sequences, hidden)" if cu_seqlens is not None else "(batch, hidden)"
+        raise ValueError(f"{op}: h0 must have shape {what} = {expected}, got {tuple(h0.shape)}")
     if h0.dtype is not dtype and not (dtype in _HALF_DTYPES and h0.dtype is torch.float32):
         allowed = f"{dtype} or torch.float32" if dtype in _HALF_DTYPES else f"{dtype}"
         raise TypeError(f"{op}: h0 must have dtype {allowed}, got {h0.dtype}")

@@ -116,6 +116,14 @@ def first_derivative_only(op_name: str, backward_op: Callable) -> type[torch.aut
     return FirstDerivativeOnly
 
 
+def refuse_vmap_of_sequences(op_name: str, lengths, cu_seqlens) -> None:
+    """vmap folds the mapped dimension into the batch; a call with sequences has its own
+    batch layout (lengths per row, or one packed row), so it is refused rather than misread."""
+    if lengths is not None or cu_seqlens is not None:
+        raise NotImplementedError(f"{op_name}: vmap over a call with lengths or cu_seqlens is not supported; pack "
+                                  "the mapped sequences into cu_seqlens instead")
+
+
 def refuse_double_backward(op_name: str) -> Callable:
     """A backward (or tangent) rule that raises the double-backward error naming ``op_name``."""
     def refuse(ctx, *grads):

@@ -19,7 +19,7 @@ import torch
 from ... import _C  # type: ignore[attr-defined, unused-ignore]  # compiled, no stub
 
 __all__ = ["DTYPE_CODES", "HALF_DTYPES", "KernelArgsError", "generate", "probe", "view2", "view3", "time_view3",
-           "state_dtype"]
+           "state_dtype", "SEQUENCE_PROLOGUE", "SEQUENCE_FIELDS"]
 
 
 class KernelArgsError(ImportError):
@@ -68,6 +68,21 @@ def state_dtype(dtype: torch.dtype) -> torch.dtype:
     """Carried state dtype: float32 next to 16-bit data, the data's dtype otherwise."""
     return torch.float32 if dtype in HALF_DTYPES else dtype
 
+
+# The sequence fields every family's kernels take (cpp/include/qrnn/view.hpp, "Sequences"),
+# from the builder's `lengths`, `cu_seqlens`, `reverse` and `batch_first` (with `shape`, the
+# arrays' shape): whole rows are reversed by a negative time stride (`whole`), sequences by
+# the kernels' flag. `batch` counts the states' rows: the sequences of a packed row.
+SEQUENCE_PROLOGUE = """
+whole = reverse and lengths is None and cu_seqlens is None
+"""
+SEQUENCE_FIELDS = {
+    "batch": "(shape[0] if batch_first else shape[1]) if cu_seqlens is None else cu_seqlens.shape[0] - 1",
+    "lengths": "0 if lengths is None else lengths.data_ptr()",
+    "lengths_stride": "1 if lengths is None else lengths.stride(0)",
+    "cu_seqlens": "0 if cu_seqlens is None else cu_seqlens.data_ptr()",
+    "reverse": "int(reverse and not whole)",
+}
 
 _NAMESPACE: dict[str, Any] = {"DTYPE_CODES": DTYPE_CODES, "view2": view2, "view3": view3, "time_view3": time_view3,
               "state_dtype": state_dtype, "_NO_VIEW2": _NO_VIEW2}

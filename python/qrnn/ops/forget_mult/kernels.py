@@ -12,8 +12,9 @@ from torch import Tensor
 
 from ... import _C  # type: ignore[attr-defined, unused-ignore]  # compiled, no stub
 from ..core import cuda as _cuda
-from ..core.kernel_args import generate, probe, state_dtype
+from ..core.kernel_args import SEQUENCE_FIELDS, SEQUENCE_PROLOGUE, generate, probe, state_dtype
 from ..core.outputs import empty_contiguous, or_empty
+from ..linear_scan import kernels as _ls
 from .checks import check_forget_mult_args
 from .reference import forget_mult_backward_reference, forget_mult_reference
 
@@ -36,20 +37,27 @@ def time_major(*names) -> str:
     return _TIME_MAJOR.format(names=", ".join(names), transposed=", ".join(f"{n}.transpose(0, 1)" for n in names))
 
 
+def _view(name: str) -> str:
+    """A time-major view's numbers, walked from the last step for a whole-row reverse."""
+    return f"(({name}.data_ptr(), *{name}.stride()) if not whole else time_view3({name}, False, True))"
+
+
 _FORGET_MULT_COMMON = {
-    "dtype": "code", "seq_len": "T", "batch": "B", "hidden": "H",
-    "f": "f", "x": "x", "h0": "(_NO_VIEW2 if h0 is None else (h0.data_ptr(), *h0.stride()))",
+    **SEQUENCE_FIELDS, "dtype": "code", "seq_len": "T", "batch": "B if cu_seqlens is None else cu_seqlens.shape[0] - 1",
+    "hidden": "H", "f": _view("f"), "x": _view("x"), "h": _view("h"),
+    "h0": "(_NO_VIEW2 if h0 is None else (h0.data_ptr(), *h0.stride()))",
     "h0_dtype": "code if h0 is None else DTYPE_CODES[h0.dtype]",
 }
+_SEQUENCES = "lengths=None, cu_seqlens=None, reverse=False"
 _fm = probe(2, 3, 4)
 forward_args: Callable[..., tuple] = generate(
-    "forget_mult_forward", "h, f, x, h0, batch_first", time_major("h", "f", "x"),
-    {**_FORGET_MULT_COMMON, "h": "h"},
-    [(_fm, _fm, _fm, None, False), (_fm, _fm, _fm, probe(2, 4), True)])
+    "forget_mult_forward", f"h, f, x, h0, batch_first, {_SEQUENCES}",
+    time_major("h", "f", "x") + SEQUENCE_PROLOGUE, _FORGET_MULT_COMMON,
+    [(_fm, _fm, _fm, None, False), (_fm, _fm, _fm, probe(2, 4), True, None, None, True)])
 backward_args: Callable[..., tuple] = generate(
-    "forget_mult_backward", "grad_f, grad_x, grad_h0, grad_h, f, x, h, h0, batch_first",
-    time_major("grad_f", "grad_x", "grad_h", "f", "x", "h"),
-    {**_FORGET_MULT_COMMON, "h": "h", "grad_h": "grad_h", "grad_f": "grad_f", "grad_x": "grad_x",
+    "forget_mult_backward", f"grad_f, grad_x, grad_h0, grad_h, f, x, h, h0, batch_first, {_SEQUENCES}",
+    time_major("grad_f", "grad_x", "grad_h", "f", "x", "h") + SEQUENCE_PROLOGUE,
+    {**_FORGET_MULT_COMMON, "grad_h": _view("grad_h"), "grad_f": _view("grad_f"), "grad_x": _view("grad_x"),
      "grad_h0": "view2(grad_h0)"},
     [(_fm, _fm, None, _fm, _fm, _fm, _fm, None, False)])
 
@@ -62,17 +70,18 @@ def _grads(f: Tensor, h0: Optional[Tensor]) -> tuple:
 # ---- CPU --------------------------------------------------------------------------------------
 
 
-def cpu_forward(f, x, h0, batch_first):
+def cpu_forward(f, x, h0, batch_first, lengths=None, cu_seqlens=None, reverse=False):
     # empty_contiguous inlined: the eager path's cost at small shapes is mostly calls.
     h = torch.empty_like(f) if f.is_contiguous() else torch.empty_like(f, memory_format=torch.contiguous_format)
-    _C.forget_mult_forward(*forward_args(h, f, x, h0, batch_first), torch.get_num_threads())
+    _C.forget_mult_forward(*forward_args(h, f, x, h0, batch_first, lengths, cu_seqlens, reverse),
+                           torch.get_num_threads())
     return h
 
 
-def cpu_backward(grad_h, f, x, h, h0, batch_first):
+def cpu_backward(grad_h, f, x, h, h0, batch_first, lengths=None, cu_seqlens=None, reverse=False):
     grad_f, grad_x, grad_h0 = _grads(f, h0)
-    _C.forget_mult_backward(*backward_args(grad_f, grad_x, grad_h0, grad_h, f, x, h, h0, batch_first),
-                            torch.get_num_threads())
+    _C.forget_mult_backward(*backward_args(grad_f, grad_x, grad_h0, grad_h, f, x, h, h0, batch_first, lengths,
+                                           cu_seqlens, reverse), torch.get_num_threads())
     return grad_f, grad_x, or_empty(grad_h0, f)
 
 
@@ -81,24 +90,31 @@ def cpu_backward(grad_h, f, x, h, h0, batch_first):
 CUDA_AVAILABLE: bool = hasattr(_C, "cuda_forget_mult_forward")
 
 
-def _launch_forward(h, f, x, h0, batch_first) -> None:
-    _cuda.launch_by_name("cuda_forget_mult_forward", f.device, forward_args(h, f, x, h0, batch_first))
+def _launch_forward(h, f, x, h0, batch_first, reverse=False) -> None:
+    _cuda.launch_by_name("cuda_forget_mult_forward", f.device,
+                         forward_args(h, f, x, h0, batch_first, None, None, reverse))
 
 
-def _launch_backward(grad_f, grad_x, grad_h0, grad_h, f, x, h, h0, batch_first) -> None:
+def _launch_backward(grad_f, grad_x, grad_h0, grad_h, f, x, h, h0, batch_first, reverse=False) -> None:
     _cuda.launch_by_name("cuda_forget_mult_backward", f.device,
-                         backward_args(grad_f, grad_x, grad_h0, grad_h, f, x, h, h0, batch_first))
+                         backward_args(grad_f, grad_x, grad_h0, grad_h, f, x, h, h0, batch_first, None, None, reverse))
 
 
-def cuda_forward(f: Tensor, x: Tensor, h0: Optional[Tensor], batch_first: bool) -> Tensor:
+def cuda_forward(f: Tensor, x: Tensor, h0: Optional[Tensor], batch_first: bool, lengths=None, cu_seqlens=None,
+                 reverse=False) -> Tensor:
+    if lengths is not None or cu_seqlens is not None:
+        return _with_sequences_forward(_ls.cuda_forward, f, x, h0, batch_first, lengths, cu_seqlens, reverse)
     h = empty_contiguous(f)
-    _launch_forward(h, f, x, h0, batch_first)
+    _launch_forward(h, f, x, h0, batch_first, reverse)
     return h
 
 
-def cuda_backward(grad_h, f, x, h, h0, batch_first):
+def cuda_backward(grad_h, f, x, h, h0, batch_first, lengths=None, cu_seqlens=None, reverse=False):
+    if lengths is not None or cu_seqlens is not None:
+        return _with_sequences_backward(_ls.cuda_backward, grad_h, f, x, h, h0, batch_first, lengths, cu_seqlens,
+                                        reverse)
     grad_f, grad_x, grad_h0 = _grads(f, h0)
-    _launch_backward(grad_f, grad_x, grad_h0, grad_h, f, x, h, h0, batch_first)
+    _launch_backward(grad_f, grad_x, grad_h0, grad_h, f, x, h, h0, batch_first, reverse)
     return grad_f, grad_x, or_empty(grad_h0, f)
 
 
@@ -146,17 +162,41 @@ def backward_plan(grad_f: Tensor, grad_x: Tensor, grad_h0: Optional[Tensor], gra
 # ---- Devices without native kernels: the reference loop with the kernels' state dtype -------------
 
 
-def fallback_forward(f, x, h0, batch_first):
+def fallback_forward(f, x, h0, batch_first, lengths=None, cu_seqlens=None, reverse=False):
+    if lengths is not None or cu_seqlens is not None or reverse:
+        return _with_sequences_forward(_ls.fallback_forward, f, x, h0, batch_first, lengths, cu_seqlens, reverse)
     math = state_dtype(f.dtype)
     h = forget_mult_reference(f.to(math), x.to(math), None if h0 is None else h0.to(math), batch_first=batch_first)
     return h.to(f.dtype).contiguous()
 
 
-def fallback_backward(grad_h, f, x, h, h0, batch_first):
+def fallback_backward(grad_h, f, x, h, h0, batch_first, lengths=None, cu_seqlens=None, reverse=False):
     """The backward of :func:`fallback_forward`: the reference reverse-time loop."""
+    if lengths is not None or cu_seqlens is not None or reverse:
+        return _with_sequences_backward(_ls.fallback_backward, grad_h, f, x, h, h0, batch_first, lengths, cu_seqlens,
+                                        reverse)
     math = state_dtype(f.dtype)
     grad_f, grad_x, grad_h0 = forget_mult_backward_reference(
         grad_h.to(math), f.to(math), x.to(math), h.to(math), None if h0 is None else h0.to(math),
         batch_first=batch_first)
     return (grad_f.to(f.dtype).contiguous(), grad_x.to(f.dtype).contiguous(),
             grad_h0.to(h0.dtype) if h0 is not None else f.new_empty(0))
+
+
+# ---- Through linear_scan's kernels: h = (1 - f) h + f x ----------------------------------------------
+# For the kernels that have no sequences (CUDA) or no reverse (the fallback's reference loop).
+
+
+def _with_sequences_forward(ls_forward, f, x, h0, batch_first, lengths, cu_seqlens, reverse):
+    math = state_dtype(f.dtype)
+    fm = f.to(math)
+    h = ls_forward(1 - fm, fm * x.to(math), h0, reverse, batch_first, lengths, cu_seqlens)
+    return h.to(f.dtype).contiguous()
+
+
+def _with_sequences_backward(ls_backward, grad_h, f, x, h, h0, batch_first, lengths, cu_seqlens, reverse):
+    math = state_dtype(f.dtype)
+    fm, xm = f.to(math), x.to(math)
+    grad_a, grad_b, grad_h0 = ls_backward(grad_h.to(math), 1 - fm, h.to(math), h0, reverse, batch_first, lengths,
+                                          cu_seqlens)
+    return ((grad_b * xm - grad_a).to(f.dtype).contiguous(), (grad_b * fm).to(f.dtype).contiguous(), grad_h0)

@@ -13,7 +13,14 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from ..core.dispatch import first_derivative_only, fold_batch, refuse_double_backward, register_vmap, unfold_batch
+from ..core.dispatch import (
+    first_derivative_only,
+    fold_batch,
+    refuse_double_backward,
+    refuse_vmap_of_sequences,
+    register_vmap,
+    unfold_batch,
+)
 from ..core.registry import NativeKernels, define_op
 from . import kernels
 from .checks import check_args, check_backward_args
@@ -21,7 +28,8 @@ from .checks import check_args, check_backward_args
 __all__ = ["linear_scan_op", "linear_scan_backward_op", "LinearScanFunction", "KERNELS", "previous_states"]
 
 @define_op("linear_scan")
-def linear_scan_op(a: Tensor, b: Tensor, h0: Optional[Tensor], reverse: bool, batch_first: bool) -> Tensor:
+def linear_scan_op(a: Tensor, b: Tensor, h0: Optional[Tensor], reverse: bool, batch_first: bool,
+                   lengths: Optional[Tensor] = None, cu_seqlens: Optional[Tensor] = None) -> Tensor:
     """The ``qrnn::linear_scan`` operator (``torch.ops.qrnn.linear_scan``): the forward of
     ``h[t] = a[t] * h[t-1] + b[t]``, what :func:`qrnn.linear_scan` calls when it goes through
     the dispatcher (autograd, ``torch.compile``, ``torch.export``).
@@ -30,12 +38,15 @@ def linear_scan_op(a: Tensor, b: Tensor, h0: Optional[Tensor], reverse: bool, ba
         a: the decays, ``(seq_len, batch, hidden)`` (``(batch, seq_len, hidden)`` with
             ``batch_first``), as for :func:`qrnn.linear_scan`.
         b: the inputs, ``a``'s shape, dtype and device.
-        h0: the initial state ``(batch, hidden)``, or None for zeros.
-        reverse: run time backwards, from the last step.
+        h0: the initial state ``(batch, hidden)`` (``(sequences, hidden)`` with ``cu_seqlens``),
+            or None for zeros.
+        reverse: run each sequence backwards, from its last step.
         batch_first: the layout of ``a``, ``b`` and the result.
+        lengths: None, or int64 ``(batch,)``: row ``b``'s real steps (:mod:`qrnn.ops.core.sequences`).
+        cu_seqlens: None, or int64 ``(sequences + 1,)``: packed sequences in one row.
 
     Returns:
-        ``h``, every step's state, in ``a``'s shape and dtype (contiguous).
+        ``h``, every step's state, in ``a``'s shape and dtype (contiguous); padding steps 0.
 
     Raises:
         TypeError, ValueError: a bad argument, named; the op checks its arguments itself
@@ -45,19 +56,20 @@ def linear_scan_op(a: Tensor, b: Tensor, h0: Optional[Tensor], reverse: bool, ba
     kernels are registered per device type; this body, the pure-PyTorch fallback, serves
     every other device.
     """
-    check_args(a, b, h0, reverse, batch_first)  # torch.ops.qrnn.linear_scan can be called directly
-    return kernels.fallback_forward(a, b, h0, reverse, batch_first)
+    check_args(a, b, h0, reverse, batch_first, lengths, cu_seqlens)  # the op can be called directly
+    return kernels.fallback_forward(a, b, h0, reverse, batch_first, lengths, cu_seqlens)
 
 
 @linear_scan_op.register_fake
-def _(a, b, h0, reverse, batch_first):
+def _(a, b, h0, reverse, batch_first, lengths=None, cu_seqlens=None):
     torch._check(b.shape == a.shape, lambda: "linear_scan: b must have a's shape")
     return torch.empty_like(a, memory_format=torch.contiguous_format)
 
 
 @define_op("linear_scan_backward")
 def linear_scan_backward_op(grad_h: Tensor, a: Tensor, h: Tensor, h0: Optional[Tensor], reverse: bool,
-                            batch_first: bool) -> tuple[Tensor, Tensor, Tensor]:
+                            batch_first: bool, lengths: Optional[Tensor] = None,
+                            cu_seqlens: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor]:
     """The ``qrnn::linear_scan_backward`` operator: the gradients of :func:`linear_scan_op`.
 
     Args:
@@ -67,6 +79,7 @@ def linear_scan_backward_op(grad_h: Tensor, a: Tensor, h: Tensor, h0: Optional[T
         h0: the forward's ``h0`` (or None).
         reverse: the forward's direction.
         batch_first: the forward's layout.
+        lengths, cu_seqlens: the forward's sequences.
 
     Returns:
         ``(grad_a, grad_b, grad_h0)``; ``grad_h0`` is an empty tensor when ``h0`` is None.
@@ -77,27 +90,33 @@ def linear_scan_backward_op(grad_h: Tensor, a: Tensor, h: Tensor, h0: Optional[T
 
     This body, the pure-PyTorch fallback, serves devices without a native kernel.
     """
-    check_backward_args(grad_h, a, h, h0, reverse, batch_first)
-    return kernels.fallback_backward(grad_h, a, h, h0, reverse, batch_first)
+    check_backward_args(grad_h, a, h, h0, reverse, batch_first, lengths, cu_seqlens)
+    return kernels.fallback_backward(grad_h, a, h, h0, reverse, batch_first, lengths, cu_seqlens)
 
 
 @linear_scan_backward_op.register_fake
-def _(grad_h, a, h, h0, reverse, batch_first):
+def _(grad_h, a, h, h0, reverse, batch_first, lengths=None, cu_seqlens=None):
     like = torch.empty_like(a, memory_format=torch.contiguous_format)
     grad_h0 = torch.empty_like(h0, memory_format=torch.contiguous_format) if h0 is not None else a.new_empty(0)
     return like, torch.empty_like(like), grad_h0
 
 
 def _setup_context(ctx, inputs, output):
-    a, _, h0, reverse, batch_first = inputs
-    ctx.save_for_backward(a, output, h0)  # the backward needs no b
+    a, _, h0, reverse, batch_first, lengths, cu_seqlens = _padded(inputs)
+    ctx.save_for_backward(a, output, h0, lengths, cu_seqlens)  # the backward needs no b
     ctx.reverse, ctx.batch_first = reverse, batch_first
 
 
 def _backward(ctx, grad_h):
-    a, h, h0 = ctx.saved_tensors
-    grad_a, grad_b, grad_h0 = linear_scan_backward_op(grad_h, a, h, h0, ctx.reverse, ctx.batch_first)
-    return grad_a, grad_b, (grad_h0 if h0 is not None else None), None, None
+    a, h, h0, lengths, cu_seqlens = ctx.saved_tensors
+    grad_a, grad_b, grad_h0 = linear_scan_backward_op(grad_h, a, h, h0, ctx.reverse, ctx.batch_first, lengths,
+                                                      cu_seqlens)
+    return grad_a, grad_b, (grad_h0 if h0 is not None else None), None, None, None, None
+
+
+def _padded(inputs) -> tuple:
+    """The forward's 7 arguments, the trailing optional ones filled in."""
+    return tuple(inputs) + (None,) * (7 - len(inputs))
 
 
 linear_scan_op.register_autograd(_backward, setup_context=_setup_context)
@@ -113,14 +132,16 @@ if kernels.CUDA_AVAILABLE:
 # ---- vmap: the kernels take any batch, so the vmapped dimension joins it ------------------------
 
 
-def _vmap(info, in_dims, a, b, h0, reverse, batch_first):
+def _vmap(info, in_dims, a, b, h0, reverse, batch_first, lengths=None, cu_seqlens=None):
+    refuse_vmap_of_sequences("linear_scan", lengths, cu_seqlens)
     size, batch = info.batch_size, (0 if batch_first else 1)
     h = linear_scan_op(fold_batch(a, in_dims[0], size, batch), fold_batch(b, in_dims[1], size, batch),
                        fold_batch(h0, in_dims[2], size, 0), reverse, batch_first)
     return unfold_batch(h, size, batch), batch
 
 
-def _backward_vmap(info, in_dims, grad_h, a, h, h0, reverse, batch_first):
+def _backward_vmap(info, in_dims, grad_h, a, h, h0, reverse, batch_first, lengths=None, cu_seqlens=None):
+    refuse_vmap_of_sequences("linear_scan", lengths, cu_seqlens)
     size, batch = info.batch_size, (0 if batch_first else 1)
     folded = [fold_batch(t, d, size, batch) for t, d in zip((grad_h, a, h), in_dims)]
     grad_a, grad_b, grad_h0 = linear_scan_backward_op(*folded, fold_batch(h0, in_dims[3], size, 0), reverse,
@@ -158,25 +179,29 @@ class LinearScanFunction(torch.autograd.Function):
     generate_vmap_rule = True
 
     @staticmethod
-    def forward(a, b, h0, reverse, batch_first):
-        return linear_scan_op(a, b, h0, reverse, batch_first)
+    def forward(a, b, h0, reverse, batch_first, lengths=None, cu_seqlens=None):
+        return linear_scan_op(a, b, h0, reverse, batch_first, lengths, cu_seqlens)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        a, _, h0, reverse, batch_first = inputs
-        ctx.save_for_backward(a, output, h0)
-        ctx.save_for_forward(a, output, h0)
+        a, _, h0, reverse, batch_first, lengths, cu_seqlens = _padded(inputs)
+        ctx.save_for_backward(a, output, h0, lengths, cu_seqlens)
+        ctx.save_for_forward(a, output, h0, lengths, cu_seqlens)
         ctx.reverse, ctx.batch_first = reverse, batch_first
 
     @staticmethod
     def backward(ctx, grad_h):
-        a, h, h0 = ctx.saved_tensors
-        grad_a, grad_b, grad_h0 = _LinearScanBackward.apply(grad_h, a, h, h0, ctx.reverse, ctx.batch_first)
-        return grad_a, grad_b, (grad_h0 if h0 is not None else None), None, None
+        a, h, h0, lengths, cu_seqlens = ctx.saved_tensors
+        grad_a, grad_b, grad_h0 = _LinearScanBackward.apply(grad_h, a, h, h0, ctx.reverse, ctx.batch_first,
+                                                            lengths, cu_seqlens)
+        return grad_a, grad_b, (grad_h0 if h0 is not None else None), None, None, None, None
 
     @staticmethod
-    def jvp(ctx, da, db, dh0, _reverse, _batch_first):
-        a, h, h0 = ctx.saved_tensors
+    def jvp(ctx, da, db, dh0, *_flags):
+        a, h, h0, lengths, cu_seqlens = ctx.saved_tensors
+        if lengths is not None or cu_seqlens is not None:
+            raise NotImplementedError("linear_scan: forward-mode AD of a call with lengths or cu_seqlens is not "
+                                      "supported; use reverse mode (backward) there")
         if a.numel() == 0 or (da is None and db is None and dh0 is None):
             return torch.zeros_like(h)
         inputs = db if db is not None else torch.zeros_like(a)

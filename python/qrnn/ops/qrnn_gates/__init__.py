@@ -15,6 +15,7 @@ from typing import Optional
 from torch import Tensor
 
 from ..core.dispatch import direct_call_allowed, forward_mode_active, refuse_legacy_onnx, use_autograd_function
+from ..core.sequences import as_offsets
 from ..core.sharding import check_sharded_args
 from . import sharding  # noqa: F401  (adds the family's DTensor rules)
 from .checks import check_qrnn_gates_args, check_qrnn_gates_backward_args
@@ -40,7 +41,7 @@ def has_fused_qrnn_gates(device) -> bool:
 def qrnn_gates(gates: Tensor, c0: Optional[Tensor] = None, *, output_gate: bool = True,
                forget_mask: Optional[Tensor] = None, forget_scale: float = 1.0,
                lengths: Optional[Tensor] = None, batch_first: bool = False,
-               reverse: bool = False) -> tuple[Tensor, Tensor]:
+               reverse: bool = False, cu_seqlens: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
     """The QRNN pointwise step, fused: from gate pre-activations to the layer output.
 
     ``z = tanh(G_z)``, ``f = sigmoid(G_f) * forget_mask * forget_scale``,
@@ -56,16 +57,20 @@ def qrnn_gates(gates: Tensor, c0: Optional[Tensor] = None, *, output_gate: bool 
         forget_mask: zoneout keep mask in the output's shape and gates' dtype (0/1,
             unscaled), or None.
         forget_scale: multiplies f; ``1 - p`` for zoneout at evaluation.
-        lengths: int64 ``(batch,)`` valid steps per sequence on gates' device, each in
+        lengths: int32/int64 ``(batch,)`` valid steps per sequence on gates' device, each in
             ``0..seq_len`` (the CPU kernel raises ValueError for others; the CUDA kernel
             clamps them rather than read them back); outputs past each end are zero and
             ``c_n`` is each sequence's state after its last valid step.
         batch_first: layout of gates and the output.
         reverse: run each sequence from its own last valid step back to step 0.
+        cu_seqlens: int32/int64 ``(N + 1,)`` offsets on gates' device, from 0 to the packed
+            length: ``N`` sequences packed end to end in one row (batch 1), as
+            flash-linear-attention lays them out; ``c0`` and ``c_n`` are then ``(N, hidden)``.
 
     Returns:
         ``(output, c_n)``: output in gates' dtype with ``hidden`` features; ``c_n``
-        ``(batch, hidden)`` in float32 for 16-bit gates, gates' dtype otherwise.
+        ``(batch, hidden)`` (``(N, hidden)`` packed) in float32 for 16-bit gates, gates' dtype
+        otherwise.
         Differentiable in gates and c0; fused on devices that have the kernel (the CPU,
         and CUDA in builds with it), :func:`qrnn_gates_unfused` elsewhere.
 
@@ -76,17 +81,21 @@ def qrnn_gates(gates: Tensor, c0: Optional[Tensor] = None, *, output_gate: bool 
         RuntimeError: under the TorchScript ONNX exporter (``dynamo=False``) or
             ``torch.fx.symbolic_trace``, which cannot capture the op.
     """
-    check_qrnn_gates_args(gates, c0, forget_mask, forget_scale, lengths, output_gate, batch_first)
+    if lengths is not None or cu_seqlens is not None:
+        lengths = as_offsets("lengths", "qrnn_gates", lengths)
+        cu_seqlens = as_offsets("cu_seqlens", "qrnn_gates", cu_seqlens)
+    check_qrnn_gates_args(gates, c0, forget_mask, forget_scale, lengths, output_gate, batch_first, cu_seqlens)
     if reverse is not True and reverse is not False:
         raise TypeError(f"qrnn_gates: reverse must be a bool, got {type(reverse).__name__}")
     if not KERNELS.has(gates.device):
         return qrnn_gates_unfused(gates, c0, output_gate=output_gate, forget_mask=forget_mask,
                                   forget_scale=forget_scale, lengths=lengths, batch_first=batch_first,
-                                  reverse=reverse)
-    if direct_call_allowed(gates, c0, forget_mask, lengths):
+                                  reverse=reverse, cu_seqlens=cu_seqlens)
+    if direct_call_allowed(gates, c0, forget_mask, lengths if lengths is not None else cu_seqlens):
         # Nothing to differentiate or trace: call the kernel directly (and skip saving c[t]).
         output, c_n, _ = KERNELS.forward[gates.device.type](
-            gates, c0, forget_mask, lengths, forget_scale, output_gate, batch_first, reverse, need_states=False)
+            gates, c0, forget_mask, lengths, forget_scale, output_gate, batch_first, reverse, cu_seqlens,
+            need_states=False)
         return output, c_n
     if type(gates) is not Tensor:  # a subclass, perhaps a DTensor
         check_sharded_args("qrnn_gates", batch_first, gates=gates, forget_mask=forget_mask)
@@ -94,11 +103,11 @@ def qrnn_gates(gates: Tensor, c0: Optional[Tensor] = None, *, output_gate: bool 
         if forward_mode_active():
             return qrnn_gates_unfused(gates, c0, output_gate=output_gate, forget_mask=forget_mask,
                                       forget_scale=forget_scale, lengths=lengths, batch_first=batch_first,
-                                      reverse=reverse)
+                                      reverse=reverse, cu_seqlens=cu_seqlens)
         output, c_n, _ = QrnnGatesFunction.apply(gates, c0, forget_mask, lengths, float(forget_scale), output_gate,
-                                          batch_first, reverse)
+                                                 batch_first, reverse, cu_seqlens)
         return output, c_n
     refuse_legacy_onnx()
     output, c_n, _ = qrnn_gates_op(gates, c0, forget_mask, lengths, float(forget_scale), output_gate, batch_first,
-                                   reverse)
+                                   reverse, cu_seqlens)
     return output, c_n

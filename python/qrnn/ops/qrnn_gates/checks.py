@@ -10,6 +10,7 @@ from ..core.checks import check_dense
 from ..core.dispatch import refuse_fx_proxy
 from ..core.kernel_args import DTYPE_CODES as _DTYPE_CODES
 from ..core.kernel_args import HALF_DTYPES as _HALF_DTYPES
+from ..core.sequences import check_sequences, sequence_count
 
 __all__ = ["gate_count", "check_qrnn_gates_args", "check_qrnn_gates_backward_args"]
 
@@ -18,7 +19,8 @@ def gate_count(output_gate: bool) -> int:
     return 3 if output_gate else 2
 
 
-def check_qrnn_gates_args(gates, c0, forget_mask, forget_scale, lengths, output_gate, batch_first) -> int:
+def check_qrnn_gates_args(gates, c0, forget_mask, forget_scale, lengths, output_gate, batch_first,
+                          cu_seqlens=None) -> int:
     """Check the arguments of :func:`qrnn.qrnn_gates` (shared by the function, the ops and
     the CUDA launches).
 
@@ -32,6 +34,8 @@ def check_qrnn_gates_args(gates, c0, forget_mask, forget_scale, lengths, output_
         forget_scale (float): a number in [0, 1].
         lengths (torch.Tensor | None): None, or an int64 ``(batch,)`` tensor on gates'
             device (its values are not read here).
+        cu_seqlens (torch.Tensor | None): None, or int64 ``(sequences + 1,)`` offsets of packed
+            sequences in one row (batch 1) on gates' device; ``c0`` then has a row per sequence.
         output_gate (bool): whether gates holds the O block.
         batch_first (bool): which of gates' first two dimensions is batch.
 
@@ -61,13 +65,15 @@ def check_qrnn_gates_args(gates, c0, forget_mask, forget_scale, lengths, output_
     hidden = gates.shape[-1] // n_gates
     batch = gates.shape[0] if batch_first else gates.shape[1]
     out_shape = tuple(gates.shape[:-1]) + (hidden,)
+    if lengths is not None or cu_seqlens is not None:
+        batch = check_sequences("qrnn_gates", batch, gates.device, lengths, cu_seqlens)
     if c0 is not None:
         if not isinstance(c0, Tensor):
             raise TypeError(f"qrnn_gates: c0 must be a torch.Tensor or None, got {type(c0).__name__}")
         check_dense("c0", c0, "qrnn_gates")
         if tuple(c0.shape) != (batch, hidden):
-            raise ValueError(f"qrnn_gates: c0 must have shape (batch, hidden) = {(batch, hidden)}, "
-                             f"got {tuple(c0.shape)}")
+            what = "(sequences, hidden)" if cu_seqlens is not None else "(batch, hidden)"
+            raise ValueError(f"qrnn_gates: c0 must have shape {what} = {(batch, hidden)}, got {tuple(c0.shape)}")
         if c0.dtype != gates.dtype and not (gates.dtype in _HALF_DTYPES and c0.dtype == torch.float32):
             allowed = f"{gates.dtype} or torch.float32" if gates.dtype in _HALF_DTYPES else f"{gates.dtype}"
             raise TypeError(f"qrnn_gates: c0 must have dtype {allowed}, got {c0.dtype}")
@@ -87,19 +93,11 @@ def check_qrnn_gates_args(gates, c0, forget_mask, forget_scale, lengths, output_
                              f"got {forget_mask.device}")
     if not isinstance(forget_scale, (int, float)) or not 0.0 <= forget_scale <= 1.0:
         raise ValueError(f"qrnn_gates: forget_scale must be a number in [0, 1], got {forget_scale!r}")
-    if lengths is not None:
-        if not isinstance(lengths, Tensor) or lengths.dtype != torch.int64 or lengths.shape != (batch,):
-            raise ValueError(f"qrnn_gates: lengths must be an int64 tensor of shape (batch,) = ({batch},), got "
-                             + (f"{lengths.dtype} {tuple(lengths.shape)}" if isinstance(lengths, Tensor)
-                                else type(lengths).__name__))
-        check_dense("lengths", lengths, "qrnn_gates")
-        if lengths.device != gates.device:
-            raise ValueError(f"qrnn_gates: lengths must be on gates' device {gates.device}, got {lengths.device}")
     return hidden
 
 
 def check_qrnn_gates_backward_args(grad_output, grad_c_n, gates, states, c0, forget_mask, lengths, forget_scale,
-                                   output_gate, batch_first) -> None:
+                                   output_gate, batch_first, cu_seqlens=None) -> None:
     """Check the arguments of :func:`qrnn.ops.qrnn_gates_backward_op`: ``gates``, ``c0``,
     ``forget_mask``, ``lengths``, ``forget_scale``, ``output_gate`` and ``batch_first`` as
     :func:`check_qrnn_gates_args` does, and ``grad_output`` and ``states`` (the output's
@@ -112,9 +110,10 @@ def check_qrnn_gates_backward_args(grad_output, grad_c_n, gates, states, c0, for
     Raises:
         TypeError, ValueError: as :func:`check_qrnn_gates_args`, naming the argument.
     """
-    hidden = check_qrnn_gates_args(gates, c0, forget_mask, forget_scale, lengths, output_gate, batch_first)
+    hidden = check_qrnn_gates_args(gates, c0, forget_mask, forget_scale, lengths, output_gate, batch_first,
+                                   cu_seqlens)
     out_shape = tuple(gates.shape[:-1]) + (hidden,)
-    batch = gates.shape[0] if batch_first else gates.shape[1]
+    batch = sequence_count(gates.shape[0] if batch_first else gates.shape[1], cu_seqlens)
     state_dtypes = (gates.dtype, torch.float32) if gates.dtype in _HALF_DTYPES else (gates.dtype,)
     for name, t, shape, dtypes in (("grad_output", grad_output, out_shape, (gates.dtype,)),
                                    ("states", states, out_shape, (gates.dtype,)),

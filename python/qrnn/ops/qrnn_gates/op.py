@@ -22,11 +22,13 @@ from ..core.dispatch import (
     first_derivative_only,
     fold_batch,
     refuse_double_backward,
+    refuse_vmap_of_sequences,
     register_vmap,
     unfold_batch,
 )
 from ..core.kernel_args import state_dtype
 from ..core.registry import NativeKernels, define_op
+from ..core.sequences import sequence_count
 from ..forget_mult import forget_mult
 from . import kernels
 from .checks import check_qrnn_gates_args, check_qrnn_gates_backward_args, gate_count
@@ -35,14 +37,15 @@ __all__ = ["qrnn_gates_op", "qrnn_gates_backward_op", "QrnnGatesFunction", "qrnn
 
 # The ops' argument checks in the ops' argument order (the op can be called directly, and
 # the kernels take shapes on trust: a smaller c0 or mask would be read out of bounds).
-def _check_forward_op(gates, c0, forget_mask, lengths, forget_scale, output_gate, batch_first, reverse) -> None:
-    check_qrnn_gates_args(gates, c0, forget_mask, forget_scale, lengths, output_gate, batch_first)
+def _check_forward_op(gates, c0, forget_mask, lengths, forget_scale, output_gate, batch_first, reverse,
+                      cu_seqlens=None) -> None:
+    check_qrnn_gates_args(gates, c0, forget_mask, forget_scale, lengths, output_gate, batch_first, cu_seqlens)
 
 
 def _check_backward_op(grad_output, grad_c_n, gates, states, c0, forget_mask, lengths, forget_scale, output_gate,
-                       batch_first, reverse) -> None:
+                       batch_first, reverse, cu_seqlens=None) -> None:
     check_qrnn_gates_backward_args(grad_output, grad_c_n, gates, states, c0, forget_mask, lengths, forget_scale,
-                                   output_gate, batch_first)
+                                   output_gate, batch_first, cu_seqlens)
 
 
 def _no_fused_kernel(gates: Tensor) -> RuntimeError:
@@ -52,8 +55,8 @@ def _no_fused_kernel(gates: Tensor) -> RuntimeError:
 
 @define_op("qrnn_gates")
 def qrnn_gates_op(gates: Tensor, c0: Optional[Tensor], forget_mask: Optional[Tensor], lengths: Optional[Tensor],
-                  forget_scale: float, output_gate: bool, batch_first: bool, reverse: bool
-                  ) -> tuple[Tensor, Tensor, Tensor]:
+                  forget_scale: float, output_gate: bool, batch_first: bool, reverse: bool,
+                  cu_seqlens: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor]:
     """The ``qrnn::qrnn_gates`` operator (``torch.ops.qrnn.qrnn_gates``): the fused gates'
     forward, what :func:`qrnn.qrnn_gates` calls when it goes through the dispatcher
     (autograd, ``torch.compile``, ``torch.export``).
@@ -67,8 +70,9 @@ def qrnn_gates_op(gates: Tensor, c0: Optional[Tensor], forget_mask: Optional[Ten
         output_gate: whether gates holds the O block.
         batch_first: the layout of gates and the outputs.
         reverse: run each sequence from its own last valid step back.
+        cu_seqlens: int64 ``(sequences + 1,)`` offsets of packed sequences in one row, or None.
 
-    All positional; each as for :func:`qrnn.qrnn_gates`.
+    Each as for :func:`qrnn.qrnn_gates`.
 
     Returns:
         ``(output, c_n, states)``: ``states`` holds every ``c[t]`` for the backward (in
@@ -83,15 +87,15 @@ def qrnn_gates_op(gates: Tensor, c0: Optional[Tensor], forget_mask: Optional[Ten
 
     Differentiable in ``gates`` and ``c0`` (its backward is :func:`qrnn_gates_backward_op`).
     """
-    _check_forward_op(gates, c0, forget_mask, lengths, forget_scale, output_gate, batch_first, reverse)
+    _check_forward_op(gates, c0, forget_mask, lengths, forget_scale, output_gate, batch_first, reverse, cu_seqlens)
     raise _no_fused_kernel(gates)
 
 
 @qrnn_gates_op.register_fake
-def _(gates, c0, forget_mask, lengths, forget_scale, output_gate, batch_first, reverse):
+def _(gates, c0, forget_mask, lengths, forget_scale, output_gate, batch_first, reverse, cu_seqlens=None):
     hidden = gates.shape[-1] // gate_count(output_gate)
     out_shape = tuple(gates.shape[:-1]) + (hidden,)
-    batch = gates.shape[0] if batch_first else gates.shape[1]
+    batch = sequence_count(gates.shape[0] if batch_first else gates.shape[1], cu_seqlens)
     output = gates.new_empty(out_shape)
     states = gates.new_empty(out_shape) if output_gate else gates.new_empty(0)
     return output, gates.new_empty((batch, hidden), dtype=state_dtype(gates.dtype)), states
@@ -101,7 +105,7 @@ def _(gates, c0, forget_mask, lengths, forget_scale, output_gate, batch_first, r
 def qrnn_gates_backward_op(grad_output: Optional[Tensor], grad_c_n: Optional[Tensor], gates: Tensor,
                            states: Tensor, c0: Optional[Tensor], forget_mask: Optional[Tensor],
                            lengths: Optional[Tensor], forget_scale: float, output_gate: bool, batch_first: bool,
-                           reverse: bool) -> tuple[Tensor, Tensor]:
+                           reverse: bool, cu_seqlens: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
     """The ``qrnn::qrnn_gates_backward`` operator: the gradients of :func:`qrnn_gates_op`.
 
     Args:
@@ -117,6 +121,7 @@ def qrnn_gates_backward_op(grad_output: Optional[Tensor], grad_c_n: Optional[Ten
         output_gate: the forward's ``output_gate``.
         batch_first: the forward's layout.
         reverse: the forward's direction.
+        cu_seqlens: the forward's ``cu_seqlens`` (or None).
 
     Returns:
         ``(grad_gates, grad_c0)``; ``grad_c0`` is an empty tensor when ``c0`` is None.
@@ -127,32 +132,33 @@ def qrnn_gates_backward_op(grad_output: Optional[Tensor], grad_c_n: Optional[Ten
         NotImplementedError: when differentiated itself (no double backward).
     """
     _check_backward_op(grad_output, grad_c_n, gates, states, c0, forget_mask, lengths, forget_scale, output_gate,
-                       batch_first, reverse)
+                       batch_first, reverse, cu_seqlens)
     raise _no_fused_kernel(gates)
 
 
 @qrnn_gates_backward_op.register_fake
 def _(grad_output, grad_c_n, gates, states, c0, forget_mask, lengths, forget_scale, output_gate, batch_first,
-      reverse):
+      reverse, cu_seqlens=None):
     grad_c0 = torch.empty_like(c0, memory_format=torch.contiguous_format) if c0 is not None else gates.new_empty(0)
     return torch.empty_like(gates, memory_format=torch.contiguous_format), grad_c0
 
 
 def _gates_setup_context(ctx, inputs, output):
-    gates, c0, forget_mask, lengths, forget_scale, output_gate, batch_first, reverse = inputs
+    gates, c0, forget_mask, lengths, forget_scale, output_gate, batch_first, reverse, cu_seqlens = (
+        tuple(inputs) + (None,) * (9 - len(inputs)))
     out, _, states = output
-    ctx.save_for_backward(gates, states if output_gate else out, c0, forget_mask, lengths)
+    ctx.save_for_backward(gates, states if output_gate else out, c0, forget_mask, lengths, cu_seqlens)
     ctx.options = (forget_scale, output_gate, batch_first, reverse)
     ctx.set_materialize_grads(False)  # an unused output's gradient stays None: no zeros pass
 
 
-def _gates_backward(ctx, grad_output, grad_c_n, _grad_states):
-    gates, states, c0, forget_mask, lengths = ctx.saved_tensors
+def _gates_backward(ctx, grad_output, grad_c_n, _grad_states, backward=None):
+    gates, states, c0, forget_mask, lengths, cu_seqlens = ctx.saved_tensors
     if grad_output is None and grad_c_n is None:
-        return (None,) * 8
-    grad_gates, grad_c0 = qrnn_gates_backward_op(grad_output, grad_c_n, gates, states, c0, forget_mask, lengths,
-                                                 *ctx.options)
-    return grad_gates, (grad_c0 if c0 is not None else None), None, None, None, None, None, None
+        return (None,) * 9
+    grad_gates, grad_c0 = (backward or qrnn_gates_backward_op)(grad_output, grad_c_n, gates, states, c0, forget_mask,
+                                                               lengths, *ctx.options, cu_seqlens)
+    return grad_gates, (grad_c0 if c0 is not None else None), None, None, None, None, None, None, None
 
 
 qrnn_gates_op.register_autograd(_gates_backward, setup_context=_gates_setup_context)
@@ -172,8 +178,9 @@ class QrnnGatesFunction(torch.autograd.Function):
     generate_vmap_rule = True
 
     @staticmethod
-    def forward(gates, c0, forget_mask, lengths, forget_scale, output_gate, batch_first, reverse):
-        return qrnn_gates_op(gates, c0, forget_mask, lengths, forget_scale, output_gate, batch_first, reverse)
+    def forward(gates, c0, forget_mask, lengths, forget_scale, output_gate, batch_first, reverse, cu_seqlens=None):
+        return qrnn_gates_op(gates, c0, forget_mask, lengths, forget_scale, output_gate, batch_first, reverse,
+                             cu_seqlens)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -181,20 +188,17 @@ class QrnnGatesFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output, grad_c_n, _grad_states):
-        gates, states, c0, forget_mask, lengths = ctx.saved_tensors
-        if grad_output is None and grad_c_n is None:
-            return (None,) * 8
-        grad_gates, grad_c0 = _QrnnGatesBackward.apply(grad_output, grad_c_n, gates, states, c0, forget_mask,
-                                                       lengths, *ctx.options)
-        return grad_gates, (grad_c0 if c0 is not None else None), None, None, None, None, None, None
+        return _gates_backward(ctx, grad_output, grad_c_n, _grad_states, _QrnnGatesBackward.apply)
 
     @staticmethod
     def jvp(ctx, *tangents):  # qrnn_gates sends forward mode to the unfused form, never here
         raise NotImplementedError(FORWARD_MODE_MESSAGE.format(op="qrnn_gates"))
 
 
-def _gates_vmap(info, in_dims, gates, c0, forget_mask, lengths, forget_scale, output_gate, batch_first, reverse):
+def _gates_vmap(info, in_dims, gates, c0, forget_mask, lengths, forget_scale, output_gate, batch_first, reverse,
+                cu_seqlens=None):
     # The kernels take any batch: the vmapped dimension becomes part of it.
+    refuse_vmap_of_sequences("qrnn_gates", None, cu_seqlens)
     size, batch = info.batch_size, (0 if batch_first else 1)
     g_dim, c0_dim, mask_dim, lengths_dim = in_dims[:4]
     output, c_n, states = qrnn_gates_op(
@@ -208,7 +212,8 @@ def _gates_vmap(info, in_dims, gates, c0, forget_mask, lengths, forget_scale, ou
 
 
 def _gates_backward_vmap(info, in_dims, grad_output, grad_c_n, gates, states, c0, forget_mask, lengths,
-                         forget_scale, output_gate, batch_first, reverse):
+                         forget_scale, output_gate, batch_first, reverse, cu_seqlens=None):
+    refuse_vmap_of_sequences("qrnn_gates", None, cu_seqlens)
     size, batch = info.batch_size, (0 if batch_first else 1)
     dims = (batch, 0, batch, batch, 0, batch, 0)  # each tensor argument's batch dimension
     folded = [fold_batch(t, d, size, b) for t, d, b in zip(
@@ -243,58 +248,26 @@ if kernels.CUDA_AVAILABLE:
 def qrnn_gates_unfused(gates: Tensor, c0: Optional[Tensor] = None, *, output_gate: bool = True,
                        forget_mask: Optional[Tensor] = None, forget_scale: float = 1.0,
                        lengths: Optional[Tensor] = None, batch_first: bool = False,
-                       reverse: bool = False) -> tuple[Tensor, Tensor]:
+                       reverse: bool = False, cu_seqlens: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
     """:func:`qrnn_gates` composed of PyTorch activations and ``qrnn.forget_mult``: the
     path for devices without a fused kernel, and the fused kernel's reference in tests.
 
     Takes the same arguments (``gates``, ``c0``, ``output_gate``, ``forget_mask``,
-    ``forget_scale``, ``lengths``, ``batch_first``, ``reverse``) and returns the same
-    ``(output, c_n)`` as :func:`qrnn_gates`
-    (its 16-bit ``c_n`` passes through the 16-bit sequence, so it may differ from the fused
-    kernel's float32 state by a 16-bit rounding). Raises TypeError or ValueError naming a bad
-    argument, as :func:`qrnn_gates` does.
+    ``forget_scale``, ``lengths``, ``batch_first``, ``reverse``, ``cu_seqlens``) and returns
+    the same ``(output, c_n)`` as :func:`qrnn_gates` (its 16-bit ``c_n`` passes through the
+    16-bit sequence, so it may differ from the fused kernel's float32 state by a 16-bit
+    rounding). Raises TypeError or ValueError naming a bad argument, as :func:`qrnn_gates`
+    does.
     """
-    hidden = check_qrnn_gates_args(gates, c0, forget_mask, forget_scale, lengths, output_gate, batch_first)
-    time_dim = 1 if batch_first else 0
-    T, B, H = gates.shape[time_dim], gates.shape[1 - time_dim], hidden
+    hidden = check_qrnn_gates_args(gates, c0, forget_mask, forget_scale, lengths, output_gate, batch_first,
+                                   cu_seqlens)
     z = torch.tanh(gates[..., :hidden])
     f = torch.sigmoid(gates[..., hidden:2 * hidden])
     if forget_mask is not None:
         f = f * forget_mask
     if forget_scale != 1.0:
         f = f * forget_scale
-    c_dtype = state_dtype(gates.dtype)
-    c0_state = c0 if c0 is not None else gates.new_zeros((B, H), dtype=c_dtype)
-    if lengths is None:
-        if reverse:
-            f, z = f.flip(time_dim), z.flip(time_dim)
-        c = forget_mult(f, z, c0, batch_first=batch_first)
-        c_n = c.select(time_dim, T - 1).to(c_dtype) if T > 0 else c0_state.to(c_dtype)
-        if reverse:
-            c = c.flip(time_dim)
-    else:
-        steps = torch.arange(T, device=gates.device).unsqueeze(1)  # (T, 1)
-        valid = steps < lengths.unsqueeze(0)                       # (T, B)
-        # Time index each step reads: the sequence mirrored within its own length when
-        # reversed (an involution, so the same gather maps the result back), padding kept.
-        order = torch.where(valid, lengths.unsqueeze(0) - 1 - steps, steps) if reverse else None
-
-        def to_tbh(index):  # (T, B) -> gather index in the tensors' layout
-            index = index.t() if batch_first else index
-            return index.unsqueeze(-1).expand(*index.shape, H)
-
-        if reverse:
-            f, z = f.gather(time_dim, to_tbh(order)), z.gather(time_dim, to_tbh(order))
-        c = forget_mult(f, z, c0, batch_first=batch_first)
-        if T > 0:
-            last = (lengths - 1).clamp(min=0).unsqueeze(0)  # (1, B): each sequence's last step
-            c_last = c.gather(time_dim, to_tbh(last)).squeeze(time_dim).to(c_dtype)
-            c_n = torch.where((lengths > 0).unsqueeze(1), c_last, c0_state.to(c_dtype))
-        else:
-            c_n = c0_state.to(c_dtype)
-        if reverse:
-            c = c.gather(time_dim, to_tbh(order))
-        keep = valid.t() if batch_first else valid
-        c = torch.where(keep.unsqueeze(-1), c, c.new_zeros(()))
+    c, c_n = forget_mult(f, z, c0, batch_first=batch_first, reverse=reverse, lengths=lengths, cu_seqlens=cu_seqlens,
+                         output_final_state=True)
     output = torch.sigmoid(gates[..., 2 * hidden:]) * c if output_gate else c
-    return output, c_n
+    return output, c_n.to(state_dtype(gates.dtype))
