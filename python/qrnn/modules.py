@@ -255,8 +255,9 @@ class QRNNLayer(_TypedCall):
         """Run the layer over ``input``: ``(output, h_n)``, or ``(output, QRNNState)`` when
         ``hx`` is a state (see the class description for the shapes)."""
         if type(hx) is _StackedLayerState:  # called by QRNN, which checked everything once
+            packed_call = {} if hx.cu_seqlens is None else {"cu_seqlens": hx.cu_seqlens}
             return self.run(input, hx.c0, hx.x_tail, lengths=lengths, batch_first=hx.batch_first,
-                            reverse=hx.reverse, cu_seqlens=hx.cu_seqlens)
+                            reverse=hx.reverse, **packed_call)
         refuse_fx_proxy("qrnn.QRNNLayer", input, hx)
         if not isinstance(input, Tensor) or input.dim() not in (2, 3):
             raise ValueError("input must be a 3-D tensor (seq_len, batch, input_size) or 2-D (seq_len, input_size), "
@@ -289,7 +290,9 @@ class QRNNLayer(_TypedCall):
             _check_state_device(c0, input.device, "hx.c" if as_state else "hx")
         if x_tail is not None:
             x_tail = _check_tail(x_tail, self.window, B, self.input_size, False, "hx.x_tails[0]", input.device)
-        output, c_n, x_tail_n = self.run(input, c0, x_tail, lengths=lengths, cu_seqlens=cu_seqlens)
+        # cu_seqlens only when given: a subclass's run() written before it existed keeps working.
+        packed_call = {} if cu_seqlens is None else {"cu_seqlens": cu_seqlens}
+        output, c_n, x_tail_n = self.run(input, c0, x_tail, lengths=lengths, **packed_call)
         if unbatched:
             output = output.squeeze(1)
         if as_state:
@@ -515,8 +518,8 @@ class QRNN(_TypedCall):
         packed = isinstance(input, PackedSequence)
         if packed:
             if lengths is not None or cu_seqlens is not None:
-                raise ValueError("lengths and cu_seqlens must be None for a PackedSequence input (it carries its own "
-                                 "lengths)")
+                raise ValueError("lengths must be None for a PackedSequence input (it carries its own lengths), and "
+                                 "so must cu_seqlens")
             sorted_indices, unsorted_indices = input.sorted_indices, input.unsorted_indices
             input, pack_lengths = pad_packed_sequence(input, batch_first=self.batch_first)  # original batch order
             lengths = pack_lengths  # the host copy packing needs, checked below like any lengths
@@ -546,6 +549,8 @@ class QRNN(_TypedCall):
         c0, tails = self._unpack_state(hx, B, unbatched, as_state, input.device)
 
         D = self.num_directions
+        # cu_seqlens only when given: a subclass's run() written before it existed keeps working.
+        packed_call = {} if cu_seqlens is None else {"cu_seqlens": cu_seqlens}
         # Listed once (indexing a ModuleList costs more than a layer's call); unchecked types: a
         # layer or whatever module was put in its place.
         layers: list = list(self.layers)
@@ -559,7 +564,7 @@ class QRNN(_TypedCall):
                 layer_c0 = None if c0 is None else c0[index]
                 if _is_plain_layer(module):
                     out, c_n, tail = module.run(x, layer_c0, tail, lengths=lengths, batch_first=self.batch_first,
-                                                reverse=direction == 1, cu_seqlens=cu_seqlens)
+                                                reverse=direction == 1, **packed_call)
                 else:  # called as a module: its hooks, any wrapper in its place, FSDP2's unsharding take part
                     out, c_n, tail = module(x, _StackedLayerState(layer_c0, tail, self.batch_first, direction == 1,
                                                                   cu_seqlens), lengths)

@@ -86,16 +86,19 @@ class QRNNLayer(modules.QRNNLayer):
         self.prevX = None
 
     def run(self, input: Tensor, c0: Optional[Tensor] = None, x_tail: Optional[Tensor] = None, *,
-            lengths: Optional[Tensor] = None, batch_first: bool = False, reverse: bool = False) -> tuple:
+            lengths: Optional[Tensor] = None, batch_first: bool = False, reverse: bool = False,
+            cu_seqlens: Optional[Tensor] = None) -> tuple:
         """:meth:`qrnn.QRNNLayer.run`, reading and keeping the inputs ``save_prev_x`` carries
-        (forward direction only; an explicit ``x_tail`` wins over the kept one)."""
-        carries = self.save_prev_x and self.window > 1 and not reverse and not _is_exporting()
+        (forward direction only, not across packed sequences; an explicit ``x_tail`` wins over
+        the kept one)."""
+        carries = (self.save_prev_x and self.window > 1 and not reverse and cu_seqlens is None
+                   and not _is_exporting())
         if carries and _backward_task_id() != -1:
             raise RuntimeError(RECOMPUTED_MESSAGE)
         if carries and x_tail is None and self.prevX is not None:
             x_tail = self._kept_inputs(input, batch_first)
         output, c_n, x_tail_n = super().run(input, c0, x_tail, lengths=lengths, batch_first=batch_first,
-                                            reverse=reverse)
+                                            reverse=reverse, cu_seqlens=cu_seqlens)
         if carries and x_tail_n is not None:
             self.prevX = x_tail_n.detach()
         return output, c_n, x_tail_n
@@ -111,11 +114,11 @@ class QRNNLayer(modules.QRNNLayer):
                              f"{expected}: call reset() before a new sequence or batch size")
         return tail
 
-    def forward(self, input: Tensor, hx: _State = None, lengths: Optional[Tensor] = None, *,
-                hidden: _State = None):
+    def forward(self, input: Tensor, hx: _State = None, lengths: Optional[Tensor] = None,
+                cu_seqlens: Optional[Tensor] = None, *, hidden: _State = None):
         """:meth:`qrnn.QRNNLayer.forward`; ``hidden`` is pytorch-qrnn's name for ``hx``
         (TypeError when both are given)."""
-        return super().forward(input, _hidden_keyword(hx, hidden, "QRNNLayer.forward"), lengths)
+        return super().forward(input, _hidden_keyword(hx, hidden, "QRNNLayer.forward"), lengths, cu_seqlens)
 
 
 class QRNN(modules.QRNN):
@@ -174,10 +177,11 @@ class QRNN(modules.QRNN):
             if isinstance(module, QRNNLayer):
                 module.reset()
 
-    def forward(self, input, hx: _State = None, lengths: Optional[Tensor] = None, *, hidden: _State = None):
+    def forward(self, input, hx: _State = None, lengths: Optional[Tensor] = None, cu_seqlens: Optional[Tensor] = None,
+                *, hidden: _State = None):
         """:meth:`qrnn.QRNN.forward`; ``hidden`` is pytorch-qrnn's name for ``hx`` (TypeError
         when both are given)."""
-        return super().forward(input, _hidden_keyword(hx, hidden, "QRNN.forward"), lengths)
+        return super().forward(input, _hidden_keyword(hx, hidden, "QRNN.forward"), lengths, cu_seqlens)
 
 
 class ForgetMult(nn.Module):

@@ -5,6 +5,7 @@
 AREAS = {
     "forget-mult": "forget_mult",
     "linear-scan": "linear_scan",
+    "sequences": "sequences",
     "layer": "layer",
     "checkpoint": "checkpoint",
     "train": "train",

@@ -40,8 +40,9 @@ def check_forget_mult_args(f, x, h0, batch_first, lengths=None, cu_seqlens=None,
 def check_forget_mult_backward_args(grad_h, f, x, h, h0, batch_first, lengths=None, cu_seqlens=None,
                                     reverse=False) -> None:
     """Check the arguments of :func:`qrnn.ops.forget_mult_backward_op`: ``f``, ``x``,
-    ``h0`` and ``batch_first`` as :func:`check_forget_mult_args` does, and ``grad_h`` and
-    ``h``, which must be tensors of ``f``'s shape, dtype and device.
+    ``h0``, ``batch_first``, ``lengths``, ``cu_seqlens`` and ``reverse`` as
+    :func:`check_forget_mult_args` does, and ``grad_h`` and ``h``, which must be tensors of
+    ``f``'s shape, dtype and device.
 
     Returns:
         None when every argument is acceptable.

@@ -99,10 +99,11 @@ def check_qrnn_gates_args(gates, c0, forget_mask, forget_scale, lengths, output_
 def check_qrnn_gates_backward_args(grad_output, grad_c_n, gates, states, c0, forget_mask, lengths, forget_scale,
                                    output_gate, batch_first, cu_seqlens=None) -> None:
     """Check the arguments of :func:`qrnn.ops.qrnn_gates_backward_op`: ``gates``, ``c0``,
-    ``forget_mask``, ``lengths``, ``forget_scale``, ``output_gate`` and ``batch_first`` as
+    ``forget_mask``, ``lengths``, ``forget_scale``, ``output_gate``, ``batch_first`` and
+    ``cu_seqlens`` as
     :func:`check_qrnn_gates_args` does, and ``grad_output`` and ``states`` (the output's
     shape, gates' dtype and device; ``grad_output`` may be None) and ``grad_c_n`` (None or
-    ``(batch, hidden)`` in the state's dtype).
+    ``(batch, hidden)``, a row per sequence, in the state's dtype).
 
     Returns:
         None when every argument is acceptable.
