@@ -36,15 +36,18 @@ ckpt::SaveRequest checkpoint_request(const std::string& path, const py::bytes& p
     return r;
 }
 
-using Archive = std::tuple<py::bytes, std::vector<Source>>;  // (data.pkl, its sources)
+// (data.pkl, its sources); a None pickle: a raw part, the sources' bytes one after another.
+using Archive = std::tuple<py::object, std::vector<Source>>;
 
 // A request for one archive (`archives` empty) or for several in one file.
 ckpt::SaveRequest checkpoint_request(const std::string& path, const py::bytes& pickle,
                                      const std::vector<Source>& sources, const std::vector<Archive>& archives) {
     ckpt::SaveRequest r = checkpoint_request(path, pickle, sources);
     for (const auto& [part_pickle, part_sources] : archives) {
-        const ckpt::SaveRequest part = checkpoint_request("archive", part_pickle, part_sources);
-        r.archives.push_back({"archive", part.pickle, part.records});
+        const bool raw = part_pickle.is_none();
+        const ckpt::SaveRequest part =
+            checkpoint_request("archive", raw ? py::bytes() : py::bytes(part_pickle), part_sources);
+        r.archives.push_back({"archive", part.pickle, part.records, raw});
     }
     return r;
 }
@@ -292,7 +295,8 @@ void bind_checkpoint(py::module_& m) {
                                       l.file_size);
             },
             py::arg("path"), py::arg("archives"),
-            "For a file of several archives ([(pickle, sources)]): (payload offset of each source of every archive, "
+            "For a file of several archives ([(pickle or None for raw bytes, sources)]): (payload offset of each "
+            "source of every archive, "
             "offset of each archive, bytes of each archive, staging bytes needed, file bytes)")
         .def(
             "submit",

@@ -289,6 +289,25 @@ FilePlan make_file_plan(const SaveRequest& request) {
         part.path = a.prefix;
         part.pickle = a.pickle;
         part.records = a.records;
+        if (a.raw) {
+            if (!a.pickle.empty()) throw std::invalid_argument("a raw checkpoint part has no pickle");
+            Plan raw;
+            raw.raw = true;
+            for (const Record& r : a.records) {
+                PlannedRecord planned;
+                planned.name = r.name;
+                planned.size = r.size;
+                planned.payload_offset = raw.file_size;
+                raw.file_size += r.size;
+                raw.records.push_back(std::move(planned));
+            }
+            raw.serialization_id_record = raw.records.size();  // none
+            file.plans.push_back(std::move(raw));
+            file.parts.push_back(std::move(part));
+            file.bases.push_back(cursor);
+            cursor += file.plans.back().file_size;
+            continue;
+        }
         file.plans.push_back(make_plan(part));
         if (file.plans.back().prefix != a.prefix && !a.prefix.empty())
             throw std::invalid_argument("checkpoint archive prefix '" + a.prefix + "' must have no '.' or '/'");

@@ -45,6 +45,7 @@ struct PlannedRecord {
 };
 
 struct Plan {
+    bool raw = false;                    // records' bytes only: no headers, descriptors or central directory
     std::string prefix;
     std::vector<PlannedRecord> records;  // file order
     size_t first_user_record = 0;        // index of SaveRequest::records[0]
@@ -58,6 +59,7 @@ struct Plan {
 // A file's archives: the request's one, or its `archives` one after another (contiguous).
 struct FilePlan {
     std::vector<SaveRequest> parts;  // one per archive, for multi-archive requests (else empty)
+                                     // (a raw part's SaveRequest has an empty path)
     std::vector<Plan> plans;         // one per archive
     std::vector<uint64_t> bases;     // each archive's offset in the file
     uint64_t file_size = 0;

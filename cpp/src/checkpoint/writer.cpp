@@ -184,7 +184,7 @@ struct CheckpointWriter::Impl {
             const detail::Plan& plan = job.plan.plans[k];
             const SaveRequest& part = job.plan.request(request, k);
             const uint64_t base = job.plan.bases[k];
-            detail::write_headers(plan, part, job.image + base);
+            if (!plan.raw) detail::write_headers(plan, part, job.image + base);
             for (size_t i = 0; i < part.records.size(); ++i) {
                 const Record& r = part.records[i];
                 if (r.data && r.size)
@@ -357,9 +357,9 @@ struct CheckpointWriter::Impl {
                     out.write_until(base + r.payload_offset + off + n, false);
                 }
                 r.crc = crc;
-                detail::write_descriptor(r, image);
+                if (!plan.raw) detail::write_descriptor(r, image);
             }
-            detail::write_central_directory(plan, image);
+            if (!plan.raw) detail::write_central_directory(plan, image);
             out.write_until(base + plan.file_size, k + 1 == job.plan.plans.size());
         }
     }
