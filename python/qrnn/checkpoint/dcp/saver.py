@@ -8,6 +8,7 @@ import concurrent.futures
 import inspect
 import os
 import threading
+import warnings
 from typing import Any, Optional, Union
 
 import torch.distributed as dist
@@ -230,7 +231,9 @@ def load(state_dict: dict, *, checkpoint_id: Union[str, os.PathLike], process_gr
     if planner is not None:
         kwargs["planner"] = planner
     try:
-        dcp_load(state_dict, checkpoint_id=checkpoint_id, **kwargs)
+        with warnings.catch_warnings():  # one process without torch.distributed is a use, not a mistake
+            warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
+            dcp_load(state_dict, checkpoint_id=checkpoint_id, **kwargs)
     except CheckpointException as error:
         for failure in getattr(error, "failures", {}).values():
             cause = failure[0] if isinstance(failure, tuple) else failure
