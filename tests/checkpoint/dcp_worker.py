@@ -11,6 +11,8 @@ Scenarios:
   the world that saved it), trains to STEPS, writes ROOT/resumed-W-<folder>.pt.
 - ``crash``: saves step after step (a DTensor whose values say the step, and the step as a
   byte item) until killed; prints each step it started.
+- ``fail``: commits step 1, then the last rank's disk fails during step 2; prints whether
+  the save was refused.
 """
 
 import datetime
@@ -94,19 +96,47 @@ def resume(rank: int, world: int, root: str, folder: str) -> None:
         torch.save(final, os.path.join(root, f"resumed-{world}-{os.path.basename(folder)}.pt"))
 
 
-def crash(rank: int, world: int, root: str) -> None:
+_mesh = []
+
+
+def crash_state(step: int, rank: int, world: int) -> dict:
+    """This rank's shard of step's values, and the step as a byte item."""
     try:
         from torch.distributed.tensor import DTensor, Shard, init_device_mesh
     except ImportError:  # torch 2.4
         from torch.distributed._tensor import DTensor, Shard, init_device_mesh
-    mesh = init_device_mesh("cpu", (world,))
+    if not _mesh:
+        _mesh.append(init_device_mesh("cpu", (world,)))
+    mesh = _mesh[0]
+    local = crash_values(step).chunk(world)[rank].clone()
+    return {"w": DTensor.from_local(local, mesh, [Shard(0)], run_check=False), "step": step}
+
+
+def crash(rank: int, world: int, root: str) -> None:
     step = 0
     while True:
         step += 1
-        local = crash_values(step).chunk(world)[rank].clone()
-        shards = {"w": DTensor.from_local(local, mesh, [Shard(0)], run_check=False), "step": step}
         print(f"start {step}", flush=True)
-        qdcp.async_save(shards, checkpoint_id=qdcp.step_folder(root, step), keep_last=3)
+        qdcp.async_save(crash_state(step, rank, world), checkpoint_id=qdcp.step_folder(root, step), keep_last=3)
+
+
+def fail(rank: int, world: int, root: str) -> None:
+    """Step 1 commits; at step 2 the last rank's disk fails (ENOSPC): every rank's save must
+    raise, naming that rank, and step 2 must stay uncommitted."""
+    import errno
+
+    from qrnn import _C
+    from qrnn.checkpoint import CheckpointError
+    from qrnn.checkpoint.dcp import storage
+    qdcp.save(crash_state(1, rank, world), checkpoint_id=qdcp.step_folder(root, 1))
+    if rank == world - 1:
+        storage._writer = _C._testing.checkpoint_writer_with_faults(fail_after_bytes=0, fail_errno=errno.ENOSPC)
+    try:
+        qdcp.save(crash_state(2, rank, world), checkpoint_id=qdcp.step_folder(root, 2))
+    except CheckpointError as error:
+        print(f"refused: {error}", flush=True)
+    else:
+        print("saved", flush=True)
 
 
 def main() -> None:
@@ -120,6 +150,8 @@ def main() -> None:
             resume(rank, world, root, qdcp.latest(root))
         elif scenario == "crash":
             crash(rank, world, root)
+        elif scenario == "fail":
+            fail(rank, world, root)
         else:
             raise SystemExit(f"unknown scenario {scenario}")
         dist.barrier()

@@ -14,11 +14,10 @@ import subprocess
 import sys
 import textwrap
 
+import dcp_launch
 import pytest
 import torch
 import torch.distributed as dist
-
-import dcp_launch
 
 try:  # FSDP2's public home: torch >= 2.6
     from torch.distributed.fsdp import fully_shard  # noqa: F401

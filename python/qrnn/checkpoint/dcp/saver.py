@@ -15,7 +15,7 @@ import torch.distributed as dist
 from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
 
 from ..errors import CheckpointError, CorruptCheckpointError
-from .storage import QRNNStorageReader, QRNNStorageWriter
+from .storage import QRNNStorageReader, QRNNStorageWriter, read_metadata_file
 
 try:
     from torch.distributed.checkpoint.stateful import Stateful
@@ -82,14 +82,16 @@ def checkpoint_group(process_group: Any = None) -> Any:
 
 
 def _failure(error: BaseException) -> tuple:
+    """An outcome to send to the other ranks: the error in one sentence."""
+    if isinstance(error, OSError) and error.strerror:
+        return ("error", error.strerror)
     return ("error", f"{type(error).__name__}: {error}")
 
 
 def _raise_failures(gathered: list, what: str) -> None:
     failed = [f"rank {rank}: {outcome[1]}" for rank, outcome in enumerate(gathered) if outcome[0] != "ok"]
     if failed:
-        raise CheckpointError(0, f"checkpoint {what} failed on {len(failed)} rank(s): " + "; ".join(failed),
-                              operation=what)
+        raise CheckpointError(0, "; ".join(failed), operation=what)
 
 
 def _call(method: Any, *args: Any, **kwargs: Any) -> Any:
@@ -227,6 +229,7 @@ def load(state_dict: dict, *, checkpoint_id: Union[str, os.PathLike], process_gr
     :class:`CorruptCheckpointError` (or UnsafeCheckpointError) on every rank, nothing loaded."""
     from torch.distributed.checkpoint import load as dcp_load
     from torch.distributed.checkpoint.api import CheckpointException
+    read_metadata_file(os.fspath(checkpoint_id))  # its refusals as they are, on every rank, before DCP starts
     kwargs: dict = {"storage_reader": QRNNStorageReader(checkpoint_id), "process_group": process_group}
     if planner is not None:
         kwargs["planner"] = planner

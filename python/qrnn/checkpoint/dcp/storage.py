@@ -15,9 +15,11 @@ fsync). A folder without ``.metadata`` is no checkpoint: ``latest()`` skips it.
 from __future__ import annotations
 
 import collections
+import contextlib
 import ctypes
 import dataclasses
 import io
+import mmap
 import os
 import pathlib
 import pickle
@@ -147,12 +149,13 @@ class QRNNStorageWriter(StorageWriter):
         self.rank = 0
         self.save_id = uuid.uuid4().hex
         self._status: Any = None
+        self._opened: Any = None
 
     def reset(self, checkpoint_id: Union[str, os.PathLike, None] = None) -> None:
         if checkpoint_id:
             self.path = os.path.abspath(os.fspath(checkpoint_id))
         self.save_id = uuid.uuid4().hex
-        self._status = None
+        self._status = self._opened = None
 
     def set_up_storage_writer(self, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
         self.is_coordinator = is_coordinator
@@ -265,12 +268,15 @@ class QRNNStorageWriter(StorageWriter):
         return isinstance(checkpoint_id, (str, os.PathLike))
 
     def _folder(self) -> Any:
+        """The checkpoint folder, made (with its parents, each fsynced) and opened once per save."""
         if not self.path:
             raise ValueError("QRNNStorageWriter needs a checkpoint_id (a folder)")
-        try:
-            return _C.CheckpointFolder(self.path, True)
-        except OSError as error:
-            raise _checkpoint_error(error, operation="open") from None
+        if self._opened is None or self._opened.path != self.path:
+            try:
+                self._opened = _C.CheckpointFolder(self.path, True)
+            except OSError as error:
+                raise _checkpoint_error(error, operation="open") from None
+        return self._opened
 
 
 def _address(view: memoryview) -> int:
@@ -361,7 +367,7 @@ def read_metadata_file(folder: str) -> Any:
         name = refused_global(str(error))
         if name is not None:
             raise UnsafeCheckpointError(path, name) from None
-        raise CorruptCheckpointError(path, None, f"not a DCP metadata pickle ({error})") from None
+        raise CorruptCheckpointError(path, None, f"truncated or not a DCP metadata pickle ({error})") from None
     except (EOFError, ValueError, TypeError, AttributeError, IndexError, KeyError, struct.error) as error:
         raise CorruptCheckpointError(path, None, f"truncated or not a DCP metadata pickle "
                                                  f"({type(error).__name__})") from None
@@ -389,26 +395,28 @@ def read_metadata_file(folder: str) -> Any:
     return meta
 
 
-def load_item(folder: str, name: str, file: Any, offset: int, length: int, tensor: bool) -> Any:
-    """One item's bytes (a BytesIO), or its tensor: the archive's structure checked first
-    (nothing allocated beyond what the file holds), its pickle refused if it holds code."""
-    data = os.pread(file.fileno(), length, offset)
-    path = os.path.join(folder, name)
-    if len(data) != length:
+def check_item(path: str, view: memoryview, offset: int, length: int) -> None:
+    """The zip structure of the archive at [offset, offset + length) of a mapped file: every
+    declared size and offset within it, so loading it allocates no more than it holds."""
+    if offset + length > len(view):
         raise CorruptCheckpointError(path, None, f"shorter than its .metadata says ({offset}+{length})")
-    if not tensor:
-        return io.BytesIO(data)
-    with memoryview(data) as view:
-        try:
-            problem = _check_archive(view, length, check_crc=False)
-        except (ValueError, IndexError, UnicodeDecodeError, OverflowError, struct.error) as error:
-            problem = (None, f"unreadable zip structure ({type(error).__name__})")
+    try:
+        problem = _check_archive(view[offset:offset + length], length, check_crc=False)
+    except (ValueError, IndexError, UnicodeDecodeError, OverflowError, struct.error) as error:
+        problem = (None, f"unreadable zip structure ({type(error).__name__})")
     if problem is not None:
         raise CorruptCheckpointError(f"{path}@{offset}", problem[0], problem[1])
+
+
+def load_tensor(path: str, view: memoryview, offset: int, length: int) -> torch.Tensor:
+    """The tensor of a checked archive; its pickle refused (one line) if it holds code."""
     try:
-        return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+        tensor = torch.load(io.BytesIO(view[offset:offset + length]), map_location="cpu", weights_only=True)
     except (pickle.UnpicklingError, AssertionError) as error:
         raise UnsafeCheckpointError(f"{path}@{offset}", refused_global(_messages(error))) from None
+    if not isinstance(tensor, torch.Tensor):
+        raise CorruptCheckpointError(f"{path}@{offset}", None, "holds no tensor")
+    return tensor
 
 
 def _narrow(tensor: torch.Tensor, offsets: Any, lengths: Any) -> torch.Tensor:
@@ -457,33 +465,48 @@ class QRNNStorageReader(StorageReader):
         per_file: dict = {}
         for item in plan.items:
             per_file.setdefault(self.storage_data[item.storage_index].relative_path, []).append(item)
-        for name, items in per_file.items():
-            try:
-                file = open(os.path.join(self.path, name), "rb")
-            except FileNotFoundError:
-                raise CorruptCheckpointError(os.path.join(self.path, METADATA), None,
-                                             f"shard file '{name}' is missing") from None
-            with file:
+        with contextlib.ExitStack() as stack:
+            views = {name: self._map(name, stack) for name in per_file}
+            # Every archive's structure first: nothing is loaded from a damaged folder.
+            for name, items in per_file.items():
+                for item in items:
+                    if item.type != LoadItemType.BYTE_IO:
+                        info = self.storage_data[item.storage_index]
+                        check_item(os.path.join(self.path, name), views[name], info.offset, info.length)
+            for name, items in per_file.items():
+                path, view = os.path.join(self.path, name), views[name]
                 for item in sorted(items, key=lambda i: self.storage_data[i.storage_index].offset):
                     info = self.storage_data[item.storage_index]
                     if item.type == LoadItemType.BYTE_IO:
-                        planner.load_bytes(item, load_item(self.path, name, file, info.offset, info.length, False))
+                        planner.load_bytes(item, io.BytesIO(view[info.offset:info.offset + info.length]))
                         continue
-                    tensor = load_item(self.path, name, file, info.offset, info.length, True)
-                    if not isinstance(tensor, torch.Tensor):
-                        raise CorruptCheckpointError(f"{os.path.join(self.path, name)}@{info.offset}", None,
-                                                     "holds no tensor")
-                    tensor = _narrow(tensor, item.storage_offsets, item.lengths)
+                    tensor = _narrow(load_tensor(path, view, info.offset, info.length), item.storage_offsets,
+                                     item.lengths)
                     target = planner.resolve_tensor(item).detach()
                     if target.size() != tensor.size():
-                        raise CorruptCheckpointError(os.path.join(self.path, name), None,
-                                                     f"item {item.storage_index.fqn!r} has size {tuple(tensor.size())}"
-                                                     f", its metadata says {tuple(target.size())}")
+                        raise CorruptCheckpointError(path, None, f"item {item.storage_index.fqn!r} has size "
+                                                                 f"{tuple(tensor.size())}, its metadata says "
+                                                                 f"{tuple(target.size())}")
                     target.copy_(tensor)
                     planner.commit_tensor(item, target)
         future: Future = Future()
         future.set_result(None)
         return future
+
+    def _map(self, name: str, stack: contextlib.ExitStack) -> memoryview:
+        """The shard file, mapped read-only (pages read as items are loaded)."""
+        path = os.path.join(self.path, name)
+        try:
+            file = stack.enter_context(open(path, "rb"))
+        except FileNotFoundError:
+            raise CorruptCheckpointError(os.path.join(self.path, METADATA), None,
+                                         f"shard file '{name}' is missing") from None
+        if os.fstat(file.fileno()).st_size == 0:
+            return memoryview(b"")
+        mapped = stack.enter_context(mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ))
+        view = memoryview(mapped)
+        stack.callback(view.release)
+        return view
 
     @property
     def checkpoint_id(self) -> str:
