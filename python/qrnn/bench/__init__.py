@@ -7,6 +7,7 @@ AREAS = {
     "linear-scan": "linear_scan",
     "layer": "layer",
     "checkpoint": "checkpoint",
+    "dcp": "dcp",
     "train": "train",
     "cuda": "cuda",
     "recipes": "recipes",

@@ -15,7 +15,7 @@ import torch.distributed as dist
 from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
 
 from ..errors import CheckpointError, CorruptCheckpointError
-from .storage import QRNNStorageReader, QRNNStorageWriter, read_metadata_file
+from .storage import QRNNStorageReader, QRNNStorageWriter, background, read_metadata_file
 
 try:
     from torch.distributed.checkpoint.stateful import Stateful
@@ -198,9 +198,7 @@ def async_save(state_dict: dict, *, checkpoint_id: Union[str, os.PathLike, None]
     written = writer.write_data(plan, planner)
     writer.wait_staged()
     result: concurrent.futures.Future = concurrent.futures.Future()
-    thread = threading.Thread(target=_commit, args=(writer, written, metadata, comm, result),
-                              name="qrnn-dcp-save", daemon=True)
-    thread.start()
+    background("commit").submit(_commit, writer, written, metadata, comm, result)
     with _lock:
         _pending = result
     return result

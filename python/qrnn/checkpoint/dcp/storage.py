@@ -15,6 +15,7 @@ fsync). A folder without ``.metadata`` is no checkpoint: ``latest()`` skips it.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import contextlib
 import ctypes
 import dataclasses
@@ -71,6 +72,21 @@ def writer() -> Any:
         if _writer is None or _writer_pid != os.getpid():
             _writer, _writer_pid = _C.CheckpointWriter(max_pending=1), os.getpid()
         return _writer
+
+
+_threads: dict = {}
+
+
+def background(role: str) -> concurrent.futures.ThreadPoolExecutor:
+    """A thread of its own per role ("file": waits for the rank's file; "commit": the
+    save's collectives and .metadata), started once per process: no thread start (which
+    waits for the new thread to run, behind the staging copy) in the caller's path."""
+    key = (role, os.getpid())
+    with _writer_lock:
+        pool = _threads.get(key)
+        if pool is None:
+            pool = _threads[key] = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"qrnn-dcp-{role}")
+        return pool
 
 
 # ---- writing ---------------------------------------------------------------------------
@@ -215,8 +231,7 @@ class QRNNStorageWriter(StorageWriter):
                                          folder=self._folder(), archives=archives)
         _last_status[0] = status
         future: Future = Future()
-        threading.Thread(target=self._complete, args=(status, future, results, keep), daemon=True,
-                         name="qrnn-dcp-commit").start()
+        background("file").submit(self._complete, status, future, results, keep)
         return future
 
     @staticmethod
