@@ -326,3 +326,19 @@ def test_gpu_shards_are_staged_through_pinned_memory(tmp_path):
     loaded = {"w": torch.zeros(1000, 300), "h": torch.zeros(77).half(), "n": None}
     dcp.load(loaded, checkpoint_id=tmp_path / "gpu")
     assert_state_equal(loaded, want)
+
+
+def test_a_changed_structure_is_planned_again(tmp_path):
+    """Saves of the same structure reuse the plan; a new key, shape or dtype makes a new one."""
+    states = [
+        {"a": torch.arange(4.0), "n": 1},
+        {"a": torch.arange(4.0) + 1, "n": 2},                   # same structure: cached plan
+        {"a": torch.arange(6.0), "n": 3},                       # another shape
+        {"a": torch.arange(6.0), "b": torch.ones(2), "n": 4},   # another key
+        {"a": torch.arange(6, dtype=torch.int64), "b": torch.ones(2), "n": 5},  # another dtype
+    ]
+    for i, state in enumerate(states):
+        folder = qdcp.save(state, checkpoint_id=qdcp.step_folder(tmp_path, i))
+        loaded = {k: torch.zeros_like(v) if isinstance(v, torch.Tensor) else None for k, v in state.items()}
+        dcp.load(loaded, checkpoint_id=folder)
+        assert_state_equal(loaded, state)

@@ -11,6 +11,7 @@ import threading
 import warnings
 from typing import Any, Optional, Union
 
+import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
 
@@ -25,6 +26,16 @@ except ImportError:  # pragma: no cover - every supported torch has it
 _lock = threading.Lock()
 _pending: Optional[concurrent.futures.Future] = None
 _groups: dict = {}
+_plans: dict = {}  # group -> (structure of the state, final plan, metadata) of its last save
+
+_DTensor: Any
+try:
+    from torch.distributed.tensor import DTensor as _DTensor
+except ImportError:  # torch 2.4
+    try:
+        from torch.distributed._tensor import DTensor as _DTensor
+    except ImportError:
+        _DTensor = None
 
 
 class _Comm:
@@ -32,6 +43,7 @@ class _Comm:
 
     def __init__(self, group: Any):
         self.group = group
+        self.key = id(group)
         self.distributed = group is not None
         if self.distributed:
             self.rank = dist.get_rank(group)
@@ -57,6 +69,14 @@ class _Comm:
         out: list = [None]
         dist.scatter_object_list(out, objs if self.is_coordinator else None, src=self.coordinator, group=self.group)
         return out[0]
+
+    def all_true(self, flag: bool) -> bool:
+        """Whether `flag` holds on every rank (one all_reduce)."""
+        if not self.distributed:
+            return flag
+        value = torch.tensor([1 if flag else 0], dtype=torch.int32)
+        dist.all_reduce(value, op=dist.ReduceOp.MIN, group=self.group)
+        return bool(value.item())
 
     def broadcast(self, obj: Any) -> Any:
         if not self.distributed:
@@ -103,9 +123,34 @@ def _call(method: Any, *args: Any, **kwargs: Any) -> Any:
     return method(*args, **kwargs)
 
 
-def _plan(state_dict: dict, writer: Any, planner: Any, comm: _Comm) -> tuple:
+def _structure(value: Any) -> Any:
+    """What a save plan depends on: keys, container shapes, and each tensor's shape, dtype
+    and (for a DTensor) layout and this rank's place in it; never values. None for what it
+    cannot describe (no cached plan then)."""
+    if isinstance(value, dict):
+        items = tuple((k, _structure(v)) for k, v in value.items())
+        return None if any(v is None for _, v in items) else ("dict", items)
+    if isinstance(value, (list, tuple)):
+        parts = tuple(_structure(v) for v in value)
+        return None if any(v is None for v in parts) else (type(value).__name__, parts)
+    if _DTensor is not None and isinstance(value, _DTensor):
+        mesh = value.device_mesh
+        return ("dtensor", tuple(value.shape), value.dtype, tuple(str(p) for p in value.placements),
+                tuple(mesh.shape), tuple(mesh.get_coordinate() or ()), tuple(value.to_local().shape))
+    if type(value) is torch.Tensor or isinstance(value, torch.nn.Parameter):
+        return ("tensor", tuple(value.shape), value.dtype, value.device.type)
+    if isinstance(value, torch.Tensor):  # ShardedTensor and other subclasses: planned every time
+        return None
+    return type(value).__name__
+
+
+def _plan(state_dict: dict, writer: Any, planner: Any, comm: _Comm, cacheable: bool) -> tuple:
     """DCP's planning (local plans gathered, the global plan made by the coordinator,
-    scattered back); returns (metadata on the coordinator, the rank's final plan)."""
+    scattered back); returns (metadata on the coordinator, the rank's final plan).
+
+    Cached plans: when every rank's state has the structure of its previous save through
+    this group (one all_reduce says so), the previous plan is reused; making a DTensor's
+    plan costs more than copying its bytes (in the torch versions read)."""
     if Stateful is not None:
         state_dict = {k: v.state_dict() if isinstance(v, Stateful) else v for k, v in state_dict.items()}
     local: tuple
@@ -113,9 +158,24 @@ def _plan(state_dict: dict, writer: Any, planner: Any, comm: _Comm) -> tuple:
         _call(writer.set_up_storage_writer, comm.is_coordinator, rank=comm.rank, use_collectives=True)
         _call(planner.set_up_planner, state_dict, storage_meta=writer.storage_meta(),
               is_coordinator=comm.is_coordinator)
-        local = ("ok", writer.prepare_local_plan(planner.create_local_plan()))
-    except Exception as error:  # every rank must reach the gather: no hang on one failure
-        local = _failure(error)
+        key = _structure(state_dict) if cacheable else None
+        cached = _plans.get(comm.key)
+        hit = key is not None and cached is not None and cached[0] == key
+        if hit:
+            assert cached is not None
+            writer.prepare_local_plan(cached[1])  # the folder made, an old commit undone
+    except Exception as error:  # every rank must reach the collectives: no hang on one failure
+        hit, key, cached, local = False, None, None, _failure(error)
+    else:
+        local = ("ok", None)
+    if comm.all_true(hit):
+        assert cached is not None
+        return cached[2], planner.finish_plan(cached[1])
+    if local[0] == "ok":
+        try:
+            local = ("ok", writer.prepare_local_plan(planner.create_local_plan()))
+        except Exception as error:
+            local = _failure(error)
     gathered = comm.gather(local)
     central: Optional[list] = None
     metadata = None
@@ -132,8 +192,12 @@ def _plan(state_dict: dict, writer: Any, planner: Any, comm: _Comm) -> tuple:
             central = [("error", "; ".join(o[1] for o in gathered if o[0] != "ok"))] * len(gathered)
     mine = comm.scatter(central)
     if mine[0] != "ok":
+        _plans.pop(comm.key, None)
         raise CheckpointError(0, f"checkpoint planning failed: {mine[1]}", operation="plan")
-    return metadata, planner.finish_plan(mine[1])
+    final = planner.finish_plan(mine[1])
+    if key is not None:
+        _plans[comm.key] = (key, final, metadata)
+    return metadata, final
 
 
 def _commit(writer: Any, written: Any, metadata: Any, comm: _Comm, result: concurrent.futures.Future) -> None:
@@ -192,9 +256,10 @@ def async_save(state_dict: dict, *, checkpoint_id: Union[str, os.PathLike, None]
         concurrent.futures.wait([previous])
     writer = storage_writer if storage_writer is not None else QRNNStorageWriter(keep_last=keep_last)
     writer.reset(checkpoint_id)
+    cacheable = planner is None  # a planner of the caller's may plan differently each time
     planner = planner if planner is not None else DefaultSavePlanner()
     comm = _Comm(checkpoint_group(process_group))
-    metadata, plan = _plan(state_dict, writer, planner, comm)
+    metadata, plan = _plan(state_dict, writer, planner, comm, cacheable)
     written = writer.write_data(plan, planner)
     writer.wait_staged()
     result: concurrent.futures.Future = concurrent.futures.Future()
