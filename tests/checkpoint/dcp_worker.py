@@ -104,7 +104,8 @@ def crash_state(step: int, rank: int, world: int) -> dict:
     try:
         from torch.distributed.tensor import DTensor, Shard, init_device_mesh
     except ImportError:  # torch 2.4
-        from torch.distributed._tensor import DTensor, Shard, init_device_mesh
+        from torch.distributed._tensor import DTensor, Shard
+        from torch.distributed.device_mesh import init_device_mesh
     if not _mesh:
         _mesh.append(init_device_mesh("cpu", (world,)))
     mesh = _mesh[0]

@@ -52,7 +52,8 @@ def _rank(rank: int, world: int, init: str, folder: str, mib: float, rounds: int
     try:
         from torch.distributed.tensor import DTensor, Shard, init_device_mesh
     except ImportError:  # torch 2.4
-        from torch.distributed._tensor import DTensor, Shard, init_device_mesh
+        from torch.distributed._tensor import DTensor, Shard
+        from torch.distributed.device_mesh import init_device_mesh
 
     dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=600))

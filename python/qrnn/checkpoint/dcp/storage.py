@@ -354,7 +354,7 @@ class _MetadataUnpickler(pickle.Unpickler):
             if module == "pathlib":
                 return getattr(pathlib, name)
             return super().find_class(module, name)
-        if module == "torch" and isinstance(getattr(torch, name, None), (torch.dtype, torch.memory_format)):
+        if module == "torch" and isinstance(getattr(torch, name, None), (torch.dtype, torch.memory_format, torch.layout)):
             return getattr(torch, name)
         raise pickle.UnpicklingError(f"GLOBAL {module}.{name} was not an allowed global")
 
