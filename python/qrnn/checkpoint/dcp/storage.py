@@ -345,6 +345,7 @@ _METADATA_CLASSES = {
 } | {("torch.distributed.checkpoint.filesystem", "_StorageInfo"), ("torch", "Size"),
      ("torch.serialization", "_get_layout"), ("pathlib", "PosixPath"), ("pathlib", "PurePosixPath"),
      ("pathlib", "WindowsPath"), ("pathlib", "PureWindowsPath"), ("collections", "OrderedDict")}
+_TORCH_VALUES = (torch.dtype, torch.memory_format, torch.layout)  # torch.float32, torch.strided, ...
 _MAX_METADATA = 1 << 30  # a .metadata larger than this is not one (it is ~100 bytes per chunk)
 
 
@@ -354,7 +355,7 @@ class _MetadataUnpickler(pickle.Unpickler):
             if module == "pathlib":
                 return getattr(pathlib, name)
             return super().find_class(module, name)
-        if module == "torch" and isinstance(getattr(torch, name, None), (torch.dtype, torch.memory_format, torch.layout)):
+        if module == "torch" and isinstance(getattr(torch, name, None), _TORCH_VALUES):
             return getattr(torch, name)
         raise pickle.UnpicklingError(f"GLOBAL {module}.{name} was not an allowed global")
 
