@@ -343,8 +343,9 @@ _METADATA_CLASSES = {
     for name in ("Metadata", "TensorStorageMetadata", "BytesStorageMetadata", "ChunkStorageMetadata",
                  "TensorProperties", "MetadataIndex", "StorageMeta", "_MEM_FORMAT_ENCODING")
 } | {("torch.distributed.checkpoint.filesystem", "_StorageInfo"), ("torch", "Size"),
-     ("torch.serialization", "_get_layout"), ("pathlib", "PosixPath"), ("pathlib", "PurePosixPath"),
-     ("pathlib", "WindowsPath"), ("pathlib", "PureWindowsPath"), ("collections", "OrderedDict")}
+     ("torch.serialization", "_get_layout"), ("collections", "OrderedDict")}
+# StorageMeta.checkpoint_id may be a path: pathlib's classes (in pathlib._local on Python 3.13+).
+_PATHS = {"PosixPath", "PurePosixPath", "WindowsPath", "PureWindowsPath"}
 _TORCH_VALUES = (torch.dtype, torch.memory_format, torch.layout)  # torch.float32, torch.strided, ...
 _MAX_METADATA = 1 << 30  # a .metadata larger than this is not one (it is ~100 bytes per chunk)
 
@@ -352,9 +353,9 @@ _MAX_METADATA = 1 << 30  # a .metadata larger than this is not one (it is ~100 b
 class _MetadataUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         if (module, name) in _METADATA_CLASSES:
-            if module == "pathlib":
-                return getattr(pathlib, name)
             return super().find_class(module, name)
+        if module in ("pathlib", "pathlib._local") and name in _PATHS:
+            return getattr(pathlib, name)
         if module == "torch" and isinstance(getattr(torch, name, None), _TORCH_VALUES):
             return getattr(torch, name)
         raise pickle.UnpicklingError(f"GLOBAL {module}.{name} was not an allowed global")
