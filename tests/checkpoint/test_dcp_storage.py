@@ -29,7 +29,7 @@ if dist.is_available():
 @pytest.fixture(autouse=True)
 def _quiet_single_process_dcp():
     with warnings.catch_warnings():  # DCP's note that it runs without a process group
-        warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
+        warnings.filterwarnings("ignore", "torch.distributed is (disabled|unavailable)", UserWarning)
         yield
 
 

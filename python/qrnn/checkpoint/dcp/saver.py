@@ -298,7 +298,7 @@ def load(state_dict: dict, *, checkpoint_id: Union[str, os.PathLike], process_gr
         kwargs["planner"] = planner
     try:
         with warnings.catch_warnings():  # one process without torch.distributed is a use, not a mistake
-            warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
+            warnings.filterwarnings("ignore", "torch.distributed is (disabled|unavailable)", UserWarning)
             dcp_load(state_dict, checkpoint_id=checkpoint_id, **kwargs)
     except CheckpointException as error:
         for failure in getattr(error, "failures", {}).values():
