@@ -342,3 +342,24 @@ def test_a_changed_structure_is_planned_again(tmp_path):
         loaded = {k: torch.zeros_like(v) if isinstance(v, torch.Tensor) else None for k, v in state.items()}
         dcp.load(loaded, checkpoint_id=folder)
         assert_state_equal(loaded, state)
+
+
+def test_byte_item_pickle_with_code_runs_nothing(tmp_path):
+    """DCP's own planner unpickles byte items (non-tensor values) with weights_only=False; the
+    reader refuses one that holds code before the planner sees it."""
+    folder = saved_folder(tmp_path)
+    marker = tmp_path / "ran"
+
+    class Evil:
+        def __reduce__(self):
+            return os.system, (f"touch {marker}",)
+
+    buffer = io.BytesIO()
+    torch.save(Evil(), buffer)
+    evil = buffer.getvalue()
+    with open(os.path.join(folder, "__0_0.distcp"), "ab") as f:
+        offset = f.tell()
+        f.write(evil)
+    rewrite_metadata(folder, lambda meta: set_info(meta, "n", offset=offset, length=len(evil)))
+    message = refused(folder, UnsafeCheckpointError)
+    assert "system" in message and not marker.exists()

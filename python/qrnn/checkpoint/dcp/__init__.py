@@ -12,8 +12,8 @@ every rank's file was written, fsynced and renamed, and is followed by a folder 
 """
 
 from .folders import checkpoints, latest, step_folder
-from .saver import async_save, checkpoint_group, load, save, wait
+from .saver import async_save, checkpoint_group, load, load_all, save, wait
 from .storage import QRNNStorageReader, QRNNStorageWriter
 
-__all__ = ["QRNNStorageWriter", "QRNNStorageReader", "async_save", "save", "load", "wait", "checkpoint_group",
+__all__ = ["QRNNStorageWriter", "QRNNStorageReader", "async_save", "save", "load", "load_all", "wait", "checkpoint_group",
            "latest", "checkpoints", "step_folder"]

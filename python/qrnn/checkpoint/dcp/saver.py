@@ -308,4 +308,18 @@ def load(state_dict: dict, *, checkpoint_id: Union[str, os.PathLike], process_gr
         raise
 
 
-__all__ = ["async_save", "save", "load", "wait", "checkpoint_group"]
+def load_all(checkpoint_id: Union[str, os.PathLike]) -> dict:
+    """The whole checkpoint in ``checkpoint_id`` as one state dict, read in this process with
+    no collectives (every shard joined into full tensors, other values as saved), with
+    :func:`load`'s refusals of damaged or hostile folders. For a run that keeps full
+    replicas (DDP), inspection, or conversion."""
+    from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
+    read_metadata_file(os.fspath(checkpoint_id))
+    state: dict = {}
+    _load_state_dict(state, storage_reader=QRNNStorageReader(checkpoint_id), planner=_EmptyStateDictLoadPlanner(),
+                     no_dist=True)
+    return state
+
+
+__all__ = ["async_save", "save", "load", "load_all", "wait", "checkpoint_group"]

@@ -425,12 +425,17 @@ def check_item(path: str, view: memoryview, offset: int, length: int) -> None:
         raise CorruptCheckpointError(f"{path}@{offset}", problem[0], problem[1])
 
 
-def load_tensor(path: str, view: memoryview, offset: int, length: int) -> torch.Tensor:
-    """The tensor of a checked archive; its pickle refused (one line) if it holds code."""
+def load_value(path: str, view: memoryview, offset: int, length: int) -> Any:
+    """The object of a checked archive, unpickled with ``weights_only=True``: a pickle that
+    holds code is refused in one line, nothing in it run."""
     try:
-        tensor = torch.load(io.BytesIO(view[offset:offset + length]), map_location="cpu", weights_only=True)
+        return torch.load(io.BytesIO(view[offset:offset + length]), map_location="cpu", weights_only=True)
     except (pickle.UnpicklingError, AssertionError) as error:
         raise UnsafeCheckpointError(f"{path}@{offset}", refused_global(_messages(error))) from None
+
+
+def load_tensor(path: str, view: memoryview, offset: int, length: int) -> torch.Tensor:
+    tensor = load_value(path, view, offset, length)
     if not isinstance(tensor, torch.Tensor):
         raise CorruptCheckpointError(f"{path}@{offset}", None, "holds no tensor")
     return tensor
@@ -484,18 +489,26 @@ class QRNNStorageReader(StorageReader):
             per_file.setdefault(self.storage_data[item.storage_index].relative_path, []).append(item)
         with contextlib.ExitStack() as stack:
             views = {name: self._map(name, stack) for name in per_file}
-            # Every archive's structure first: nothing is loaded from a damaged folder.
+            # Every archive's structure, and every byte item's value, first: nothing is loaded
+            # from a damaged folder. DCP's planners unpickle byte items with weights_only=False:
+            # they get the re-serialized value the weights-only unpickler accepted instead.
+            values: dict = {}
             for name, items in per_file.items():
+                path = os.path.join(self.path, name)
                 for item in items:
-                    if item.type != LoadItemType.BYTE_IO:
-                        info = self.storage_data[item.storage_index]
-                        check_item(os.path.join(self.path, name), views[name], info.offset, info.length)
+                    info = self.storage_data[item.storage_index]
+                    check_item(path, views[name], info.offset, info.length)
+                    if item.type == LoadItemType.BYTE_IO:
+                        values[id(item)] = load_value(path, views[name], info.offset, info.length)
             for name, items in per_file.items():
                 path, view = os.path.join(self.path, name), views[name]
                 for item in sorted(items, key=lambda i: self.storage_data[i.storage_index].offset):
                     info = self.storage_data[item.storage_index]
                     if item.type == LoadItemType.BYTE_IO:
-                        planner.load_bytes(item, io.BytesIO(view[info.offset:info.offset + info.length]))
+                        checked = io.BytesIO()
+                        torch.save(values.pop(id(item)), checked)
+                        checked.seek(0)
+                        planner.load_bytes(item, checked)
                         continue
                     tensor = _narrow(load_tensor(path, view, info.offset, info.length), item.storage_offsets,
                                      item.lengths)
