@@ -15,5 +15,5 @@ from .folders import checkpoints, latest, step_folder
 from .saver import async_save, checkpoint_group, load, load_all, save, wait
 from .storage import QRNNStorageReader, QRNNStorageWriter
 
-__all__ = ["QRNNStorageWriter", "QRNNStorageReader", "async_save", "save", "load", "load_all", "wait", "checkpoint_group",
-           "latest", "checkpoints", "step_folder"]
+__all__ = ["QRNNStorageWriter", "QRNNStorageReader", "async_save", "save", "load", "load_all", "wait",
+           "checkpoint_group", "latest", "checkpoints", "step_folder"]
