@@ -11,8 +11,8 @@ Scenarios:
   the world that saved it), trains to STEPS, writes ROOT/resumed-W-<folder>.pt.
 - ``crash``: saves step after step (a DTensor whose values say the step, and the step as a
   byte item) until killed; prints each step it started.
-- ``fail``: commits step 1, then the last rank's disk fails during step 2; prints whether
-  the save was refused.
+- ``fail``: commits step 1, then the last rank's disk fails during step 2, then rank 0
+  fails before writing at step 3; prints whether each save was refused.
 """
 
 import datetime
@@ -138,6 +138,18 @@ def fail(rank: int, world: int, root: str) -> None:
         print(f"refused: {error}", flush=True)
     else:
         print("saved", flush=True)
+    # Step 3: rank 0 fails before its file is even queued; the others learn it in the commit.
+    storage._writer = None
+    if rank == 0:
+        def failing(self, plan, planner):
+            raise RuntimeError("injected write_data failure")
+        storage.QRNNStorageWriter.write_data = failing  # type: ignore[method-assign]
+    try:
+        qdcp.save(crash_state(3, rank, world), checkpoint_id=qdcp.step_folder(root, 3))
+    except (CheckpointError, RuntimeError) as error:
+        print(f"refused 3: {error}", flush=True)
+    else:
+        print("saved 3", flush=True)
 
 
 def main() -> None:

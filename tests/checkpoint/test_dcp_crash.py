@@ -78,12 +78,14 @@ def test_kill_9_of_a_rank_at_random_points_leaves_loadable_checkpoints(tmp_path)
 
 def test_a_rank_whose_write_fails_fails_the_save_on_every_rank_and_commits_nothing(tmp_path):
     """The coordinator commits .metadata only after every rank's file is committed: when the
-    last rank's disk is full, every rank's save raises (naming that rank), nothing hangs,
-    and ``latest()`` stays at the previous step."""
+    last rank's disk is full, or rank 0 fails before writing, every rank's save raises
+    (naming the cause), nothing hangs, and ``latest()`` stays at the previous step."""
     from qrnn.checkpoint import dcp as qdcp
     outputs = dcp_launch.run("fail", 2, tmp_path / "ckpt", tmp_path, timeout=120)
     for out in outputs:
         assert "refused:" in out and "rank 1" in out and "No space left on device" in out, out
+        assert "refused 3:" in out and "injected write_data failure" in out, out
     assert qdcp.latest(tmp_path / "ckpt") == str(tmp_path / "ckpt" / "step-000000000001")
-    assert not os.path.exists(tmp_path / "ckpt" / "step-000000000002" / ".metadata")
+    for step in (2, 3):
+        assert not os.path.exists(tmp_path / "ckpt" / f"step-00000000000{step}" / ".metadata")
     check_committed(tmp_path / "ckpt")

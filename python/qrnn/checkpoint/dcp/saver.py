@@ -14,6 +14,7 @@ from typing import Any, Optional, Union
 import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
+from torch.futures import Future
 
 from ..errors import CheckpointError, CorruptCheckpointError
 from .storage import QRNNStorageReader, QRNNStorageWriter, background, read_metadata_file
@@ -260,12 +261,19 @@ def async_save(state_dict: dict, *, checkpoint_id: Union[str, os.PathLike, None]
     planner = planner if planner is not None else DefaultSavePlanner()
     comm = _Comm(checkpoint_group(process_group))
     metadata, plan = _plan(state_dict, writer, planner, comm, cacheable)
-    written = writer.write_data(plan, planner)
-    writer.wait_staged()
     result: concurrent.futures.Future = concurrent.futures.Future()
-    background("commit").submit(_commit, writer, written, metadata, comm, result)
-    with _lock:
-        _pending = result
+    try:
+        written = writer.write_data(plan, planner)
+        writer.wait_staged()
+    except Exception as error:
+        # The other ranks wait in the commit's gather: they learn of this failure there.
+        written = Future()
+        written.set_exception(error)
+        raise
+    finally:
+        background("commit").submit(_commit, writer, written, metadata, comm, result)
+        with _lock:
+            _pending = result
     return result
 
 
