@@ -363,3 +363,17 @@ def test_byte_item_pickle_with_code_runs_nothing(tmp_path):
     rewrite_metadata(folder, lambda meta: set_info(meta, "n", offset=offset, length=len(evil)))
     message = refused(folder, UnsafeCheckpointError)
     assert "system" in message and not marker.exists()
+
+
+def test_load_all_reads_a_whole_folder_without_a_template(tmp_path):
+    state = sample_state()
+    folder = qdcp.save(state, checkpoint_id=tmp_path / "ckpt")
+    loaded = qdcp.load_all(folder)
+    assert loaded.keys() == state.keys()
+    for name, value in state.items():
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(loaded[name], value), name
+    assert loaded["extra"] == state["extra"]
+    os.unlink(os.path.join(folder, "__0_0.distcp"))
+    with pytest.raises(CorruptCheckpointError, match="is missing"):
+        qdcp.load_all(folder)
