@@ -36,6 +36,22 @@ ckpt::SaveRequest checkpoint_request(const std::string& path, const py::bytes& p
     return r;
 }
 
+// (data.pkl, its sources); a None pickle: a raw part, the sources' bytes one after another.
+using Archive = std::tuple<py::object, std::vector<Source>>;
+
+// A request for one archive (`archives` empty) or for several in one file.
+ckpt::SaveRequest checkpoint_request(const std::string& path, const py::bytes& pickle,
+                                     const std::vector<Source>& sources, const std::vector<Archive>& archives) {
+    ckpt::SaveRequest r = checkpoint_request(path, pickle, sources);
+    for (const auto& [part_pickle, part_sources] : archives) {
+        const bool raw = part_pickle.is_none();
+        const ckpt::SaveRequest part =
+            checkpoint_request("archive", raw ? py::bytes() : py::bytes(part_pickle), part_sources);
+        r.archives.push_back({"archive", part.pickle, part.records, raw});
+    }
+    return r;
+}
+
 ckpt::WriterOptions writer_options(int max_pending, int copy_threads, bool direct_io, bool sync, int writer_nice) {
     ckpt::WriterOptions o;
     o.max_pending = max_pending;
@@ -272,12 +288,24 @@ void bind_checkpoint(py::module_& m) {
             py::arg("path"), py::arg("pickle"), py::arg("sources"),
             "(payload offset of each source, staging bytes needed, file bytes)")
         .def(
+            "plan_archives",
+            [](ckpt::CheckpointWriter&, const std::string& path, const std::vector<Archive>& archives) {
+                const ckpt::ArchiveLayout l = ckpt::plan_archive(checkpoint_request(path, py::bytes(), {}, archives));
+                return py::make_tuple(l.record_offsets, l.archive_offsets, l.archive_sizes, l.staging_size,
+                                      l.file_size);
+            },
+            py::arg("path"), py::arg("archives"),
+            "For a file of several archives ([(pickle or None for raw bytes, sources)]): (payload offset of each "
+            "source of every archive, "
+            "offset of each archive, bytes of each archive, staging bytes needed, file bytes)")
+        .def(
             "submit",
             [](ckpt::CheckpointWriter& w, const std::string& path, const py::bytes& pickle,
                const std::vector<Source>& sources, uintptr_t staging, uint64_t staging_capacity,
                std::shared_ptr<ckpt::Gate> gate, int keep_last, const std::string& prefix, const std::string& suffix,
-               int copy_threads, bool block, std::shared_ptr<ckpt::CheckpointFolder> folder, unsigned file_mode) {
-                ckpt::SaveRequest r = checkpoint_request(path, pickle, sources);
+               int copy_threads, bool block, std::shared_ptr<ckpt::CheckpointFolder> folder, unsigned file_mode,
+               const std::vector<Archive>& archives) {
+                ckpt::SaveRequest r = checkpoint_request(path, pickle, sources, archives);
                 r.folder = std::move(folder);
                 r.file_mode = file_mode;
                 r.staging = reinterpret_cast<void*>(staging);
@@ -291,7 +319,9 @@ void bind_checkpoint(py::module_& m) {
             py::arg("path"), py::arg("pickle"), py::arg("sources"), py::arg("staging") = 0,
             py::arg("staging_capacity") = 0, py::arg("gate") = nullptr, py::arg("keep_last") = 0,
             py::arg("prefix") = "", py::arg("suffix") = "", py::arg("copy_threads") = 0, py::arg("block") = true,
-            py::arg("folder") = nullptr, py::arg("file_mode") = 0666)
+            py::arg("folder") = nullptr, py::arg("file_mode") = 0666, py::arg("archives") = std::vector<Archive>(),
+            "Queue a save; with `archives` ([(pickle, sources)]; then pickle b'' and no sources) the file is those "
+            "archives one after another.")
         .def(
             "write_tensors",
             [](ckpt::CheckpointWriter& w, const std::string& path,

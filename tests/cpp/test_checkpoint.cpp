@@ -519,6 +519,58 @@ void opened_folder() {
     ::rmdir((g_folder + "/opened").c_str());
 }
 
+// A file of several archives and a raw part (torch.distributed.checkpoint's layout): each
+// archive complete at its offset, the raw part's bytes one after another, one commit; the
+// caller's buffers may change once staged.
+void multi_archive_files() {
+    qrnn_test::Context ctx("multi-archive files");
+    ckpt::CheckpointWriter writer(test_options(1, 2));
+    Payload a(1, {10}), b(2, {7});
+    std::vector<uint8_t> raw1 = {1, 2, 3}, raw2 = {9, 8, 7, 6, 5};
+    ckpt::SaveRequest request;
+    request.path = g_folder + "/__0_0.distcp";
+    const ckpt::SaveRequest first = ckpt::tensor_dict_request("archive", a.refs);
+    const ckpt::SaveRequest second = ckpt::tensor_dict_request("archive", b.refs);
+    request.archives.push_back({"archive", first.pickle, first.records, false});
+    request.archives.push_back({"archive", second.pickle, second.records, false});
+    request.archives.push_back(
+        {"archive", "", {{"a", raw1.data(), raw1.size()}, {"b", raw2.data(), raw2.size()}}, true});
+    std::vector<std::vector<uint8_t>> expected;
+    for (const auto& part : request.archives)
+        for (const auto& r : part.records)
+            expected.emplace_back(static_cast<const uint8_t*>(r.data), static_cast<const uint8_t*>(r.data) + r.size);
+    const ckpt::ArchiveLayout layout = ckpt::plan_archive(request);
+    CHECK(layout.archive_offsets.size() == 3 && layout.archive_sizes.size() == 3);
+    CHECK(layout.archive_offsets[0] == 0);
+    for (size_t k = 1; k < 3; ++k)
+        CHECK(layout.archive_offsets[k] == layout.archive_offsets[k - 1] + layout.archive_sizes[k - 1]);
+    CHECK(layout.archive_sizes[2] == raw1.size() + raw2.size());
+    CHECK(layout.file_size == layout.archive_offsets[2] + layout.archive_sizes[2]);
+    CHECK(layout.record_offsets.size() == expected.size());
+    auto status = writer.submit(request);
+    status->wait_staged();
+    a.scribble();
+    b.scribble();
+    std::fill(raw1.begin(), raw1.end(), 0);
+    CHECK(status->wait_for(60) && status->ok());
+    const std::vector<uint8_t> bytes = read_file(request.path);
+    CHECK(bytes.size() == layout.file_size);
+    for (size_t i = 0; i < expected.size() && bytes.size() == layout.file_size; ++i)
+        CHECK(std::memcmp(bytes.data() + layout.record_offsets[i], expected[i].data(), expected[i].size()) == 0);
+    for (size_t k = 0; k < 2 && bytes.size() == layout.file_size; ++k) {  // each archive starts and ends as a zip
+        const uint8_t* start = bytes.data() + layout.archive_offsets[k];
+        CHECK(std::memcmp(start, "PK\x03\x04", 4) == 0);
+        CHECK(std::memcmp(start + layout.archive_sizes[k] - 22, "PK\x05\x06", 4) == 0);
+    }
+    ckpt::SaveRequest both = request;
+    both.pickle = "x";
+    CHECK_THROWS(writer.submit(both), std::invalid_argument, "no pickle or records");
+    ckpt::SaveRequest raw_pickle = request;
+    raw_pickle.archives[2].pickle = "x";
+    CHECK_THROWS(writer.submit(raw_pickle), std::invalid_argument, "raw");
+    ::unlink(request.path.c_str());
+}
+
 }  // namespace
 
 int main() {
@@ -535,6 +587,7 @@ int main() {
     stale_temporaries();
     commit_order();
     opened_folder();
+    multi_archive_files();
     remove_folder();
     return qrnn_test::result("test_checkpoint");
 }

@@ -378,3 +378,22 @@ def test_ctrl_c_is_a_stop_request_unless_ignored():
         assert with_ctrl_c() == (signal.SIGTERM, signal.SIGUSR1)
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def test_sigterm_with_sharded_checkpoints_saves_the_step_folder_and_resumes_bit_identical(base, reference, tmp_path):
+    """--checkpoint-format dcp: SIGTERM mid-step checkpoints the position as a committed
+    step folder (every rank's part, then .metadata); the same command line resumes it (the
+    format is kept from the checkpoint) and ends where the file-format run that never
+    stopped ends."""
+    from qrnn.train.checkpoints import latest_checkpoint, load_checkpoint
+    run_dir = tmp_path / "run"
+    code, _, err = _run(base, run_dir, "SIGTERM@step@12", ["--epochs", "2", "--checkpoint-format", "dcp"])
+    assert code == 128 + signal.SIGTERM, err[-2000:]
+    assert err == (f"qrnn-train: stopped by SIGTERM at step 12 (epoch 1, batch 12 of {EPOCH_STEPS}): saved "
+                   f"{run_dir}/step-000000000012; continue with --resume --checkpoint-dir {run_dir}\n")
+    assert load_checkpoint(latest_checkpoint(str(run_dir)))["progress"]["position"] == 12
+    assert not any(name.endswith(".pt") or name.startswith(".") for name in os.listdir(run_dir))
+    assert train_main(base + ["--epochs", "2", "--checkpoint-dir", str(run_dir)]) == 0
+    latest = latest_checkpoint(str(run_dir))
+    assert os.path.basename(latest).startswith("step-")
+    assert_same_training_state(reference, load_checkpoint(latest))

@@ -160,6 +160,19 @@ struct Retention {
 
 class CheckpointFolder;
 
+// One archive of a file that holds several (SaveRequest::archives): a complete torch.save
+// archive of its own, whose records are named "<prefix>/..." (torch.save to a buffer uses
+// "archive"). torch.distributed.checkpoint's file layout: each item is read back by
+// torch.load from its byte range of the file.
+// A `raw` part is no archive: just its records' bytes one after another (DCP's byte items),
+// with no pickle; record names then only need to be unique within the part.
+struct ArchivePart {
+    std::string prefix = "archive";
+    std::string pickle;           // its data.pkl record
+    std::vector<Record> records;  // stored after its fixed torch records, in this order
+    bool raw = false;
+};
+
 struct SaveRequest {
     std::string path;             // final file name; its folder must exist
     std::string pickle;           // the data.pkl record (pickle protocol 2)
@@ -180,6 +193,10 @@ struct SaveRequest {
     std::shared_ptr<const CheckpointFolder> folder;
     // Permission bits of the new file before the umask (0600: private to the owner).
     unsigned file_mode = 0666;
+    // Optional: the file is these archives one after another (ArchiveLayout gives where each
+    // starts), written, fsynced and committed as one file; `pickle` and `records` must then
+    // be empty. Empty: the file is the one archive of `pickle` and `records`.
+    std::vector<ArchivePart> archives;
 };
 
 struct WriterOptions {
@@ -227,9 +244,13 @@ private:
 // Where a request's records land in the file (and in its staging image, which mirrors the
 // file byte for byte): offsets of each Record's payload, and the sizes to provide.
 struct ArchiveLayout {
-    std::vector<uint64_t> record_offsets;  // one per SaveRequest::records entry
+    // One per SaveRequest::records entry (or per record of every archive, in order), from
+    // the file's start.
+    std::vector<uint64_t> record_offsets;
+    std::vector<uint64_t> archive_offsets;  // where each archive starts (one: 0)
+    std::vector<uint64_t> archive_sizes;    // and its bytes
     uint64_t file_size = 0;
-    uint64_t staging_size = 0;             // file_size rounded up for aligned writes
+    uint64_t staging_size = 0;              // file_size rounded up for aligned writes
 };
 QRNN_API ArchiveLayout plan_archive(const SaveRequest& request);
 

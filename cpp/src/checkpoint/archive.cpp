@@ -270,14 +270,71 @@ void write_central_directory(const Plan& plan, uint8_t* image) {
 
 }  // namespace detail
 
+namespace detail {
+
+FilePlan make_file_plan(const SaveRequest& request) {
+    FilePlan file;
+    if (request.archives.empty()) {
+        file.plans.push_back(make_plan(request));
+        file.bases.push_back(0);
+        file.file_size = file.plans[0].file_size;
+        file.staging_size = file.plans[0].staging_size;
+        return file;
+    }
+    if (!request.pickle.empty() || !request.records.empty())
+        throw std::invalid_argument("a checkpoint request with archives has no pickle or records of its own");
+    uint64_t cursor = 0;
+    for (const ArchivePart& a : request.archives) {
+        SaveRequest part;
+        part.path = a.prefix;
+        part.pickle = a.pickle;
+        part.records = a.records;
+        if (a.raw) {
+            if (!a.pickle.empty()) throw std::invalid_argument("a raw checkpoint part has no pickle");
+            Plan raw;
+            raw.raw = true;
+            for (const Record& r : a.records) {
+                PlannedRecord planned;
+                planned.name = r.name;
+                planned.size = r.size;
+                planned.payload_offset = raw.file_size;
+                raw.file_size += r.size;
+                raw.records.push_back(std::move(planned));
+            }
+            raw.serialization_id_record = raw.records.size();  // none
+            file.plans.push_back(std::move(raw));
+            file.parts.push_back(std::move(part));
+            file.bases.push_back(cursor);
+            cursor += file.plans.back().file_size;
+            continue;
+        }
+        file.plans.push_back(make_plan(part));
+        if (file.plans.back().prefix != a.prefix && !a.prefix.empty())
+            throw std::invalid_argument("checkpoint archive prefix '" + a.prefix + "' must have no '.' or '/'");
+        file.parts.push_back(std::move(part));
+        file.bases.push_back(cursor);
+        cursor += file.plans.back().file_size;
+    }
+    file.file_size = cursor;
+    file.staging_size = (cursor + kIoAlignment - 1) / kIoAlignment * kIoAlignment;
+    return file;
+}
+
+}  // namespace detail
+
 ArchiveLayout plan_archive(const SaveRequest& request) {
-    const detail::Plan plan = detail::make_plan(request);
+    const detail::FilePlan file = detail::make_file_plan(request);
     ArchiveLayout layout;
-    layout.file_size = plan.file_size;
-    layout.staging_size = plan.staging_size;
-    layout.record_offsets.reserve(request.records.size());
-    for (size_t i = 0; i < request.records.size(); ++i)
-        layout.record_offsets.push_back(plan.records[plan.first_user_record + i].payload_offset);
+    layout.file_size = file.file_size;
+    layout.staging_size = file.staging_size;
+    for (size_t k = 0; k < file.plans.size(); ++k) {
+        const detail::Plan& plan = file.plans[k];
+        const SaveRequest& part = file.request(request, k);
+        layout.archive_offsets.push_back(file.bases[k]);
+        layout.archive_sizes.push_back(plan.file_size);
+        for (size_t i = 0; i < part.records.size(); ++i)
+            layout.record_offsets.push_back(file.bases[k] + plan.records[plan.first_user_record + i].payload_offset);
+    }
     return layout;
 }
 

@@ -45,6 +45,7 @@ struct PlannedRecord {
 };
 
 struct Plan {
+    bool raw = false;                    // records' bytes only: no headers, descriptors or central directory
     std::string prefix;
     std::vector<PlannedRecord> records;  // file order
     size_t first_user_record = 0;        // index of SaveRequest::records[0]
@@ -54,6 +55,19 @@ struct Plan {
     uint64_t file_size = 0;
     uint64_t staging_size = 0;  // file_size rounded up to kIoAlignment
 };
+
+// A file's archives: the request's one, or its `archives` one after another (contiguous).
+struct FilePlan {
+    std::vector<SaveRequest> parts;  // one per archive, for multi-archive requests (else empty)
+                                     // (a raw part's SaveRequest has an empty path)
+    std::vector<Plan> plans;         // one per archive
+    std::vector<uint64_t> bases;     // each archive's offset in the file
+    uint64_t file_size = 0;
+    uint64_t staging_size = 0;
+    // The request whose pickle and records archive k holds.
+    const SaveRequest& request(const SaveRequest& whole, size_t k) const { return parts.empty() ? whole : parts[k]; }
+};
+FilePlan make_file_plan(const SaveRequest& request);
 
 // torch's legacy storage class of each element type, with torch's dtype name and the element
 // size, in ScalarType order (qrnn._C exports the table for the Python pickler).

@@ -40,7 +40,7 @@ using detail::IoFailure;
 
 struct Job {
     SaveRequest request;
-    detail::Plan plan;
+    detail::FilePlan plan;
     uint8_t* image = nullptr;
     bool aligned = false;
     int pool_slot = -1;
@@ -62,12 +62,14 @@ struct PoolBuffer {
 }
 
 // Misuse that submit() reports before queueing anything.
-void check_request(const SaveRequest& request, uint64_t staging_needed) {
-    for (const Record& r : request.records)
-        if (!r.data && r.size && !request.staging)
-            throw std::invalid_argument(
-                "checkpoint record '" + r.name +
-                "' has no data; only a caller-provided staging image can be filled by the caller");
+void check_request(const SaveRequest& request, const detail::FilePlan& plan) {
+    const uint64_t staging_needed = plan.staging_size;
+    for (size_t k = 0; k < plan.plans.size(); ++k)
+        for (const Record& r : plan.request(request, k).records)
+            if (!r.data && r.size && !request.staging)
+                throw std::invalid_argument(
+                    "checkpoint record '" + r.name +
+                    "' has no data; only a caller-provided staging image can be filled by the caller");
     if (request.staging && request.staging_capacity < staging_needed)
         throw std::invalid_argument("checkpoint staging image holds " + std::to_string(request.staging_capacity) +
                                     " bytes, the archive needs " + std::to_string(staging_needed));
@@ -125,8 +127,8 @@ struct CheckpointWriter::Impl {
     std::shared_ptr<SaveStatus> submit(SaveRequest request, bool wait) {
         if (::getpid() != owner_pid) forked_child_misuse("submit");
         auto job = std::make_shared<Job>();
-        job->plan = detail::make_plan(request);
-        check_request(request, job->plan.staging_size);
+        job->plan = detail::make_file_plan(request);
+        check_request(request, job->plan);
         if (!reserve_slot(*job, request, wait)) return nullptr;
         try {
             prepare(*job, std::move(request));
@@ -178,12 +180,17 @@ struct CheckpointWriter::Impl {
     void prepare(Job& job, SaveRequest request) {
         job.image = request.staging ? static_cast<uint8_t*>(request.staging) : pool_image(job);
         job.aligned = reinterpret_cast<uintptr_t>(job.image) % detail::kIoAlignment == 0;
-        detail::write_headers(job.plan, request, job.image);
-        for (size_t i = 0; i < request.records.size(); ++i) {
-            const Record& r = request.records[i];
-            if (r.data && r.size)
-                job.copies.push_back({static_cast<const uint8_t*>(r.data),
-                                      job.plan.records[job.plan.first_user_record + i].payload_offset, r.size});
+        for (size_t k = 0; k < job.plan.plans.size(); ++k) {
+            const detail::Plan& plan = job.plan.plans[k];
+            const SaveRequest& part = job.plan.request(request, k);
+            const uint64_t base = job.plan.bases[k];
+            if (!plan.raw) detail::write_headers(plan, part, job.image + base);
+            for (size_t i = 0; i < part.records.size(); ++i) {
+                const Record& r = part.records[i];
+                if (r.data && r.size)
+                    job.copies.push_back({static_cast<const uint8_t*>(r.data),
+                                          base + plan.records[plan.first_user_record + i].payload_offset, r.size});
+            }
         }
         job.copy_threads = request.copy_threads > 0 ? request.copy_threads : options.copy_threads;
         job.status = std::make_shared<SaveStatus>();
@@ -333,24 +340,28 @@ struct CheckpointWriter::Impl {
         throw IoFailure{std::move(e)};
     }
 
-    // CRCs and writes, piece by piece, then descriptors, central directory and the tail.
+    // Archive by archive: CRCs and writes, piece by piece, then descriptors, central
+    // directory and the tail.
     static void write_records(Job& job, detail::OutputFile& out) {
-        detail::Plan& plan = job.plan;
-        uint8_t* image = job.image;
-        for (size_t i = 0; i < plan.records.size(); ++i) {
-            detail::PlannedRecord& r = plan.records[i];
-            if (i == plan.serialization_id_record) detail::write_serialization_id(plan, image);
-            uint32_t crc = 0;
-            for (uint64_t off = 0; off < r.size; off += detail::kPiece) {
-                const uint64_t n = std::min(detail::kPiece, r.size - off);
-                crc = crc32(image + r.payload_offset + off, static_cast<size_t>(n), crc);
-                out.write_until(r.payload_offset + off + n, false);
+        for (size_t k = 0; k < job.plan.plans.size(); ++k) {
+            detail::Plan& plan = job.plan.plans[k];
+            const uint64_t base = job.plan.bases[k];
+            uint8_t* image = job.image + base;
+            for (size_t i = 0; i < plan.records.size(); ++i) {
+                detail::PlannedRecord& r = plan.records[i];
+                if (i == plan.serialization_id_record) detail::write_serialization_id(plan, image);
+                uint32_t crc = 0;
+                for (uint64_t off = 0; off < r.size; off += detail::kPiece) {
+                    const uint64_t n = std::min(detail::kPiece, r.size - off);
+                    crc = crc32(image + r.payload_offset + off, static_cast<size_t>(n), crc);
+                    out.write_until(base + r.payload_offset + off + n, false);
+                }
+                r.crc = crc;
+                if (!plan.raw) detail::write_descriptor(r, image);
             }
-            r.crc = crc;
-            detail::write_descriptor(r, image);
+            if (!plan.raw) detail::write_central_directory(plan, image);
+            out.write_until(base + plan.file_size, k + 1 == job.plan.plans.size());
         }
-        detail::write_central_directory(plan, image);
-        out.write_until(plan.file_size, true);
     }
 
     // Stops the threads that started (after a failed start, or at close).

@@ -8,6 +8,7 @@ AREAS = {
     "sequences": "sequences",
     "layer": "layer",
     "checkpoint": "checkpoint",
+    "dcp": "dcp",
     "train": "train",
     "cuda": "cuda",
     "recipes": "recipes",

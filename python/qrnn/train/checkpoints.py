@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Optional, Union
+import time
+from typing import Any, Optional, Union
 
 import torch
 
@@ -13,8 +14,8 @@ from .. import _C
 from ..checkpoint import AsyncCheckpointer, SaveHandle, UnsafeCheckpointError, load
 from .errors import TrainError
 
-__all__ = ["CheckpointStallMeter", "latest_checkpoint", "load_checkpoint", "restore_best", "BEST_NAME",
-           "expanded_size"]
+__all__ = ["CheckpointStallMeter", "ShardedCheckpoints", "latest_checkpoint", "load_checkpoint", "restore_best",
+           "BEST_NAME", "expanded_size", "is_sharded_checkpoint"]
 
 BEST_NAME = "best.pt"
 
@@ -71,10 +72,56 @@ class CheckpointStallMeter:
         self._best_handle = None
         _write_best(self.checkpointer, handle.result())
 
+    def wait(self) -> None:
+        """Until every save so far is committed."""
+        self.checkpointer.wait()
+
     def close(self) -> None:
         self.checkpointer.wait()
         self.promote_best(wait=True)
         self.checkpointer.close()
+
+
+class ShardedCheckpoints:
+    """``--checkpoint-format dcp``: every rank saves its part of the state with
+    :func:`qrnn.checkpoint.dcp.async_save` into ``<directory>/step-<n>`` (committed once every
+    rank's file is, ``keep_last`` step folders kept), measuring how long training waited for
+    the call. No best.pt (a folder has no second name). ``checkpointer``: rank 0's writer of
+    the run folder's other files (metrics, plot), or None."""
+
+    overlap_with = None  # the snapshot is taken by the call itself
+
+    def __init__(self, directory: str, keep_last: int, checkpointer: Optional[AsyncCheckpointer] = None):
+        self.directory = str(directory)
+        self.keep_last = keep_last
+        self.checkpointer = checkpointer
+        self._stall = 0.0
+        self._future: Any = None
+
+    def take_stall_seconds(self) -> float:
+        total, self._stall = self._stall, 0.0
+        return total
+
+    def save(self, state: dict, step: int, best: bool = False, prepare_seconds: float = 0.0):
+        """Save `state` (this rank's view of it) as `step`; call on every rank."""
+        from ..checkpoint import dcp
+        start = time.perf_counter()
+        self.wait()  # the previous save's failure, on every rank, before this one starts
+        self._future = dcp.async_save(state, checkpoint_id=dcp.step_folder(self.directory, step),
+                                      keep_last=self.keep_last)
+        self._stall += prepare_seconds + time.perf_counter() - start
+        return self._future
+
+    def wait(self) -> None:
+        """Until the last save is committed; raises its CheckpointError."""
+        future, self._future = self._future, None
+        if future is not None:
+            future.result()
+
+    def close(self) -> None:
+        self.wait()
+        if self.checkpointer is not None:
+            self.checkpointer.close()
 
 
 def _write_best(checkpointer: AsyncCheckpointer, checkpoint: Union[int, str]) -> None:
@@ -114,12 +161,35 @@ def restore_best(directory: str, best_step: Optional[int],
     return True
 
 
+def _dcp():
+    """qrnn.checkpoint.dcp, or None where torch.distributed is not built in."""
+    try:
+        from ..checkpoint import dcp
+    except ImportError:
+        return None
+    return dcp
+
+
+def is_sharded_checkpoint(path: str) -> bool:
+    """Whether `path` is a committed ``--checkpoint-format dcp`` checkpoint (a folder)."""
+    return os.path.isfile(os.path.join(path, ".metadata"))
+
+
 def latest_checkpoint(directory: str) -> Optional[str]:
-    """The most recently committed checkpoint in `directory`, None when it has none."""
+    """The most recently committed checkpoint in `directory` (a file, or a dcp step folder:
+    of the two formats, the higher step), None when it has none."""
     if not os.path.isdir(directory):
         return None
     with AsyncCheckpointer(directory) as scanner:
-        return scanner.latest()
+        latest = scanner.latest()
+        step = None if latest is None else _C.checkpoint_parse_name(os.path.basename(latest), scanner.prefix,
+                                                                    scanner.suffix)
+    dcp = _dcp()
+    folder = dcp.latest(directory) if dcp is not None else None
+    if folder is None or (latest is not None and step is not None
+                          and step > _C.checkpoint_parse_name(os.path.basename(folder), "step-", "")):
+        return latest
+    return folder
 
 
 def load_checkpoint(path: str, mmap: bool = False) -> dict:
@@ -141,8 +211,11 @@ def load_checkpoint(path: str, mmap: bool = False) -> dict:
             them can stand for 2**40 items that a JSON encoder or a walk would then visit).
     """
     try:
-        state = load(path, map_location="cpu", mmap=mmap)
-        size = os.path.getsize(path)
+        if os.path.isdir(path):
+            state, size = _load_sharded(path)
+        else:
+            state = load(path, map_location="cpu", mmap=mmap)
+            size = os.path.getsize(path)
     except FileNotFoundError:
         raise TrainError(f"checkpoint {path} does not exist") from None
     except UnsafeCheckpointError as err:  # already one line naming the file and what it refers to
@@ -155,6 +228,27 @@ def load_checkpoint(path: str, mmap: bool = False) -> dict:
         raise TrainError(f"refused checkpoint {path}: its lists and dicts expand to more than {limit:,} items "
                          f"for {size:,} bytes (shared references)")
     return state
+
+
+def _load_sharded(path: str) -> tuple:
+    """A dcp step folder read whole in this process (every rank holds full replicas under
+    DDP), as :func:`load_checkpoint` returns a file's, and the folder's bytes. DCP keys are
+    strings and it keeps no empty dicts: the optimizer's per-parameter state gets its int keys
+    back, and the empty dicts a training state may hold are restored."""
+    dcp = _dcp()
+    if dcp is None:
+        raise TrainError(f"checkpoint {path} is a torch.distributed.checkpoint folder, and this torch has no "
+                         "torch.distributed")
+    state = dcp.load_all(path)
+    optimizer = state.get("optimizer")
+    if isinstance(optimizer, dict):
+        per_param = optimizer.setdefault("state", {})
+        if isinstance(per_param, dict):
+            optimizer["state"] = {int(k) if isinstance(k, str) and k.isdigit() else k: v for k, v in per_param.items()}
+    if isinstance(state.get("progress"), dict):
+        state.setdefault("scaler", {})
+    size = sum(entry.stat().st_size for entry in os.scandir(path) if entry.is_file())
+    return state, size
 
 
 # Lists, dicts and text of an honest checkpoint count fewer items than its bytes.

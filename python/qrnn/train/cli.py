@@ -23,7 +23,7 @@ import torch
 
 from ..checkpoint import AsyncCheckpointer, CheckpointError
 from .cache import cached_corpus, check_data_identity, data_identity, ids_fingerprint
-from .checkpoints import latest_checkpoint, load_checkpoint, restore_best
+from .checkpoints import is_sharded_checkpoint, latest_checkpoint, load_checkpoint, restore_best
 from .data import BPTTBatches, Corpus, DataError, Vocabulary, load_corpus
 from .distributed import (
     Distributed,
@@ -331,7 +331,8 @@ def _train(args) -> int:
             with averaged_weights(trainer.optimizer):
                 sample = _sample(trainer.module, corpus.vocab, "", settings.sample_length, 0.8, settings.seed)
             say("sample:\n" + sample)
-        say(f"saved in {run_dir}: checkpoints, best.pt, metrics.jsonl, loss.png")
+        best = ", best.pt" if settings.checkpoint_format == "file" else ""  # a dcp step folder has no second name
+        say(f"saved in {run_dir}: checkpoints{best}, metrics.jsonl, loss.png")
         return 0
     except USER_ERRORS as err:
         return report_error(prog, err)
@@ -472,7 +473,8 @@ def build_training(settings: Settings, dist: Optional[Distributed] = None, run_d
                           keep_last=settings.keep_last, checkpoint_extra=extra, progress=not settings.no_progress,
                           save_every=settings.save_every,
                           save_interval=None if settings.save_interval is None else 60 * settings.save_interval,
-                          stop_grace=settings.stop_grace, checkpointer=writer)
+                          stop_grace=settings.stop_grace, checkpointer=writer,
+                          checkpoint_format=settings.checkpoint_format)
     if checkpoint is not None:
         try:
             trainer.load_state_dict(checkpoint)
@@ -642,7 +644,7 @@ def generate_main(argv=None) -> int:
     try:
         device = check_device(args.device)  # before a checkpoint is read
         path = args.checkpoint
-        if os.path.isdir(path):
+        if os.path.isdir(path) and not is_sharded_checkpoint(path):
             best = os.path.join(path, "best.pt")
             path = best if os.path.exists(best) else latest_checkpoint(path)
             if path is None:

@@ -155,6 +155,10 @@ class Settings:
     checkpoint_dir: Optional[str] = _flag(None, "run folder: checkpoints, best.pt, metrics.jsonl, loss.png",
                                           "checkpoints and output", shown="runs/<date-time>", metavar="DIR")
     keep_last: int = _flag(3, "checkpoints kept", "checkpoints and output", type=positive_int, metavar="N")
+    checkpoint_format: str = _flag("file", "file: rank 0 writes each checkpoint as one torch.save file; dcp: every "
+                                   "rank writes its part of a torch.distributed.checkpoint folder step-<n>, "
+                                   "without gathering (qrnn.checkpoint.dcp)", "checkpoints and output",
+                                   resume=KEPT, choices=("file", "dcp"))
     resume: Any = _flag(None, "continue from the latest checkpoint in --checkpoint-dir (default: the one "
                         "unfinished run under runs/, else the newest; several unfinished: it asks which); "
                         "--resume auto: continue if --checkpoint-dir holds a checkpoint, else "

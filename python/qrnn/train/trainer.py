@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence, Union
 
 import torch
 from torch import Tensor, nn
 
 from ..checkpoint import AsyncCheckpointer
-from .checkpoints import CheckpointStallMeter, restore_best
+from .checkpoints import CheckpointStallMeter, ShardedCheckpoints, restore_best
 from .distributed import Distributed, all_gather_object, all_reduce_max
 from .errors import TrainError, TrainingStopped
 from .optim import averaged_weights
@@ -92,6 +92,10 @@ class Trainer:
             ``checkpoint_dir`` (``max_pending=1``) to save through, e.g. one whose writer lock
             was taken at start-up so that a second writer is refused before any work;
             :meth:`close` closes it. None: one opened at the first save.
+        checkpoint_format: ``"file"`` (rank 0 writes one torch.save file per checkpoint) or
+            ``"dcp"`` (every rank writes its part of a torch.distributed.checkpoint folder
+            ``step-<n>`` through :mod:`qrnn.checkpoint.dcp`; ``checkpointer`` then writes only
+            the run folder's other files; no best.pt).
 
     Raises:
         TypeError: ``model``, ``optimizer`` or ``loss_fn`` of the wrong kind.
@@ -120,7 +124,7 @@ class Trainer:
                  stop_grace: float = DEFAULT_STOP_GRACE,
                  lr_at: Optional[Callable[[int, int, int], float]] = None,
                  on_validation: Optional[Callable[[Optional[float], bool], None]] = None,
-                 checkpointer: Optional[AsyncCheckpointer] = None):
+                 checkpointer: Optional[AsyncCheckpointer] = None, checkpoint_format: str = "file"):
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
         if not isinstance(optimizer, torch.optim.Optimizer):
@@ -165,8 +169,13 @@ class Trainer:
         self._saved_step: Optional[int] = None  # step of the last checkpoint (same on every rank)
         self._next_save_time = 0.0
         # Rank 0's, opened by the first save (or on `checkpointer`, here), closed by close().
-        self.checkpoints: Optional[CheckpointStallMeter] = None
-        if checkpointer is not None and checkpoint_dir is not None and self.dist.is_main:
+        if checkpoint_format not in ("file", "dcp"):
+            raise ValueError(f"checkpoint_format must be 'file' or 'dcp', got {checkpoint_format!r}")
+        self.checkpoint_format = checkpoint_format
+        self.checkpoints: Optional[Union[CheckpointStallMeter, ShardedCheckpoints]] = None
+        if checkpoint_format == "dcp" and checkpoint_dir is not None:  # every rank saves
+            self.checkpoints = ShardedCheckpoints(checkpoint_dir, keep_last, checkpointer)
+        elif checkpointer is not None and checkpoint_dir is not None and self.dist.is_main:
             self.checkpoints = CheckpointStallMeter(checkpoint_dir, keep_last,
                                                     optimizer if checkpoint_overlap else None, checkpointer)
         # Progress, all saved in checkpoints.
@@ -232,7 +241,7 @@ class Trainer:
         """Continue with `optimizer` (an averaged-SGD switch): pending checkpoints are committed
         first (a snapshot in flight waits on the old optimizer's next step, which never comes)."""
         if self.checkpoints is not None:
-            self.checkpoints.checkpointer.wait()
+            self.checkpoints.wait()
             if self.checkpoints.overlap_with is not None:
                 self.checkpoints.overlap_with = optimizer
         self.optimizer = optimizer
@@ -512,6 +521,9 @@ class Trainer:
         self._saved_step = self.step
         if self.dist.is_main:
             self._next_save_time = time.monotonic() + (self.save_interval or 0.0)
+        if isinstance(self.checkpoints, ShardedCheckpoints):  # every rank writes its part
+            state.update(self.checkpoint_extra)
+            return self.checkpoints.save(state, self.step, best=best, prepare_seconds=time.perf_counter() - start)
         if not self.dist.is_main:
             return None
         if self.checkpoints is None:
