@@ -43,10 +43,13 @@ constexpr const char* kRowsName = vec::kName;
 namespace vec {
 
 // The loop every family's rows share: body(j, lanes) for each vector of a row of n
-// elements, the last one masked to what is left.
+// elements, the last one masked to what is left. The whole vectors come first with the
+// full mask as a constant, so their loads and stores have no tail test left in them.
 template <typename Body>
 inline void for_each_vector(int64_t n, Body body) {
-    for (int64_t j = 0; j < n; j += kLanes) body(j, lanes(n - j));
+    int64_t j = 0;
+    for (; j + kLanes <= n; j += kLanes) body(j, lanes(kLanes));
+    if (j < n) body(j, lanes(n - j));
 }
 
 // ---- Activations -------------------------------------------------------------------------

@@ -25,8 +25,10 @@
 
 #if defined(__GNUC__) && !defined(__clang__)
 // GCC 12's AVX-512 headers start many intrinsics from a deliberately undefined register,
-// which its -Wmaybe-uninitialized reports wherever they are inlined: a false positive.
+// which its -Wmaybe-uninitialized (or, once a mask is a constant, -Wuninitialized) reports
+// wherever they are inlined: a false positive.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 
 namespace qrnn::cpu::QRNN_ISA::vec {

@@ -173,8 +173,7 @@ inline void forward_row(const T* __restrict__ gz, const T* __restrict__ gf, cons
                         T* __restrict__ state, int64_t n) {
     using namespace vec;
     const V vscale = splat(scale);
-    for (int64_t j = 0; j < n; j += kLanes) {
-        const Mask m = lanes(n - j);
+    for_each_vector(n, [&](int64_t j, Mask m) {
         V z, s, o;
         activations<T, OutputGate>(gz, gf, go, j, m, ahead, z, s, o);
         const V f = mul(mul(s, load(keep + j, m)), vscale);
@@ -183,7 +182,7 @@ inline void forward_row(const T* __restrict__ gz, const T* __restrict__ gf, cons
         store(c + j, m, cj);
         store(h + j, m, OutputGate ? mul(o, cj) : cj);
         if (state) store(state + j, m, cj);
-    }
+    });
 }
 
 // backward_math for contiguous rows: c[t-1] (TC) is the saved state of type T, or c0 (float)
@@ -196,8 +195,7 @@ inline void backward_row(const T* __restrict__ gz, const T* __restrict__ gf, con
                          T* __restrict__ dz, T* __restrict__ df, T* __restrict__ dout, int64_t n) {
     using namespace vec;
     const V vscale = splat(scale), one = splat(1.f);
-    for (int64_t j = 0; j < n; j += kLanes) {
-        const Mask m = lanes(n - j);
+    for_each_vector(n, [&](int64_t j, Mask m) {
         V z, s, o;
         activations<T, OutputGate>(gz, gf, go, j, m, ahead, z, s, o);
         if (cprev_next) prefetch(cprev_next + j);
@@ -219,7 +217,7 @@ inline void backward_row(const T* __restrict__ gz, const T* __restrict__ gf, con
         store(dz + j, m, mul(fg, fnmadd(z, z, one)));
         store(df + j, m, mul(mul(zc, g), mul(kf, mul(s, sub(one, s)))));
         store(grad + j, m, sub(g, fg));
-    }
+    });
 }
 #else
 // Declared for the discarded `if constexpr` branches; never instantiated without the layer.
