@@ -36,6 +36,7 @@
 namespace qrnn::cpu::QRNN_ISA {
 
 #if defined(QRNN_HAVE_VEC)
+#define QRNN_VEC_BODY __attribute__((always_inline))
 constexpr bool kHaveVec = true;
 // What a family's contiguous rows run on in this instruction set (`python -m qrnn` prints it).
 constexpr const char* kRowsName = vec::kName;
@@ -44,7 +45,9 @@ namespace vec {
 
 // The loop every family's rows share: body(j, lanes) for each vector of a row of n
 // elements, the last one masked to what is left. The whole vectors come first with the
-// full mask as a constant, so their loads and stores have no tail test left in them.
+// full mask as a constant, so their loads and stores have no tail test left in them. The
+// body is a lambda marked QRNN_VEC_BODY: called twice, GCC would otherwise keep a large
+// one out of line and call it once per vector.
 template <typename Body>
 inline void for_each_vector(int64_t n, Body body) {
     int64_t j = 0;

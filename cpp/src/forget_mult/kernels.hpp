@@ -22,7 +22,7 @@ template <typename T>
 inline void vector_forward_row(const T* __restrict__ f, const T* __restrict__ x, float* __restrict__ state,
                                T* __restrict__ h, int64_t n) {
     using namespace vec;
-    for_each_vector(n, [&](int64_t j, Mask m) {
+    for_each_vector(n, [&](int64_t j, Mask m) QRNN_VEC_BODY {
         const V fv = load(f + j, m);
         const V s = fmadd(fv, load(x + j, m), mul(sub(splat(1.f), fv), load(state + j, m)));
         store(state + j, m, s);
@@ -35,7 +35,7 @@ inline void vector_backward_row(const T* __restrict__ f, const T* __restrict__ x
                                 const T* __restrict__ dh, T* __restrict__ df, T* __restrict__ dx,
                                 float* __restrict__ grad, int64_t n) {
     using namespace vec;
-    for_each_vector(n, [&](int64_t j, Mask m) {
+    for_each_vector(n, [&](int64_t j, Mask m) QRNN_VEC_BODY {
         const V g = add(load(grad + j, m), load(dh + j, m));
         const V fv = load(f + j, m);
         store(dx + j, m, mul(fv, g));

@@ -19,7 +19,7 @@ template <typename T>
 inline void vector_step(const T* __restrict__ a, const T* __restrict__ b, float* __restrict__ state, T* __restrict__ h,
                         int64_t n) {
     using namespace vec;
-    for_each_vector(n, [&](int64_t j, Mask m) {
+    for_each_vector(n, [&](int64_t j, Mask m) QRNN_VEC_BODY {
         const V s = fmadd(load(a + j, m), load(state + j, m), load(b + j, m));
         store(state + j, m, s);
         store(h + j, m, s);
@@ -30,7 +30,7 @@ template <typename T, typename HP>
 inline void vector_adjoint(const T* __restrict__ a, const HP* __restrict__ h_prev, const T* __restrict__ dh,
                            T* __restrict__ da, T* __restrict__ db, float* __restrict__ grad, int64_t n) {
     using namespace vec;
-    for_each_vector(n, [&](int64_t j, Mask m) {
+    for_each_vector(n, [&](int64_t j, Mask m) QRNN_VEC_BODY {
         const V g = add(load(grad + j, m), load(dh + j, m));
         store(db + j, m, g);
         store(da + j, m, mul(load(h_prev + j, m), g));

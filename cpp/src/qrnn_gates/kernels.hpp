@@ -173,7 +173,7 @@ inline void forward_row(const T* __restrict__ gz, const T* __restrict__ gf, cons
                         T* __restrict__ state, int64_t n) {
     using namespace vec;
     const V vscale = splat(scale);
-    for_each_vector(n, [&](int64_t j, Mask m) {
+    for_each_vector(n, [&](int64_t j, Mask m) QRNN_VEC_BODY {
         V z, s, o;
         activations<T, OutputGate>(gz, gf, go, j, m, ahead, z, s, o);
         const V f = mul(mul(s, load(keep + j, m)), vscale);
@@ -195,7 +195,7 @@ inline void backward_row(const T* __restrict__ gz, const T* __restrict__ gf, con
                          T* __restrict__ dz, T* __restrict__ df, T* __restrict__ dout, int64_t n) {
     using namespace vec;
     const V vscale = splat(scale), one = splat(1.f);
-    for_each_vector(n, [&](int64_t j, Mask m) {
+    for_each_vector(n, [&](int64_t j, Mask m) QRNN_VEC_BODY {
         V z, s, o;
         activations<T, OutputGate>(gz, gf, go, j, m, ahead, z, s, o);
         if (cprev_next) prefetch(cprev_next + j);
