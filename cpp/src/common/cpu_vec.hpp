@@ -49,7 +49,7 @@ namespace vec {
 // body is a lambda marked QRNN_VEC_BODY: called twice, GCC would otherwise keep a large
 // one out of line and call it once per vector.
 template <typename Body>
-inline void for_each_vector(int64_t n, Body body) {
+QRNN_VEC_INLINE void for_each_vector(int64_t n, Body body) {
     int64_t j = 0;
     for (; j + kLanes <= n; j += kLanes) body(j, lanes(kLanes));
     if (j < n) body(j, lanes(n - j));
@@ -63,7 +63,7 @@ struct Ratio { V num, den; };
 // coefficients from the highest. max(-limit, x) keeps a NaN x in P, and Q takes 0 for its
 // x^2: an element's gates share one reciprocal, and a NaN in one gate must not reach the
 // others (the float64 loop keeps them apart).
-inline Ratio rational(V x, float limit, const float (&p_coef)[5], const float (&q_coef)[5]) {
+QRNN_VEC_INLINE Ratio rational(V x, float limit, const float (&p_coef)[5], const float (&q_coef)[5]) {
     const V xc = min(splat(limit), max(splat(-limit), x));
     const V u = mul(xc, xc);
     const V uq = zero_if_nan(u);
@@ -88,15 +88,15 @@ constexpr float kHalfTanhQ[5] = {7.80587458e-07f / 256, 3.29123891e-04f / 64, 2.
                                  1.f};
 
 // tanh(x) = num / den.
-inline Ratio tanh_ratio(V x) { return rational(x, 9.f, kTanhP, kTanhQ); }
+QRNN_VEC_INLINE Ratio tanh_ratio(V x) { return rational(x, 9.f, kTanhP, kTanhQ); }
 // tanh(x / 2) = num / den, for the sigmoids.
-inline Ratio half_tanh_ratio(V x) { return rational(x, 18.f, kHalfTanhP, kHalfTanhQ); }
+QRNN_VEC_INLINE Ratio half_tanh_ratio(V x) { return rational(x, 18.f, kHalfTanhP, kHalfTanhQ); }
 
-inline V clamp_unit(V t) { return min(splat(1.f), max(splat(-1.f), t)); }
-inline V sigmoid_from_tanh(V t) { return fmadd(splat(0.5f), t, splat(0.5f)); }
+QRNN_VEC_INLINE V clamp_unit(V t) { return min(splat(1.f), max(splat(-1.f), t)); }
+QRNN_VEC_INLINE V sigmoid_from_tanh(V t) { return fmadd(splat(0.5f), t, splat(0.5f)); }
 
 // tanh(a), sigmoid(b), sigmoid(c) with one reciprocal.
-inline void tanh_sigmoid_sigmoid(V a, V b, V c, V& ta, V& sb, V& sc) {
+QRNN_VEC_INLINE void tanh_sigmoid_sigmoid(V a, V b, V c, V& ta, V& sb, V& sc) {
     const Ratio ra = tanh_ratio(a), rb = half_tanh_ratio(b), rc = half_tanh_ratio(c);
     const V dab = mul(ra.den, rb.den);
     const V r = reciprocal(mul(dab, rc.den));
@@ -107,7 +107,7 @@ inline void tanh_sigmoid_sigmoid(V a, V b, V c, V& ta, V& sb, V& sc) {
 }
 
 // tanh(a), sigmoid(b) with one reciprocal.
-inline void tanh_sigmoid(V a, V b, V& ta, V& sb) {
+QRNN_VEC_INLINE void tanh_sigmoid(V a, V b, V& ta, V& sb) {
     const Ratio ra = tanh_ratio(a), rb = half_tanh_ratio(b);
     const V r = reciprocal(mul(ra.den, rb.den));
     ta = clamp_unit(mul(ra.num, mul(r, rb.den)));

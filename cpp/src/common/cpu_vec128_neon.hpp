@@ -21,6 +21,13 @@
 #error "define QRNN_ISA before including common/cpu_vec128_neon.hpp"
 #endif
 
+// Every function of the layer is inlined wherever it is used: the rows call each one on
+// every vector, and GCC, left to itself, kept the activations out of line once the rows'
+// bodies appeared twice (whole vectors and the tail).
+#ifndef QRNN_VEC_INLINE
+#define QRNN_VEC_INLINE inline __attribute__((always_inline))
+#endif
+
 namespace qrnn::cpu::QRNN_ISA::vec {
 
 using V = float32x4_t;
@@ -28,15 +35,15 @@ using Mask = int64_t;  // the lanes in use, 1 to 4
 constexpr int64_t kLanes = 4;
 constexpr const char* kName = "neon";
 
-inline V splat(float v) { return vdupq_n_f32(v); }
+QRNN_VEC_INLINE V splat(float v) { return vdupq_n_f32(v); }
 
 // The first min(n, 4) lanes.
-inline Mask lanes(int64_t n) { return n >= kLanes ? kLanes : n; }
+QRNN_VEC_INLINE Mask lanes(int64_t n) { return n >= kLanes ? kLanes : n; }
 
 // ---- One vector of a storage type <-> 4 floats -------------------------------------------
 
 template <typename T>
-inline V load_full(const T* p) {
+QRNN_VEC_INLINE V load_full(const T* p) {
     if constexpr (std::is_same_v<T, float>) {
         return vld1q_f32(p);
     } else {
@@ -51,7 +58,7 @@ inline V load_full(const T* p) {
 
 // float -> bfloat16 bits, round to nearest even, NaN kept quiet: from_float<bfloat16>
 // (qrnn/dtype.hpp) lane by lane, bit for bit.
-inline uint16x4_t to_bfloat16_bits(V v) {
+QRNN_VEC_INLINE uint16x4_t to_bfloat16_bits(V v) {
     const uint32x4_t u = vreinterpretq_u32_f32(v);
     const uint32x4_t odd = vandq_u32(vshrq_n_u32(u, 16), vdupq_n_u32(1));
     const uint32x4_t rounded = vshrq_n_u32(vaddq_u32(vaddq_u32(u, vdupq_n_u32(0x7fff)), odd), 16);
@@ -61,7 +68,7 @@ inline uint16x4_t to_bfloat16_bits(V v) {
 }
 
 template <typename T>
-inline void store_full(T* p, V v) {
+QRNN_VEC_INLINE void store_full(T* p, V v) {
     if constexpr (std::is_same_v<T, float>) {
         vst1q_f32(p, v);
     } else if constexpr (std::is_same_v<T, float16>) {
@@ -73,7 +80,7 @@ inline void store_full(T* p, V v) {
 
 // Lanes past m read as zero.
 template <typename T>
-inline V load(const T* p, Mask m) {
+QRNN_VEC_INLINE V load(const T* p, Mask m) {
     if (m == kLanes) return load_full(p);
     T tail[kLanes] = {};
     std::memcpy(tail, p, size_t(m) * sizeof(T));
@@ -81,7 +88,7 @@ inline V load(const T* p, Mask m) {
 }
 
 template <typename T>
-inline void store(T* p, Mask m, V v) {
+QRNN_VEC_INLINE void store(T* p, Mask m, V v) {
     if (m == kLanes) return store_full(p, v);
     T tail[kLanes];
     store_full(tail, v);
@@ -90,25 +97,25 @@ inline void store(T* p, Mask m, V v) {
 
 // ---- Arithmetic ---------------------------------------------------------------------------
 
-inline V add(V a, V b) { return vaddq_f32(a, b); }
-inline V sub(V a, V b) { return vsubq_f32(a, b); }
-inline V mul(V a, V b) { return vmulq_f32(a, b); }
-inline V fmadd(V a, V b, V c) { return vfmaq_f32(c, a, b); }   // a b + c
-inline V fnmadd(V a, V b, V c) { return vfmsq_f32(c, a, b); }  // c - a b
+QRNN_VEC_INLINE V add(V a, V b) { return vaddq_f32(a, b); }
+QRNN_VEC_INLINE V sub(V a, V b) { return vsubq_f32(a, b); }
+QRNN_VEC_INLINE V mul(V a, V b) { return vmulq_f32(a, b); }
+QRNN_VEC_INLINE V fmadd(V a, V b, V c) { return vfmaq_f32(c, a, b); }   // a b + c
+QRNN_VEC_INLINE V fnmadd(V a, V b, V c) { return vfmsq_f32(c, a, b); }  // c - a b
 // FMIN/FMAX return NaN when either operand is NaN: min(limit, x) and max(-limit, x) keep a
 // NaN x, as on x86.
-inline V min(V a, V b) { return vminq_f32(a, b); }
-inline V max(V a, V b) { return vmaxq_f32(a, b); }
+QRNN_VEC_INLINE V min(V a, V b) { return vminq_f32(a, b); }
+QRNN_VEC_INLINE V max(V a, V b) { return vmaxq_f32(a, b); }
 // u (>= 0), or 0 where u is NaN (FMAXNM returns the number).
-inline V zero_if_nan(V u) { return vmaxnmq_f32(u, vdupq_n_f32(0.f)); }
+QRNN_VEC_INLINE V zero_if_nan(V u) { return vmaxnmq_f32(u, vdupq_n_f32(0.f)); }
 
 // 1 / d for d in [1, 420^3] (or NaN): an 8-bit estimate and two Newton steps.
-inline V reciprocal(V d) {
+QRNN_VEC_INLINE V reciprocal(V d) {
     V r = vrecpeq_f32(d);
     r = vmulq_f32(vrecpsq_f32(d, r), r);
     return vmulq_f32(vrecpsq_f32(d, r), r);
 }
 
-inline void prefetch(const void* p) { __builtin_prefetch(p, 0, 2); }
+QRNN_VEC_INLINE void prefetch(const void* p) { __builtin_prefetch(p, 0, 2); }
 
 }  // namespace qrnn::cpu::QRNN_ISA::vec

@@ -20,6 +20,13 @@
 #error "define QRNN_ISA before including common/cpu_vec256.hpp"
 #endif
 
+// Every function of the layer is inlined wherever it is used: the rows call each one on
+// every vector, and GCC, left to itself, kept the activations out of line once the rows'
+// bodies appeared twice (whole vectors and the tail).
+#ifndef QRNN_VEC_INLINE
+#define QRNN_VEC_INLINE inline __attribute__((always_inline))
+#endif
+
 namespace qrnn::cpu::QRNN_ISA::vec {
 
 using V = __m256;
@@ -27,15 +34,15 @@ using Mask = int64_t;  // the lanes in use, 1 to 8
 constexpr int64_t kLanes = 8;
 constexpr const char* kName = "avx2";
 
-inline V splat(float v) { return _mm256_set1_ps(v); }
+QRNN_VEC_INLINE V splat(float v) { return _mm256_set1_ps(v); }
 
 // The first min(n, 8) lanes.
-inline Mask lanes(int64_t n) { return n >= kLanes ? kLanes : n; }
+QRNN_VEC_INLINE Mask lanes(int64_t n) { return n >= kLanes ? kLanes : n; }
 
 // ---- One vector of a storage type <-> 8 floats -------------------------------------------
 
 template <typename T>
-inline V load_full(const T* p) {
+QRNN_VEC_INLINE V load_full(const T* p) {
     if constexpr (std::is_same_v<T, float>) {
         return _mm256_loadu_ps(p);
     } else {
@@ -50,7 +57,7 @@ inline V load_full(const T* p) {
 
 // float -> bfloat16 bits, round to nearest even, NaN kept quiet: from_float<bfloat16>
 // (qrnn/dtype.hpp) lane by lane, bit for bit.
-inline __m128i to_bfloat16_bits(V v) {
+QRNN_VEC_INLINE __m128i to_bfloat16_bits(V v) {
     const __m256i u = _mm256_castps_si256(v);
     const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
     const __m256i rounded =
@@ -64,7 +71,7 @@ inline __m128i to_bfloat16_bits(V v) {
 }
 
 template <typename T>
-inline void store_full(T* p, V v) {
+QRNN_VEC_INLINE void store_full(T* p, V v) {
     if constexpr (std::is_same_v<T, float>) {
         _mm256_storeu_ps(p, v);
     } else if constexpr (std::is_same_v<T, float16>) {
@@ -76,7 +83,7 @@ inline void store_full(T* p, V v) {
 
 // Lanes past m read as zero.
 template <typename T>
-inline V load(const T* p, Mask m) {
+QRNN_VEC_INLINE V load(const T* p, Mask m) {
     if (m == kLanes) return load_full(p);
     T tail[kLanes] = {};
     std::memcpy(tail, p, size_t(m) * sizeof(T));
@@ -84,7 +91,7 @@ inline V load(const T* p, Mask m) {
 }
 
 template <typename T>
-inline void store(T* p, Mask m, V v) {
+QRNN_VEC_INLINE void store(T* p, Mask m, V v) {
     if (m == kLanes) return store_full(p, v);
     T tail[kLanes];
     store_full(tail, v);
@@ -93,23 +100,23 @@ inline void store(T* p, Mask m, V v) {
 
 // ---- Arithmetic ---------------------------------------------------------------------------
 
-inline V add(V a, V b) { return _mm256_add_ps(a, b); }
-inline V sub(V a, V b) { return _mm256_sub_ps(a, b); }
-inline V mul(V a, V b) { return _mm256_mul_ps(a, b); }
-inline V fmadd(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }    // a b + c
-inline V fnmadd(V a, V b, V c) { return _mm256_fnmadd_ps(a, b, c); }  // c - a b
+QRNN_VEC_INLINE V add(V a, V b) { return _mm256_add_ps(a, b); }
+QRNN_VEC_INLINE V sub(V a, V b) { return _mm256_sub_ps(a, b); }
+QRNN_VEC_INLINE V mul(V a, V b) { return _mm256_mul_ps(a, b); }
+QRNN_VEC_INLINE V fmadd(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }    // a b + c
+QRNN_VEC_INLINE V fnmadd(V a, V b, V c) { return _mm256_fnmadd_ps(a, b, c); }  // c - a b
 // The second operand wins when unordered: min(limit, x) and max(-limit, x) keep a NaN x.
-inline V min(V a, V b) { return _mm256_min_ps(a, b); }
-inline V max(V a, V b) { return _mm256_max_ps(a, b); }
+QRNN_VEC_INLINE V min(V a, V b) { return _mm256_min_ps(a, b); }
+QRNN_VEC_INLINE V max(V a, V b) { return _mm256_max_ps(a, b); }
 // u (>= 0), or 0 where u is NaN.
-inline V zero_if_nan(V u) { return _mm256_max_ps(u, _mm256_setzero_ps()); }
+QRNN_VEC_INLINE V zero_if_nan(V u) { return _mm256_max_ps(u, _mm256_setzero_ps()); }
 
 // 1 / d for d in [1, 420^3] (or NaN): a 12-bit estimate and one Newton step (within 3 ulp).
-inline V reciprocal(V d) {
+QRNN_VEC_INLINE V reciprocal(V d) {
     const V r = _mm256_rcp_ps(d);
     return _mm256_fmadd_ps(r, _mm256_fnmadd_ps(d, r, splat(1.f)), r);
 }
 
-inline void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T1); }
+QRNN_VEC_INLINE void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T1); }
 
 }  // namespace qrnn::cpu::QRNN_ISA::vec

@@ -31,6 +31,13 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 
+// Every function of the layer is inlined wherever it is used: the rows call each one on
+// every vector, and GCC, left to itself, kept the activations out of line once the rows'
+// bodies appeared twice (whole vectors and the tail).
+#ifndef QRNN_VEC_INLINE
+#define QRNN_VEC_INLINE inline __attribute__((always_inline))
+#endif
+
 namespace qrnn::cpu::QRNN_ISA::vec {
 
 using V = __m512;
@@ -38,15 +45,15 @@ using Mask = __mmask16;
 constexpr int64_t kLanes = 16;
 constexpr const char* kName = "avx512";
 
-inline V splat(float v) { return _mm512_set1_ps(v); }
+QRNN_VEC_INLINE V splat(float v) { return _mm512_set1_ps(v); }
 
 // The first min(n, 16) lanes.
-inline Mask lanes(int64_t n) { return n >= kLanes ? __mmask16(0xffff) : __mmask16((1u << n) - 1u); }
+QRNN_VEC_INLINE Mask lanes(int64_t n) { return n >= kLanes ? __mmask16(0xffff) : __mmask16((1u << n) - 1u); }
 
 // ---- One vector of a storage type <-> 16 floats (masked lanes read as zero) -------------
 
 template <typename T>
-inline V load(const T* p, __mmask16 m) {
+QRNN_VEC_INLINE V load(const T* p, __mmask16 m) {
     if constexpr (std::is_same_v<T, float>) {
         return _mm512_maskz_loadu_ps(m, p);
     } else {
@@ -61,7 +68,7 @@ inline V load(const T* p, __mmask16 m) {
 
 // float -> bfloat16 bits, round to nearest even, NaN kept quiet: from_float<bfloat16>
 // (qrnn/dtype.hpp) lane by lane, bit for bit.
-inline __m256i to_bfloat16_bits(V v) {
+QRNN_VEC_INLINE __m256i to_bfloat16_bits(V v) {
     const __m512i u = _mm512_castps_si512(v);
     const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
     const __m512i rounded =
@@ -73,7 +80,7 @@ inline __m256i to_bfloat16_bits(V v) {
 }
 
 template <typename T>
-inline void store(T* p, __mmask16 m, V v) {
+QRNN_VEC_INLINE void store(T* p, __mmask16 m, V v) {
     if constexpr (std::is_same_v<T, float>) {
         _mm512_mask_storeu_ps(p, m, v);
     } else if constexpr (std::is_same_v<T, float16>) {
@@ -91,24 +98,24 @@ inline void store(T* p, __mmask16 m, V v) {
 
 // ---- Arithmetic (what cpu_vec.hpp's activations and the kernels' rows are written in) ----
 
-inline V add(V a, V b) { return _mm512_add_ps(a, b); }
-inline V sub(V a, V b) { return _mm512_sub_ps(a, b); }
-inline V mul(V a, V b) { return _mm512_mul_ps(a, b); }
-inline V fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }    // a b + c
-inline V fnmadd(V a, V b, V c) { return _mm512_fnmadd_ps(a, b, c); }  // c - a b
+QRNN_VEC_INLINE V add(V a, V b) { return _mm512_add_ps(a, b); }
+QRNN_VEC_INLINE V sub(V a, V b) { return _mm512_sub_ps(a, b); }
+QRNN_VEC_INLINE V mul(V a, V b) { return _mm512_mul_ps(a, b); }
+QRNN_VEC_INLINE V fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }    // a b + c
+QRNN_VEC_INLINE V fnmadd(V a, V b, V c) { return _mm512_fnmadd_ps(a, b, c); }  // c - a b
 // The second operand wins when unordered: min(limit, x) and max(-limit, x) keep a NaN x.
-inline V min(V a, V b) { return _mm512_min_ps(a, b); }
-inline V max(V a, V b) { return _mm512_max_ps(a, b); }
+QRNN_VEC_INLINE V min(V a, V b) { return _mm512_min_ps(a, b); }
+QRNN_VEC_INLINE V max(V a, V b) { return _mm512_max_ps(a, b); }
 // u (>= 0), or 0 where u is NaN.
-inline V zero_if_nan(V u) { return _mm512_max_ps(u, _mm512_setzero_ps()); }
+QRNN_VEC_INLINE V zero_if_nan(V u) { return _mm512_max_ps(u, _mm512_setzero_ps()); }
 
 // 1 / d for d in [1, 420^3] (or NaN): a 14-bit estimate and one Newton step (within 2 ulp).
-inline V reciprocal(V d) {
+QRNN_VEC_INLINE V reciprocal(V d) {
     const V r = _mm512_rcp14_ps(d);
     return _mm512_fmadd_ps(r, _mm512_fnmadd_ps(d, r, splat(1.f)), r);
 }
 
 // Asks for the line holding p into L2.
-inline void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T1); }
+QRNN_VEC_INLINE void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T1); }
 
 }  // namespace qrnn::cpu::QRNN_ISA::vec

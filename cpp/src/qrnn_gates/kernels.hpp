@@ -151,8 +151,8 @@ inline void backward_math(const TG* __restrict__ gz, const TG* __restrict__ gf, 
 // Z, F and O of lanes j.. (masked by m), activated. `ahead`: the offset of the gate rows
 // the next step reads (0: none), asked for into L2 while this step computes.
 template <typename T, bool OutputGate>
-inline void activations(const T* gz, const T* gf, const T* go, int64_t j, vec::Mask m, int64_t ahead, vec::V& z,
-                        vec::V& s, vec::V& o) {
+QRNN_VEC_INLINE void activations(const T* gz, const T* gf, const T* go, int64_t j, vec::Mask m, int64_t ahead,
+                                 vec::V& z, vec::V& s, vec::V& o) {
     using namespace vec;
     if (ahead) {
         prefetch(gz + j + ahead);
