@@ -5,14 +5,14 @@
 // so the rows written over them are the same code. Included by cpu_vec.hpp where the
 // translation unit is the neon one (QRNN_ISA_NEON), inside namespace QRNN_ISA.
 //
-// A row's tail (fewer than 4 lanes) goes through a zero-filled stack vector, so lanes past
-// the row read as zero and nothing past it is written.
+// A row's tail (fewer than 4 lanes) goes through a zero-filled stack vector
+// (common/cpu_vec_tail.hpp), so lanes past the row read as zero and nothing past it is
+// written.
 #pragma once
 
 #include <arm_neon.h>
 
 #include <cstdint>
-#include <cstring>
 #include <type_traits>
 
 #include "qrnn/dtype.hpp"
@@ -36,9 +36,6 @@ constexpr int64_t kLanes = 4;
 constexpr const char* kName = "neon";
 
 QRNN_VEC_INLINE V splat(float v) { return vdupq_n_f32(v); }
-
-// The first min(n, 4) lanes.
-QRNN_VEC_INLINE Mask lanes(int64_t n) { return n >= kLanes ? kLanes : n; }
 
 // ---- One vector of a storage type <-> 4 floats -------------------------------------------
 
@@ -78,22 +75,12 @@ QRNN_VEC_INLINE void store_full(T* p, V v) {
     }
 }
 
-// Lanes past m read as zero.
-template <typename T>
-QRNN_VEC_INLINE V load(const T* p, Mask m) {
-    if (m == kLanes) return load_full(p);
-    T tail[kLanes] = {};
-    std::memcpy(tail, p, size_t(m) * sizeof(T));
-    return load_full(tail);
-}
+}  // namespace qrnn::cpu::QRNN_ISA::vec
 
-template <typename T>
-QRNN_VEC_INLINE void store(T* p, Mask m, V v) {
-    if (m == kLanes) return store_full(p, v);
-    T tail[kLanes];
-    store_full(tail, v);
-    std::memcpy(p, tail, size_t(m) * sizeof(T));
-}
+// Loads and stores of a partial vector: lanes(n), load(p, m), store(p, m, v).
+#include "common/cpu_vec_tail.hpp"
+
+namespace qrnn::cpu::QRNN_ISA::vec {
 
 // ---- Arithmetic ---------------------------------------------------------------------------
 

@@ -5,13 +5,13 @@
 // FMA and F16C (and not AVX-512), inside namespace QRNN_ISA.
 //
 // AVX2 has no masked 16-bit loads: a row's tail (fewer than 8 lanes) goes through a
-// zero-filled stack vector, so lanes past the row read as zero and nothing past it is written.
+// zero-filled stack vector (common/cpu_vec_tail.hpp), so lanes past the row read as zero and
+// nothing past it is written.
 #pragma once
 
 #include <immintrin.h>
 
 #include <cstdint>
-#include <cstring>
 #include <type_traits>
 
 #include "qrnn/dtype.hpp"
@@ -35,9 +35,6 @@ constexpr int64_t kLanes = 8;
 constexpr const char* kName = "avx2";
 
 QRNN_VEC_INLINE V splat(float v) { return _mm256_set1_ps(v); }
-
-// The first min(n, 8) lanes.
-QRNN_VEC_INLINE Mask lanes(int64_t n) { return n >= kLanes ? kLanes : n; }
 
 // ---- One vector of a storage type <-> 8 floats -------------------------------------------
 
@@ -81,22 +78,12 @@ QRNN_VEC_INLINE void store_full(T* p, V v) {
     }
 }
 
-// Lanes past m read as zero.
-template <typename T>
-QRNN_VEC_INLINE V load(const T* p, Mask m) {
-    if (m == kLanes) return load_full(p);
-    T tail[kLanes] = {};
-    std::memcpy(tail, p, size_t(m) * sizeof(T));
-    return load_full(tail);
-}
+}  // namespace qrnn::cpu::QRNN_ISA::vec
 
-template <typename T>
-QRNN_VEC_INLINE void store(T* p, Mask m, V v) {
-    if (m == kLanes) return store_full(p, v);
-    T tail[kLanes];
-    store_full(tail, v);
-    std::memcpy(p, tail, size_t(m) * sizeof(T));
-}
+// Loads and stores of a partial vector: lanes(n), load(p, m), store(p, m, v).
+#include "common/cpu_vec_tail.hpp"
+
+namespace qrnn::cpu::QRNN_ISA::vec {
 
 // ---- Arithmetic ---------------------------------------------------------------------------
 
