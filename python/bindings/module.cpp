@@ -22,6 +22,11 @@ PYBIND11_MODULE(_C, m) {
         d["simd"] = info.simd;
         d["cuda"] = info.cuda;
         d["cuda_architectures"] = info.cuda_architectures;
+        // Per op family, what its contiguous rows run on at that level (qrnn::cpu::simd_rows).
+        py::dict rows;
+        for (const char* family : {"forget_mult", "qrnn_gates", "linear_scan"})
+            rows[family] = qrnn::cpu::simd_rows(family);
+        d["simd_rows"] = rows;
         return d;
     });
     // The Python ops claim the qrnn:: operators before defining them (qrnn.ops.core.dispatch):

@@ -48,9 +48,12 @@ def build_info() -> dict:
         A new dict (changing it changes nothing) with the keys ``version`` (str),
         ``compiler`` (the C++ compiler and its version), ``build_type`` (CMake's, e.g.
         ``"Release"``), ``simd`` (the CPU kernels' instruction-set level chosen for this
-        CPU: ``"generic"``, ``"avx2"``, ``"avx512"`` or ``"avx512_bf16"``), ``cuda``
+        CPU: ``"generic"``, ``"avx2"``, ``"avx512"``, ``"avx512_bf16"`` or ``"neon"``), ``cuda``
         (bool: whether the CUDA kernels were built) and ``cuda_architectures`` (CMake's
-        ``CUDA_ARCHITECTURES`` list of the build, ``""`` without CUDA).
+        ``CUDA_ARCHITECTURES`` list of the build, ``""`` without CUDA) and ``simd_rows``
+        (a dict: per op family, ``"forget_mult"``, ``"qrnn_gates"``, ``"linear_scan"``, what
+        its contiguous rows run on at that level: ``"avx512"``, ``"avx2"``, ``"neon"`` or
+        ``"generic"``).
     """
     return dict(_C.build_info())
 

@@ -1,5 +1,9 @@
 """``python -m qrnn``: build info and a self-check of the kernels on this machine.
 
+It names the CPU kernels' instruction-set level (``QRNN_SIMD`` caps it) and, per op family,
+what its contiguous rows run on there: a hand-written vector layer (``avx512``, ``avx2``,
+``neon``) or ``generic`` (plain loops, vectorised by the compiler as it can).
+
 ``--cmake-dir`` / ``--include-dir`` print the folders a C++ project needs; ``--torch-library``
 the path of libqrnn_torch (the qrnn:: operators for C++ programs), compiled on first use.
 """
@@ -14,6 +18,15 @@ import qrnn
 from qrnn.cpp_library import TorchLibraryError
 from qrnn.ops.forget_mult.reference import forget_mult_reference
 from qrnn.ops.linear_scan.reference import linear_scan_reference
+from qrnn.ops.qrnn_gates.reference import qrnn_gates_reference
+
+
+def _gates_op(g, x, h0):
+    return qrnn.qrnn_gates(g, h0)[0]
+
+
+def _gates_reference(g, x, h0):
+    return qrnn_gates_reference(g, h0)[0]
 
 
 def self_check() -> int:
@@ -21,11 +34,15 @@ def self_check() -> int:
     print(f"torch-qrnn {info['version']} | torch {torch.__version__} | {info['compiler']}")
     print(f"CPU kernels: {info['simd']} | CUDA kernels: "
           f"{'yes (' + info['cuda_architectures'] + ')' if info['cuda'] else 'not built'}")
+    rows = info["simd_rows"]
+    print("CPU rows per family: " + ", ".join(f"{name} {level}" for name, level in rows.items()))
     devices = ["cpu"] + (["cuda"] if info["cuda"] and torch.cuda.is_available() else [])
     failures = 0
-    # Each scan family's op against its float64 loop; the decays of linear_scan are 1 - f.
+    # Each family's op against its float64 loop; the decays of linear_scan are 1 - f, the
+    # fused gates take Z, F and O pre-activations (3H wide).
     ops = (("forget_mult", qrnn.forget_mult, forget_mult_reference, lambda f: f),
-           ("linear_scan", qrnn.linear_scan, linear_scan_reference, lambda f: 1 - f))
+           ("linear_scan", qrnn.linear_scan, linear_scan_reference, lambda f: 1 - f),
+           ("qrnn_gates", _gates_op, _gates_reference, lambda f: 4 * torch.cat([f, -f, f - 0.5], -1)))
     for device in devices:
         for name, op, reference, first in ops:
             for dtype, tol in ((torch.float32, 1e-5), (torch.bfloat16, 2e-2), (torch.float16, 2e-3)):
@@ -42,7 +59,8 @@ def self_check() -> int:
                 err = (h.double().cpu() - ref).abs().max().item() / max(1.0, ref.abs().max().item())
                 ok = err <= tol
                 failures += not ok
-                print(f"  {name:11} {device:4} {str(dtype):15} {T}x{B}x{H}: "
+                where = f"{device} ({rows[name]} rows)" if device == "cpu" else device
+                print(f"  {name:11} {where:18} {str(dtype):15} {T}x{B}x{H}: "
                       f"{ms:7.2f} ms, max error vs float64 {err:.1e} {'ok' if ok else 'FAILED'}")
     print("self-check passed" if not failures else f"self-check FAILED ({failures})")
     return 1 if failures else 0

@@ -26,6 +26,9 @@ using qrnn::bfloat16;
 using qrnn::float16;
 
 inline std::mt19937_64 rng;  // seeded by each test's main()
+// Set by the non-finite passes: the cases sprinkle NaN and +-Inf into some of their inputs
+// (Strided::sprinkle_non_finite), and check_output expects NaN where the reference has it.
+inline bool with_non_finite = false;
 
 // ---- element conversions ---------------------------------------------------------------
 template <typename T> double get(T v) { return double(qrnn::to_float(v)); }
@@ -120,6 +123,15 @@ struct Strided {
         std::uniform_real_distribution<double> dist(lo, hi);
         for_each([&](int64_t, int64_t, int64_t, int64_t o) { buf[size_t(o)] = put<E>(dist(rng)); });
     }
+    // Every 7th element of the view becomes NaN, +Inf or -Inf in turn (the non-finite passes).
+    void sprinkle_non_finite() {
+        const double values[3] = {std::nan(""), HUGE_VAL, -HUGE_VAL};
+        int64_t k = 0;
+        for_each([&](int64_t, int64_t, int64_t, int64_t o) {
+            if (k % 7 == 3) buf[size_t(o)] = put<E>(values[(k / 7) % 3]);
+            ++k;
+        });
+    }
     // Empty views pass a null pointer: the core must not touch it.
     E* ptr() { return buf.empty() ? nullptr : buf.data() + base; }
     qrnn::ConstView3 cview3() { return {ptr(), stride[0], stride[1], stride[2]}; }
@@ -134,7 +146,10 @@ struct Strided {
         int bad = 0;
         for_each([&](int64_t t, int64_t b, int64_t h, int64_t o) {
             const double got = get(buf[size_t(o)]), want = expected(t, b, h);
-            const bool ok = std::abs(got - want) <= tol[0] + tol[1] * std::abs(want);  // false for NaN
+            // NaN where the reference has NaN (but not the canary: it was written), the same
+            // infinity, or close.
+            const bool ok = std::isnan(want) ? std::isnan(got) && !is_canary(buf[size_t(o)])
+                                             : got == want || std::abs(got - want) <= tol[0] + tol[1] * std::abs(want);
             if (!ok && bad++ < 3)
                 CHECK_MSG(false, std::string(what) + "[t=" + std::to_string(t) + ",b=" + std::to_string(b) +
                                      ",h=" + std::to_string(h) + "] = " + std::to_string(got) + ", expected " +

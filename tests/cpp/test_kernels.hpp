@@ -14,6 +14,10 @@
 #include <stdexcept>
 #include <string>
 
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#endif
+
 #include "test_arrays.hpp"
 #include "test_check.hpp"
 
@@ -32,12 +36,16 @@ inline bool cpu_has(const std::string& isa) {
 #endif
     // (Without those kernels built, a library dispatches avx512_bf16 to avx512: counted as lacking it.)
 #endif
+#if defined(__aarch64__) && defined(__linux__)
+    if (isa == "neon") return (getauxval(AT_HWCAP) & (1 << 1)) != 0;  // HWCAP_ASIMD
+#endif
     return isa == "generic";
 }
 
-// Checks that the kernels run on the instruction set QRNN_SIMD forces, if any, then seeds
-// rng and names the set and seed. Returns 77 (ctest: skipped) only when the CPU really
-// lacks the forced set, else 0.
+// Checks that the kernels run on the instruction set QRNN_SIMD forces, if any, and on the
+// one QRNN_EXPECT_SIMD names, if set (the emulated runs of tools/arm_check.sh prove with it
+// which level ran), then seeds rng and names the set and seed. Returns 77 (ctest: skipped)
+// only when the CPU really lacks the forced set, else 0.
 inline int start_kernel_test(const char* test_name) {
     const char* forced = std::getenv("QRNN_SIMD");
     const std::string want = forced ? forced : "";
@@ -50,6 +58,8 @@ inline int start_kernel_test(const char* test_name) {
         }
         CHECK_MSG(false, "QRNN_SIMD=" + want + " was not honoured: the kernels use " + level);
     }
+    const char* expect = std::getenv("QRNN_EXPECT_SIMD");
+    if (expect && *expect) CHECK_MSG(level == expect, std::string("expected the ") + expect + " kernels, ran " + level);
     const uint64_t seed = std::random_device{}();
     rng.seed(seed);
     std::printf("%s: kernels %s, seed %llu\n", test_name, level.c_str(), (unsigned long long)seed);

@@ -72,6 +72,7 @@ struct Case {
         : T_(steps), B(B_), H(H_), n_gates(opt.output_gate ? 3 : 2), o(opt),
           gates(steps, B_, (opt.output_gate ? 3 : 2) * H_, in), mask(steps, B_, H_, in), c0(1, B_, H_, in) {
         gates.fill_random(-4, 4);
+        if (with_non_finite) gates.sprinkle_non_finite();
         std::uniform_int_distribution<int> bit(0, 3);
         mask.for_each(
             [&](int64_t, int64_t, int64_t, int64_t off) { mask.buf[size_t(off)] = put<T>(bit(rng) ? 1.0 : 0.0); });
@@ -240,6 +241,25 @@ void broadcast_inputs() {
         forward_case<float, float>(4, 3, 9, kBroadcastBatch, kTimeMajor, o, 1);
         backward_case<float, float>(4, 3, 9, kBroadcastBatch, kTimeMajor, o, 1);
     }
+}
+
+// NaN and +-Inf among the gates, every dtype, sizes with a row tail on every vector width
+// (4, 8, 16 lanes) and a single unit: NaN where the float64 loop has NaN, saturated gates
+// (+-1, 0 or 1) where it has them, and every element still written.
+void non_finite_gates() {
+    with_non_finite = true;
+    const Shape shapes[] = {{3, 2, 21}, {2, 1, 1}, {4, 2, 300}};
+    for (const Options& o : kOptionSets)
+        for (const Shape& s : shapes) {
+            forward_case<float, float>(s.T, s.B, s.H, kTimeMajor, kTimeMajor, o, 1);
+            backward_case<float, float>(s.T, s.B, s.H, kTimeMajor, kTimeMajor, o, 1);
+            forward_case<bfloat16, float>(s.T, s.B, s.H, kBatchFirst, kTimeMajor, o, 1);
+            backward_case<bfloat16, float>(s.T, s.B, s.H, kTimeMajor, kBatchFirst, o, 1);
+            forward_case<float16, float16>(s.T, s.B, s.H, kTimeMajor, kTimeMajor, o, 1);
+            backward_case<float16, float16>(s.T, s.B, s.H, kTimeMajor, kTimeMajor, o, 1);
+            forward_case<double, double>(s.T, s.B, s.H, kGappy, kTimeMajor, o, 1);
+        }
+    with_non_finite = false;
 }
 
 void invalid_arguments() {
@@ -445,6 +465,7 @@ int main(int argc, char** argv) {
     sweep<float16, float16>();
     sweep<float16, float>();
     broadcast_inputs();
+    non_finite_gates();
     invalid_arguments();
     empty_sequence_huge_batch();
     return qrnn_test::result("test_qrnn_gates");

@@ -147,6 +147,7 @@ void forward_case(Shape s, const Layout& in, const Layout& out, bool has_h0, int
     Strided<S> h0(1, s.B, s.H, in);
     u.fill_random(F::u_low, F::u_high);
     v.fill_random(-2, 2);
+    if (with_non_finite) v.sprinkle_non_finite();
     h0.fill_random(-1, 1);
     auto p = params_of<F, typename F::Forward>(s, u, v, h0, has_h0);
     p.h = h.view3();
@@ -165,6 +166,10 @@ void backward_case(Shape s, const Layout& in, const Layout& out, bool has_h0, bo
     u.fill_random(F::u_low, F::u_high);
     v.fill_random(-2, 2);
     h.fill_random(-1, 1);  // any h: the backward formulas hold for whatever forward output is given
+    if (with_non_finite) {
+        v.sprinkle_non_finite();
+        h.sprinkle_non_finite();
+    }
     h0.fill_random(-1, 1);
     grad_h.fill_random(-1, 1);
     auto p = params_of<F, typename F::Backward>(s, u, v, h0, has_h0);
@@ -277,6 +282,25 @@ void non_finite_inputs() {
         CHECK(std::isinf(h[size_t(t * H + 1)]) && h[size_t(t * H + 1)] > 0);
         CHECK(std::isfinite(h[size_t(t * H + 2)]));
     }
+}
+
+// NaN and +-Inf among x (b) and h through every dtype's rows, at sizes with a row tail on
+// every vector width (4, 8, 16 lanes) and a single unit: NaN exactly where the float64 loop
+// has NaN, the same infinities, every element still written.
+template <typename F>
+void non_finite_rows() {
+    qrnn_test::with_non_finite = true;
+    for (const Shape& s : {Shape{4, 2, 21}, Shape{3, 1, 1}, Shape{3, 2, 300}})
+        for (const Layout& in : {kTimeMajor, kGappy}) {
+            forward_case<F, float, float>(s, in, kTimeMajor, true, 1);
+            backward_case<F, float, float>(s, in, kTimeMajor, true, true, 1);
+            forward_case<F, bfloat16, float>(s, in, kBatchFirst, true, 1);
+            backward_case<F, bfloat16, float>(s, in, kTimeMajor, true, true, 1);
+            forward_case<F, float16, float16>(s, in, kTimeMajor, true, 1);
+            backward_case<F, float16, float16>(s, in, kTimeMajor, true, true, 1);
+            forward_case<F, double, double>(s, in, kTimeMajor, true, 1);
+        }
+    qrnn_test::with_non_finite = false;
 }
 
 // ---- invalid arguments -------------------------------------------------------------------
@@ -551,6 +575,8 @@ int main(int argc, char** argv) {
     if (!threaded_only) {
         fixed_entry_points();
         non_finite_inputs();
+        non_finite_rows<ForgetMultScan>();
+        non_finite_rows<LinearScan>();
         invalid_arguments();
     }
     concurrent_callers();

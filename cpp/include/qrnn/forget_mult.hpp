@@ -64,8 +64,14 @@ QRNN_API void forget_mult_backward(const float* f, const float* x, const float* 
                                    float* grad_f, float* grad_x, float* grad_h0, int64_t seq_len, int64_t batch,
                                    int64_t hidden);
 
-// The instruction set the kernels dispatch to on this CPU: "avx512", "avx2" or "generic".
+// The instruction set the kernels dispatch to on this CPU: "avx512_bf16", "avx512", "avx2",
+// "neon" or "generic".
 QRNN_API const char* simd_level();
+
+// What a family's contiguous rows run on at that level: the vector layer's name ("avx512",
+// "avx2", "neon") or "generic" (plain loops, vectorised by the compiler as it can). family:
+// "forget_mult", "qrnn_gates" or "linear_scan"; nullptr for another name.
+QRNN_API const char* simd_rows(const char* family);
 
 }  // namespace cpu
 }  // namespace qrnn

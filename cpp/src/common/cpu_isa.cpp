@@ -1,7 +1,16 @@
 #include "common/cpu_isa.hpp"
 
+#include "qrnn/forget_mult.hpp"
+
 #include <cstdlib>
 #include <string>
+
+#if defined(QRNN_HAVE_NEON_KERNELS)
+#include <sys/auxv.h>
+#ifndef HWCAP_ASIMD
+#define HWCAP_ASIMD (1 << 1)
+#endif
+#endif
 
 namespace qrnn::cpu {
 namespace {
@@ -25,11 +34,24 @@ Isa detect() {
     if (has_avx512 && (want.empty() || want == "avx512_bf16" || want == "avx512")) return Isa::avx512;
     if (has_avx2 && (want.empty() || want == "avx512_bf16" || want == "avx512" || want == "avx2")) return Isa::avx2;
 #endif
+#if defined(QRNN_HAVE_NEON_KERNELS)
+    // Every AArch64 Linux CPU has Advanced SIMD, but the kernel says so: ask rather than assume.
+    const bool has_neon = (getauxval(AT_HWCAP) & HWCAP_ASIMD) != 0;
+    if (has_neon && (want.empty() || want == "neon")) return Isa::neon;
+#endif
     (void)want;
     return Isa::generic;
 }
 
 }  // namespace
+
+const char* simd_rows(const char* family) {
+    const std::string name = family ? family : "";
+    if (name == "forget_mult") return forget_mult_rows();
+    if (name == "qrnn_gates") return qrnn_gates_rows();
+    if (name == "linear_scan") return linear_scan_rows();
+    return nullptr;
+}
 
 Isa selected_isa() {
     static const Isa isa = detect();

@@ -7,17 +7,24 @@ namespace qrnn::cpu {
 
 // avx512_bf16: AVX-512 plus its bfloat16 conversion instructions; families without kernels
 // of their own for it run their avx512 ones (isa_table.hpp).
-enum class Isa { generic, avx2, avx512, avx512_bf16 };
+// neon: AArch64's Advanced SIMD, found at run time through getauxval(AT_HWCAP).
+enum class Isa { generic, avx2, avx512, avx512_bf16, neon };
 
-// The best set this CPU supports; QRNN_SIMD=generic|avx2|avx512|avx512_bf16 caps it (tests
-// use it to cover each path).
+// The best set this CPU supports; QRNN_SIMD=generic|avx2|avx512|avx512_bf16 (x86) or
+// QRNN_SIMD=generic|neon (AArch64) caps it (tests use it to cover each path).
 Isa selected_isa();
+
+// Each family's KernelTable::rows at the selected set, defined by the family's cpu.cpp.
+const char* forget_mult_rows();
+const char* qrnn_gates_rows();
+const char* linear_scan_rows();
 
 inline const char* isa_name(Isa isa) {
     switch (isa) {
         case Isa::avx512_bf16: return "avx512_bf16";
         case Isa::avx512: return "avx512";
         case Isa::avx2: return "avx2";
+        case Isa::neon: return "neon";
         case Isa::generic: break;
     }
     return "generic";

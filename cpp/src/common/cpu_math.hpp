@@ -23,12 +23,16 @@ namespace qrnn::cpu::QRNN_ISA {
 
 struct Ratio { float num, den; };
 
-// tanh(x) = num / den. A NaN x gives a NaN num and den.
+// tanh(x) = num / den. A NaN x gives a NaN num and a finite den: the gates of an element
+// share one division, and a NaN in one gate must not reach the others (the float64 loop
+// keeps them apart).
 inline Ratio tanh_ratio(float x) {
     const float xc = x < -9.f ? -9.f : (x > 9.f ? 9.f : x);
     const float u = xc * xc;
+    const float uq = u == u ? u : 0.f;  // u, or 0 for NaN
     const float p = (((1.34226202e-08f * u + 2.06632813e-05f) * u + 3.49911864e-03f) * u + 1.33840834e-01f) * u + 1.f;
-    const float q = (((7.80587458e-07f * u + 3.29123891e-04f) * u + 2.58906725e-02f) * u + 4.67174049e-01f) * u + 1.f;
+    const float q =
+        (((7.80587458e-07f * uq + 3.29123891e-04f) * uq + 2.58906725e-02f) * uq + 4.67174049e-01f) * uq + 1.f;
     return {xc * p, q};
 }
 

@@ -1,6 +1,7 @@
-// The activations of cpu_math.hpp sixteen float32 lanes at a time, written with AVX-512
-// intrinsics, and the loads and stores of one vector of each storage type. Included only
-// where the translation unit is built for AVX-512 (__AVX512F__), inside namespace QRNN_ISA.
+// The AVX-512 half of the CPU kernels' vector layer (common/cpu_vec.hpp): sixteen float32
+// lanes, the loads and stores of one vector of each storage type, and the arithmetic the
+// activations and the kernels' rows are written in. Included by cpu_vec.hpp only where the
+// translation unit is built for AVX-512 (__AVX512F__), inside namespace QRNN_ISA.
 //
 // Why not leave it to the compiler: auto-vectorised, the scalar code of cpu_math.hpp ran
 // about 150 instructions per 16 elements of the forward (its clamps became compare, mask
@@ -24,24 +25,35 @@
 
 #if defined(__GNUC__) && !defined(__clang__)
 // GCC 12's AVX-512 headers start many intrinsics from a deliberately undefined register,
-// which its -Wmaybe-uninitialized reports wherever they are inlined: a false positive.
+// which its -Wmaybe-uninitialized (or, once a mask is a constant, -Wuninitialized) reports
+// wherever they are inlined: a false positive.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 
-namespace qrnn::cpu::QRNN_ISA::vec512 {
+// Every function of the layer is inlined wherever it is used: the rows call each one on
+// every vector, and GCC, left to itself, kept the activations out of line once the rows'
+// bodies appeared twice (whole vectors and the tail).
+#ifndef QRNN_VEC_INLINE
+#define QRNN_VEC_INLINE inline __attribute__((always_inline))
+#endif
+
+namespace qrnn::cpu::QRNN_ISA::vec {
 
 using V = __m512;
+using Mask = __mmask16;
 constexpr int64_t kLanes = 16;
+constexpr const char* kName = "avx512";
 
-inline V splat(float v) { return _mm512_set1_ps(v); }
+QRNN_VEC_INLINE V splat(float v) { return _mm512_set1_ps(v); }
 
 // The first min(n, 16) lanes.
-inline __mmask16 lanes(int64_t n) { return n >= kLanes ? __mmask16(0xffff) : __mmask16((1u << n) - 1u); }
+QRNN_VEC_INLINE Mask lanes(int64_t n) { return n >= kLanes ? __mmask16(0xffff) : __mmask16((1u << n) - 1u); }
 
 // ---- One vector of a storage type <-> 16 floats (masked lanes read as zero) -------------
 
 template <typename T>
-inline V load(const T* p, __mmask16 m) {
+QRNN_VEC_INLINE V load(const T* p, __mmask16 m) {
     if constexpr (std::is_same_v<T, float>) {
         return _mm512_maskz_loadu_ps(m, p);
     } else {
@@ -56,7 +68,7 @@ inline V load(const T* p, __mmask16 m) {
 
 // float -> bfloat16 bits, round to nearest even, NaN kept quiet: from_float<bfloat16>
 // (qrnn/dtype.hpp) lane by lane, bit for bit.
-inline __m256i to_bfloat16_bits(V v) {
+QRNN_VEC_INLINE __m256i to_bfloat16_bits(V v) {
     const __m512i u = _mm512_castps_si512(v);
     const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
     const __m512i rounded =
@@ -68,7 +80,7 @@ inline __m256i to_bfloat16_bits(V v) {
 }
 
 template <typename T>
-inline void store(T* p, __mmask16 m, V v) {
+QRNN_VEC_INLINE void store(T* p, __mmask16 m, V v) {
     if constexpr (std::is_same_v<T, float>) {
         _mm512_mask_storeu_ps(p, m, v);
     } else if constexpr (std::is_same_v<T, float16>) {
@@ -84,67 +96,26 @@ inline void store(T* p, __mmask16 m, V v) {
     }
 }
 
-// ---- Activations: the rational tanh of cpu_math.hpp, same coefficients ----------------
+// ---- Arithmetic (what cpu_vec.hpp's activations and the kernels' rows are written in) ----
 
-struct Ratio { V num, den; };
+QRNN_VEC_INLINE V add(V a, V b) { return _mm512_add_ps(a, b); }
+QRNN_VEC_INLINE V sub(V a, V b) { return _mm512_sub_ps(a, b); }
+QRNN_VEC_INLINE V mul(V a, V b) { return _mm512_mul_ps(a, b); }
+QRNN_VEC_INLINE V fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }    // a b + c
+QRNN_VEC_INLINE V fnmadd(V a, V b, V c) { return _mm512_fnmadd_ps(a, b, c); }  // c - a b
+// The second operand wins when unordered: min(limit, x) and max(-limit, x) keep a NaN x.
+QRNN_VEC_INLINE V min(V a, V b) { return _mm512_min_ps(a, b); }
+QRNN_VEC_INLINE V max(V a, V b) { return _mm512_max_ps(a, b); }
+// u (>= 0), or 0 where u is NaN.
+QRNN_VEC_INLINE V zero_if_nan(V u) { return _mm512_max_ps(u, _mm512_setzero_ps()); }
 
-// x P(x^2) and Q(x^2) for x clamped to [-limit, limit], P and Q of degree 4 given by their
-// coefficients from the highest. max(-limit, x) keeps a NaN x (the second operand wins
-// when unordered).
-inline Ratio rational(V x, float limit, const float (&p_coef)[5], const float (&q_coef)[5]) {
-    const V xc = _mm512_min_ps(splat(limit), _mm512_max_ps(splat(-limit), x));
-    const V u = _mm512_mul_ps(xc, xc);
-    V p = _mm512_fmadd_ps(splat(p_coef[0]), u, splat(p_coef[1]));
-    V q = _mm512_fmadd_ps(splat(q_coef[0]), u, splat(q_coef[1]));
-    for (int k = 2; k < 5; ++k) {
-        p = _mm512_fmadd_ps(p, u, splat(p_coef[k]));
-        q = _mm512_fmadd_ps(q, u, splat(q_coef[k]));
-    }
-    return {_mm512_mul_ps(xc, p), q};
-}
-
-// The coefficients of cpu_math.hpp's tanh_ratio.
-constexpr float kTanhP[5] = {1.34226202e-08f, 2.06632813e-05f, 3.49911864e-03f, 1.33840834e-01f, 1.f};
-constexpr float kTanhQ[5] = {7.80587458e-07f, 3.29123891e-04f, 2.58906725e-02f, 4.67174049e-01f, 1.f};
-// tanh(x / 2) with the halving folded into the coefficients: P's scaled by 0.5 * 0.25^k and
-// Q's by 0.25^k for the term in u^k, all powers of two, so the result is bit for bit
-// tanh_ratio(0.5f * x) with two multiplies fewer per sigmoid.
-constexpr float kHalfTanhP[5] = {1.34226202e-08f / 512, 2.06632813e-05f / 128, 3.49911864e-03f / 32,
-                                 1.33840834e-01f / 8, 0.5f};
-constexpr float kHalfTanhQ[5] = {7.80587458e-07f / 256, 3.29123891e-04f / 64, 2.58906725e-02f / 16, 4.67174049e-01f / 4,
-                                 1.f};
-
-// tanh(x) = num / den.
-inline Ratio tanh_ratio(V x) { return rational(x, 9.f, kTanhP, kTanhQ); }
-// tanh(x / 2) = num / den, for the sigmoids.
-inline Ratio half_tanh_ratio(V x) { return rational(x, 18.f, kHalfTanhP, kHalfTanhQ); }
-
-// 1 / d for d in [1, 420^3] (or NaN): a 14-bit estimate and one Newton step.
-inline V reciprocal(V d) {
+// 1 / d for d in [1, 420^3] (or NaN): a 14-bit estimate and one Newton step (within 2 ulp).
+QRNN_VEC_INLINE V reciprocal(V d) {
     const V r = _mm512_rcp14_ps(d);
     return _mm512_fmadd_ps(r, _mm512_fnmadd_ps(d, r, splat(1.f)), r);
 }
 
-inline V clamp_unit(V t) { return _mm512_min_ps(splat(1.f), _mm512_max_ps(splat(-1.f), t)); }
-inline V sigmoid_from_tanh(V t) { return _mm512_fmadd_ps(splat(0.5f), t, splat(0.5f)); }
+// Asks for the line holding p into L2.
+QRNN_VEC_INLINE void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T1); }
 
-// tanh(a), sigmoid(b), sigmoid(c) with one reciprocal.
-inline void tanh_sigmoid_sigmoid(V a, V b, V c, V& ta, V& sb, V& sc) {
-    const Ratio ra = tanh_ratio(a), rb = half_tanh_ratio(b), rc = half_tanh_ratio(c);
-    const V dab = _mm512_mul_ps(ra.den, rb.den);
-    const V r = reciprocal(_mm512_mul_ps(dab, rc.den));
-    const V r_c = _mm512_mul_ps(r, rc.den);
-    ta = clamp_unit(_mm512_mul_ps(ra.num, _mm512_mul_ps(r_c, rb.den)));
-    sb = sigmoid_from_tanh(clamp_unit(_mm512_mul_ps(rb.num, _mm512_mul_ps(r_c, ra.den))));
-    sc = sigmoid_from_tanh(clamp_unit(_mm512_mul_ps(rc.num, _mm512_mul_ps(r, dab))));
-}
-
-// tanh(a), sigmoid(b) with one reciprocal.
-inline void tanh_sigmoid(V a, V b, V& ta, V& sb) {
-    const Ratio ra = tanh_ratio(a), rb = half_tanh_ratio(b);
-    const V r = reciprocal(_mm512_mul_ps(ra.den, rb.den));
-    ta = clamp_unit(_mm512_mul_ps(ra.num, _mm512_mul_ps(r, rb.den)));
-    sb = sigmoid_from_tanh(clamp_unit(_mm512_mul_ps(rb.num, _mm512_mul_ps(r, ra.den))));
-}
-
-}  // namespace qrnn::cpu::QRNN_ISA::vec512
+}  // namespace qrnn::cpu::QRNN_ISA::vec

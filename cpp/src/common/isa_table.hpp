@@ -17,6 +17,9 @@ struct KernelTable {
     using Backward = void (*)(const BackwardParams&, int64_t begin, int64_t end);
     Forward forward[4];
     Backward backward[4];
+    // What the contiguous rows run on: the vector layer's name (common/cpu_vec.hpp), or
+    // "generic" for the plain loops the compiler vectorises as it can.
+    const char* rows;
 };
 
 // Each instruction set's table of a family, instantiated by the family's cpu_<isa>.cpp.
@@ -34,6 +37,12 @@ template <typename ForwardParams, typename BackwardParams>
 const KernelTable<ForwardParams, BackwardParams>& kernel_table();
 }
 namespace avx512_bf16 {
+template <typename ForwardParams, typename BackwardParams>
+const KernelTable<ForwardParams, BackwardParams>& kernel_table();
+}
+#endif
+#if defined(QRNN_HAVE_NEON_KERNELS)
+namespace neon {
 template <typename ForwardParams, typename BackwardParams>
 const KernelTable<ForwardParams, BackwardParams>& kernel_table();
 }
@@ -60,6 +69,9 @@ const KernelTable<ForwardParams, BackwardParams>& selected_table() {
             case Isa::avx512: return avx512::kernel_table<ForwardParams, BackwardParams>();
             case Isa::avx2: return avx2::kernel_table<ForwardParams, BackwardParams>();
 #endif
+#if defined(QRNN_HAVE_NEON_KERNELS)
+            case Isa::neon: return neon::kernel_table<ForwardParams, BackwardParams>();
+#endif
             default: break;
         }
         return generic::kernel_table<ForwardParams, BackwardParams>();
@@ -75,7 +87,7 @@ const KernelTable<ForwardParams, BackwardParams>& selected_table() {
 namespace qrnn::cpu::QRNN_ISA {
 
 // A family's kernels in this instruction set: the family specialises it with static
-// forward<T> and backward<T>, T the storage type.
+// forward<T> and backward<T>, T the storage type, and `rows` (KernelTable::rows).
 template <typename ForwardParams, typename BackwardParams>
 struct Kernels;
 
@@ -87,6 +99,7 @@ const KernelTable<ForwardParams, BackwardParams>& kernel_table() {
          &K::template forward<float16>},
         {&K::template backward<float>, &K::template backward<double>, &K::template backward<bfloat16>,
          &K::template backward<float16>},
+        K::rows,
     };
     return table;
 }

@@ -38,6 +38,8 @@ Params contiguous_params(const float* f, const float* x, const float* h0, int64_
 
 const char* simd_level() { return isa_name(selected_isa()); }
 
+const char* forget_mult_rows() { return selected_table<ForgetMultForwardParams, ForgetMultBackwardParams>().rows; }
+
 void forget_mult_forward(const ForgetMultForwardParams& p, int num_threads) {
     run_scan_forward<ForgetMultForwardParams, ForgetMultBackwardParams>(p, detail::validate_forget_mult(p),
                                                                         num_threads);

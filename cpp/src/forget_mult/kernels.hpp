@@ -9,17 +9,56 @@
 #pragma once
 
 #include "common/cpu_scan.hpp"
+#include "common/cpu_vec.hpp"
 #include "common/isa_table.hpp"
 #include "qrnn/forget_mult.hpp"
 
 namespace qrnn::cpu::QRNN_ISA {
+
+#if defined(QRNN_HAVE_VEC)
+// Contiguous float32 and 16-bit rows on the vector layer (common/cpu_vec.hpp): the loads
+// convert in registers, the math is the plain loops' below.
+template <typename T>
+inline void vector_forward_row(const T* __restrict__ f, const T* __restrict__ x, float* __restrict__ state,
+                               T* __restrict__ h, int64_t n) {
+    using namespace vec;
+    for_each_vector(n, [&](int64_t j, Mask m) QRNN_VEC_BODY {
+        const V fv = load(f + j, m);
+        const V s = fmadd(fv, load(x + j, m), mul(sub(splat(1.f), fv), load(state + j, m)));
+        store(state + j, m, s);
+        store(h + j, m, s);
+    });
+}
+
+template <typename T, typename HP>
+inline void vector_backward_row(const T* __restrict__ f, const T* __restrict__ x, const HP* __restrict__ hprev,
+                                const T* __restrict__ dh, T* __restrict__ df, T* __restrict__ dx,
+                                float* __restrict__ grad, int64_t n) {
+    using namespace vec;
+    for_each_vector(n, [&](int64_t j, Mask m) QRNN_VEC_BODY {
+        const V g = add(load(grad + j, m), load(dh + j, m));
+        const V fv = load(f + j, m);
+        store(dx + j, m, mul(fv, g));
+        store(df + j, m, mul(sub(load(x + j, m), load(hprev + j, m)), g));
+        store(grad + j, m, fnmadd(fv, g, g));
+    });
+}
+#else
+// Declared for the discarded `if constexpr` branches; never instantiated without the layer.
+template <typename... Args>
+void vector_forward_row(Args...);
+template <typename... Args>
+void vector_backward_row(Args...);
+#endif
 
 // One step of one row of the forward. A function of its own so that the restrict-qualified
 // parameters tell the compiler no output aliases the state.
 template <typename T, typename M, bool Contig>
 inline void forward_row(const T* __restrict__ f, const T* __restrict__ x, M* __restrict__ state, T* __restrict__ h,
                         int64_t n, int64_t sf, int64_t sx, int64_t sh) {
-    if constexpr (Contig && std::is_same_v<T, float16>) {
+    if constexpr (vectorised<T, Contig>) {
+        vector_forward_row(f, x, state, h, n);
+    } else if constexpr (Contig && std::is_same_v<T, float16>) {
         float fr[kMaxRowBlock], xr[kMaxRowBlock];
         row_to_float(f, fr, n);
         row_to_float(x, xr, n);
@@ -41,7 +80,9 @@ template <typename T, typename M, bool Contig, typename HP>
 inline void backward_row(const T* __restrict__ f, const T* __restrict__ x, const HP* __restrict__ hprev,
                          const T* __restrict__ dh, T* __restrict__ df, T* __restrict__ dx, M* __restrict__ grad,
                          int64_t n, int64_t sf, int64_t sx, int64_t sh, int64_t sg, int64_t sdf, int64_t sdx) {
-    if constexpr (Contig && std::is_same_v<T, float16> && std::is_same_v<HP, T>) {
+    if constexpr (vectorised<T, Contig>) {
+        vector_backward_row(f, x, hprev, dh, df, dx, grad, n);
+    } else if constexpr (Contig && std::is_same_v<T, float16> && std::is_same_v<HP, T>) {
         float fr[kMaxRowBlock], xr[kMaxRowBlock], hr[kMaxRowBlock], gr[kMaxRowBlock];
         row_to_float(f, fr, n);
         row_to_float(x, xr, n);
@@ -103,7 +144,9 @@ struct ForgetMultScan {
 };
 
 template <>
-struct Kernels<ForgetMultForwardParams, ForgetMultBackwardParams> : ScanKernels<ForgetMultScan> {};
+struct Kernels<ForgetMultForwardParams, ForgetMultBackwardParams> : ScanKernels<ForgetMultScan> {
+    static constexpr const char* rows = kRowsName;
+};
 
 template const KernelTable<ForgetMultForwardParams, ForgetMultBackwardParams>&
 kernel_table<ForgetMultForwardParams, ForgetMultBackwardParams>();

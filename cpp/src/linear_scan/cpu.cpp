@@ -6,6 +6,8 @@
 
 namespace qrnn::cpu {
 
+const char* linear_scan_rows() { return selected_table<LinearScanForwardParams, LinearScanBackwardParams>().rows; }
+
 void linear_scan_forward(const LinearScanForwardParams& p, int num_threads) {
     run_scan_forward<LinearScanForwardParams, LinearScanBackwardParams>(p, detail::validate_linear_scan(p),
                                                                         num_threads);

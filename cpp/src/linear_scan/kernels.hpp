@@ -5,10 +5,45 @@
 #pragma once
 
 #include "common/cpu_scan.hpp"
+#include "common/cpu_vec.hpp"
 #include "common/isa_table.hpp"
 #include "qrnn/linear_scan.hpp"
 
 namespace qrnn::cpu::QRNN_ISA {
+
+#if defined(QRNN_HAVE_VEC)
+// Contiguous float32 and 16-bit rows on the vector layer (common/cpu_vec.hpp): ForgetMult's
+// vector rows (forget_mult/kernels.hpp), the same loop and loads, with a for 1 - f and b
+// for f x, so the two families run at the same speed on every instruction set.
+template <typename T>
+inline void vector_step(const T* __restrict__ a, const T* __restrict__ b, float* __restrict__ state, T* __restrict__ h,
+                        int64_t n) {
+    using namespace vec;
+    for_each_vector(n, [&](int64_t j, Mask m) QRNN_VEC_BODY {
+        const V s = fmadd(load(a + j, m), load(state + j, m), load(b + j, m));
+        store(state + j, m, s);
+        store(h + j, m, s);
+    });
+}
+
+template <typename T, typename HP>
+inline void vector_adjoint(const T* __restrict__ a, const HP* __restrict__ h_prev, const T* __restrict__ dh,
+                           T* __restrict__ da, T* __restrict__ db, float* __restrict__ grad, int64_t n) {
+    using namespace vec;
+    for_each_vector(n, [&](int64_t j, Mask m) QRNN_VEC_BODY {
+        const V g = add(load(grad + j, m), load(dh + j, m));
+        store(db + j, m, g);
+        store(da + j, m, mul(load(h_prev + j, m), g));
+        store(grad + j, m, mul(load(a + j, m), g));
+    });
+}
+#else
+// Declared for the discarded `if constexpr` branches; never instantiated without the layer.
+template <typename... Args>
+void vector_step(Args...);
+template <typename... Args>
+void vector_adjoint(Args...);
+#endif
 
 struct LinearScan {
     using Forward = LinearScanForwardParams;
@@ -47,7 +82,9 @@ struct LinearScan {
     template <typename T, typename M, bool Contig>
     static void step(const T* __restrict__ a, const T* __restrict__ b, M* __restrict__ state, T* __restrict__ h,
                      int64_t n, int64_t sa, int64_t sb, int64_t sh) {
-        if constexpr (Contig && std::is_same_v<T, float16>) {
+        if constexpr (vectorised<T, Contig>) {
+            vector_step(a, b, state, h, n);
+        } else if constexpr (Contig && std::is_same_v<T, float16>) {
             float ar[kMaxRowBlock], br[kMaxRowBlock];
             row_to_float(a, ar, n);
             row_to_float(b, br, n);
@@ -66,7 +103,9 @@ struct LinearScan {
     static void adjoint(const T* __restrict__ a, const HP* __restrict__ h_prev, const T* __restrict__ dh,
                         T* __restrict__ da, T* __restrict__ db, M* __restrict__ grad, int64_t n, int64_t sa, int64_t sh,
                         int64_t sg, int64_t sda, int64_t sdb) {
-        if constexpr (Contig && std::is_same_v<T, float16> && std::is_same_v<HP, T>) {
+        if constexpr (vectorised<T, Contig>) {
+            vector_adjoint(a, h_prev, dh, da, db, grad, n);
+        } else if constexpr (Contig && std::is_same_v<T, float16> && std::is_same_v<HP, T>) {
             float ar[kMaxRowBlock], hr[kMaxRowBlock], gr[kMaxRowBlock];
             row_to_float(a, ar, n);
             row_to_float(h_prev, hr, n);
@@ -91,7 +130,9 @@ struct LinearScan {
 };
 
 template <>
-struct Kernels<LinearScanForwardParams, LinearScanBackwardParams> : ScanKernels<LinearScan> {};
+struct Kernels<LinearScanForwardParams, LinearScanBackwardParams> : ScanKernels<LinearScan> {
+    static constexpr const char* rows = kRowsName;
+};
 
 template const KernelTable<LinearScanForwardParams, LinearScanBackwardParams>&
 kernel_table<LinearScanForwardParams, LinearScanBackwardParams>();

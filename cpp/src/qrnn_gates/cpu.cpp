@@ -26,6 +26,8 @@ void run_items(const Params& p, Kernel kernel, int num_threads) {
 
 }  // namespace
 
+const char* qrnn_gates_rows() { return selected().rows; }
+
 void qrnn_gates_forward(const QrnnGatesForwardParams& p, int num_threads) {
     if (detail::validate_qrnn_gates(p, detail::LengthsMemory::host))
         run_items(p, selected().forward[int(p.dtype)], num_threads);

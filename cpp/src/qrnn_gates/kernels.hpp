@@ -11,18 +11,17 @@
 // converted inside the math loop, and other 16-bit rows (float16, masks, saved states,
 // output gradients) are first widened into small float buffers (and results narrowed back). Each loop then stays
 // simple enough to vectorise well (one float per lane, no spills). Absent optional
-// inputs (zoneout mask, output gradient) read from a row of ones / zeros. Built for
-// AVX-512, contiguous float32 and 16-bit rows take forward_row / backward_row instead:
-// the same math in intrinsics (common/cpu_vec512.hpp), one pass per step and row.
+// inputs (zoneout mask, output gradient) read from a row of ones / zeros. Where the vector
+// layer exists (AVX-512, AVX2, NEON: common/cpu_vec.hpp), contiguous float32 and 16-bit rows
+// take forward_row / backward_row instead: the same math written once over that layer, one
+// pass per step and row.
 #pragma once
 
 #include "common/cpu_kernel_common.hpp"
 #include "common/cpu_math.hpp"
 #include "common/isa_table.hpp"
 #include "qrnn/qrnn_gates.hpp"
-#if defined(__AVX512F__)
-#include "common/cpu_vec512.hpp"
-#endif
+#include "common/cpu_vec.hpp"
 
 namespace qrnn::cpu::QRNN_ISA {
 
@@ -134,27 +133,25 @@ inline void backward_math(const TG* __restrict__ gz, const TG* __restrict__ gf, 
     }
 }
 
-#if defined(__AVX512F__)
-// ---- The same steps sixteen lanes at a time (contiguous rows, float32 math) ------------
+// ---- The same steps a vector at a time (contiguous rows, float32 math) --------------------
 //
-// One pass per step and row: the gates convert in registers, and the forward writes the
-// output and the saved state in the same loop (no widened rows, no second pass over c).
+// Written once over the vector layer (common/cpu_vec.hpp) and instantiated per instruction
+// set: AVX-512, AVX2, NEON. One pass per step and row: the gates convert in registers, and
+// the forward writes the output and the saved state in the same loop (no widened rows, no
+// second pass over c). Contiguous float32 and 16-bit rows take these where the layer exists
+// (vectorised<T, Contig>); float64 and strided rows take the loops above.
 
-// The vector kernels cover contiguous float32 and 16-bit rows; float64 and strided rows
-// take the loops above.
-template <typename T, bool Contig>
-constexpr bool vectorised = Contig && !std::is_same_v<T, double>;
-
+#if defined(QRNN_HAVE_VEC)
 // Z, F and O of lanes j.. (masked by m), activated. `ahead`: the offset of the gate rows
 // the next step reads (0: none), asked for into L2 while this step computes.
 template <typename T, bool OutputGate>
-inline void activations(const T* gz, const T* gf, const T* go, int64_t j, __mmask16 m, int64_t ahead, vec512::V& z,
-                        vec512::V& s, vec512::V& o) {
-    using namespace vec512;
+QRNN_VEC_INLINE void activations(const T* gz, const T* gf, const T* go, int64_t j, vec::Mask m, int64_t ahead,
+                                 vec::V& z, vec::V& s, vec::V& o) {
+    using namespace vec;
     if (ahead) {
-        _mm_prefetch(reinterpret_cast<const char*>(gz + j + ahead), _MM_HINT_T1);
-        _mm_prefetch(reinterpret_cast<const char*>(gf + j + ahead), _MM_HINT_T1);
-        if constexpr (OutputGate) _mm_prefetch(reinterpret_cast<const char*>(go + j + ahead), _MM_HINT_T1);
+        prefetch(gz + j + ahead);
+        prefetch(gf + j + ahead);
+        if constexpr (OutputGate) prefetch(go + j + ahead);
     }
     if constexpr (OutputGate) {
         tanh_sigmoid_sigmoid(load(gz + j, m), load(gf + j, m), load(go + j, m), z, s, o);
@@ -168,19 +165,18 @@ template <typename T, bool OutputGate>
 inline void forward_row(const T* __restrict__ gz, const T* __restrict__ gf, const T* __restrict__ go, int64_t ahead,
                         const float* __restrict__ keep, float scale, float* __restrict__ c, T* __restrict__ h,
                         T* __restrict__ state, int64_t n) {
-    using namespace vec512;
+    using namespace vec;
     const V vscale = splat(scale);
-    for (int64_t j = 0; j < n; j += kLanes) {
-        const __mmask16 m = lanes(n - j);
+    for_each_vector(n, [&](int64_t j, Mask m) QRNN_VEC_BODY {
         V z, s, o;
         activations<T, OutputGate>(gz, gf, go, j, m, ahead, z, s, o);
-        const V f = _mm512_mul_ps(_mm512_mul_ps(s, _mm512_maskz_loadu_ps(m, keep + j)), vscale);
-        const V cp = _mm512_maskz_loadu_ps(m, c + j);
-        const V cj = _mm512_fmadd_ps(f, _mm512_sub_ps(z, cp), cp);  // f z + (1 - f) c
-        _mm512_mask_storeu_ps(c + j, m, cj);
-        store(h + j, m, OutputGate ? _mm512_mul_ps(o, cj) : cj);
+        const V f = mul(mul(s, load(keep + j, m)), vscale);
+        const V cp = load(c + j, m);
+        const V cj = fmadd(f, sub(z, cp), cp);  // f z + (1 - f) c
+        store(c + j, m, cj);
+        store(h + j, m, OutputGate ? mul(o, cj) : cj);
         if (state) store(state + j, m, cj);
-    }
+    });
 }
 
 // backward_math for contiguous rows: c[t-1] (TC) is the saved state of type T, or c0 (float)
@@ -191,38 +187,34 @@ inline void backward_row(const T* __restrict__ gz, const T* __restrict__ gf, con
                          const float* __restrict__ keep, float scale, const TC* __restrict__ cprev,
                          const T* __restrict__ dh, const T* cprev_next, const T* dh_next, float* __restrict__ grad,
                          T* __restrict__ dz, T* __restrict__ df, T* __restrict__ dout, int64_t n) {
-    using namespace vec512;
+    using namespace vec;
     const V vscale = splat(scale), one = splat(1.f);
-    for (int64_t j = 0; j < n; j += kLanes) {
-        const __mmask16 m = lanes(n - j);
+    for_each_vector(n, [&](int64_t j, Mask m) QRNN_VEC_BODY {
         V z, s, o;
         activations<T, OutputGate>(gz, gf, go, j, m, ahead, z, s, o);
-        if (cprev_next) _mm_prefetch(reinterpret_cast<const char*>(cprev_next + j), _MM_HINT_T1);
-        if (dh_next) _mm_prefetch(reinterpret_cast<const char*>(dh_next + j), _MM_HINT_T1);
-        const V kf = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, keep + j), vscale);
-        const V f = _mm512_mul_ps(s, kf);
+        if (cprev_next) prefetch(cprev_next + j);
+        if (dh_next) prefetch(dh_next + j);
+        const V kf = mul(load(keep + j, m), vscale);
+        const V f = mul(s, kf);
         const V cp = load(cprev + j, m);
         const V dhv = load(dh + j, m);
-        const V zc = _mm512_sub_ps(z, cp);
+        const V zc = sub(z, cp);
         V g;
         if constexpr (OutputGate) {
-            const V cj = _mm512_fmadd_ps(f, zc, cp);
-            g = _mm512_fmadd_ps(dhv, o, _mm512_maskz_loadu_ps(m, grad + j));
-            store(dout + j, m, _mm512_mul_ps(_mm512_mul_ps(dhv, cj), _mm512_mul_ps(o, _mm512_sub_ps(one, o))));
+            const V cj = fmadd(f, zc, cp);
+            g = fmadd(dhv, o, load(grad + j, m));
+            store(dout + j, m, mul(mul(dhv, cj), mul(o, sub(one, o))));
         } else {
-            g = _mm512_add_ps(_mm512_maskz_loadu_ps(m, grad + j), dhv);
+            g = add(load(grad + j, m), dhv);
         }
-        const V fg = _mm512_mul_ps(f, g);
-        store(dz + j, m, _mm512_mul_ps(fg, _mm512_fnmadd_ps(z, z, one)));
-        store(df + j, m,
-              _mm512_mul_ps(_mm512_mul_ps(zc, g), _mm512_mul_ps(kf, _mm512_mul_ps(s, _mm512_sub_ps(one, s)))));
-        _mm512_mask_storeu_ps(grad + j, m, _mm512_sub_ps(g, fg));
-    }
+        const V fg = mul(f, g);
+        store(dz + j, m, mul(fg, fnmadd(z, z, one)));
+        store(df + j, m, mul(mul(zc, g), mul(kf, mul(s, sub(one, s)))));
+        store(grad + j, m, sub(g, fg));
+    });
 }
 #else
-template <typename T, bool Contig>
-constexpr bool vectorised = false;
-// Declared for the discarded `if constexpr` branches; never instantiated without AVX-512.
+// Declared for the discarded `if constexpr` branches; never instantiated without the layer.
 template <typename T, bool OutputGate, typename... Args>
 void forward_row(Args...);
 template <typename T, typename TC, bool OutputGate, typename... Args>
@@ -437,6 +429,8 @@ void gates_backward_items(const QrnnGatesBackwardParams& p, int64_t begin, int64
 
 template <>
 struct Kernels<QrnnGatesForwardParams, QrnnGatesBackwardParams> {
+    static constexpr const char* rows = kRowsName;
+
     template <typename T>
     static void forward(const QrnnGatesForwardParams& p, int64_t begin, int64_t end) {
         const bool contig = p.gates.stride_h == 1 && p.output.stride_h == 1 &&
