@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numbers
 import warnings
-from typing import TYPE_CHECKING, NamedTuple, Optional, Sequence, Union, overload
+from typing import TYPE_CHECKING, Any, NamedTuple, Optional, Sequence, Union, overload
 
 import torch
 import torch.nn.functional as F
@@ -255,9 +255,8 @@ class QRNNLayer(_TypedCall):
         """Run the layer over ``input``: ``(output, h_n)``, or ``(output, QRNNState)`` when
         ``hx`` is a state (see the class description for the shapes)."""
         if type(hx) is _StackedLayerState:  # called by QRNN, which checked everything once
-            packed_call = {} if hx.cu_seqlens is None else {"cu_seqlens": hx.cu_seqlens}
             return self.run(input, hx.c0, hx.x_tail, lengths=lengths, batch_first=hx.batch_first,
-                            reverse=hx.reverse, **packed_call)
+                            reverse=hx.reverse, **({} if hx.cu_seqlens is None else {"cu_seqlens": hx.cu_seqlens}))
         refuse_fx_proxy("qrnn.QRNNLayer", input, hx)
         if not isinstance(input, Tensor) or input.dim() not in (2, 3):
             raise ValueError("input must be a 3-D tensor (seq_len, batch, input_size) or 2-D (seq_len, input_size), "
@@ -291,7 +290,7 @@ class QRNNLayer(_TypedCall):
         if x_tail is not None:
             x_tail = _check_tail(x_tail, self.window, B, self.input_size, False, "hx.x_tails[0]", input.device)
         # cu_seqlens only when given: a subclass's run() written before it existed keeps working.
-        packed_call = {} if cu_seqlens is None else {"cu_seqlens": cu_seqlens}
+        packed_call: dict[str, Any] = {} if cu_seqlens is None else {"cu_seqlens": cu_seqlens}
         output, c_n, x_tail_n = self.run(input, c0, x_tail, lengths=lengths, **packed_call)
         if unbatched:
             output = output.squeeze(1)
@@ -550,7 +549,7 @@ class QRNN(_TypedCall):
 
         D = self.num_directions
         # cu_seqlens only when given: a subclass's run() written before it existed keeps working.
-        packed_call = {} if cu_seqlens is None else {"cu_seqlens": cu_seqlens}
+        packed_call: dict[str, Any] = {} if cu_seqlens is None else {"cu_seqlens": cu_seqlens}
         # Listed once (indexing a ModuleList costs more than a layer's call); unchecked types: a
         # layer or whatever module was put in its place.
         layers: list = list(self.layers)

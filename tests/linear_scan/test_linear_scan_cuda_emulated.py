@@ -31,7 +31,7 @@ pytestmark = pytest.mark.skipif(not hasattr(_C, "cuda_linear_scan_forward_plan")
 FIELDS = _C.kernel_fields()
 DTYPE_CODES = {getattr(torch, name): code for name, code in _C.dtype_codes().items()}
 SCHEDULES = _C.cuda_schedules() if hasattr(_C, "cuda_schedules") else {}
-_WIDTHS = {"dtype": 1, "integer": 1, "cview3": 4, "view3": 4, "cview2": 3, "view2": 3}
+_WIDTHS = {"dtype": 1, "integer": 1, "flag": 1, "lengths": 1, "cview3": 4, "view3": 4, "cview2": 3, "view2": 3}
 
 
 # ---- The kernels' argument numbers ------------------------------------------------------------
@@ -53,9 +53,14 @@ def view2(t):
     return (0, 0, 0) if t is None else (t.data_ptr(), *t.stride())
 
 
+# Whole rows: no lengths or packed sequences (the CUDA schedules refuse them).
+WHOLE_ROWS = {"lengths": 0, "lengths_stride": 1, "cu_seqlens": 0, "reverse": 0}
+
+
 def numbers(kernel, **values) -> tuple:
     """The numbers of `kernel` in _C.kernel_fields() order, each field's count checked."""
     out = []
+    values = {**WHOLE_ROWS, **values}
     assert sorted(values) == sorted(name for _, name in FIELDS[kernel]), f"{kernel}: fields differ"
     for kind, name in FIELDS[kernel]:
         v = values[name]
@@ -365,3 +370,18 @@ def test_launcher_calling_convention():
         _C.cuda_linear_scan_backward(*bargs)
     with pytest.raises(ValueError, match="schedule"):
         _C.cuda_linear_scan_backward_plan(*bargs, 3)
+
+
+@pytest.mark.parametrize("field", ["lengths", "cu_seqlens", "reverse"])
+def test_cuda_entry_refuses_sequences(field):
+    """The CUDA schedules walk whole rows: a C++ caller passing sequences gets a clear error
+    (qrnn's Python layer runs such calls there as dense rows)."""
+    a = torch.rand(4, 2, 8)
+    offsets = torch.tensor([0, 4, 4])
+    value = {"lengths": offsets.data_ptr(), "cu_seqlens": offsets.data_ptr(), "reverse": 1}[field]
+    args = list(forward_args(torch.empty_like(a), a, a, None))
+    names = [name for _, name in FIELDS["linear_scan_forward"]]
+    position = sum(_WIDTHS[kind] for kind, _ in FIELDS["linear_scan_forward"][:names.index(field)])
+    args[position] = value
+    with pytest.raises(ValueError, match="run on the CPU kernels only"):
+        forward_plan(tuple(args))

@@ -157,7 +157,8 @@ def dense_scan_forward(scan: Callable[[Tensor, Tensor, bool], Tensor], a: Tensor
     scan of whole rows with no initial state."""
     start, real = walk.start.unsqueeze(-1), walk.real.unsqueeze(-1)
     zero = a.new_zeros(())
-    first_input = b if h0 is None else b + a * _initial_at(h0, walk, a)
+    initial = _initial_at(h0, walk, a)
+    first_input = b if initial is None else b + a * initial
     b_dense = torch.where(real, torch.where(start, first_input, b), zero)
     a_dense = torch.where(start | ~real, zero, a)
     return scan(a_dense, b_dense, reverse)
@@ -172,7 +173,8 @@ def dense_scan_backward(scan_backward: Callable[[Tensor, Tensor, Tensor, bool], 
     a_dense = torch.where(start | ~real, zero, a)
     grad_a_dense, grad_b_dense = scan_backward(grad_h, a_dense, h, reverse)
     grad_b = torch.where(real, grad_b_dense, zero)
-    at_start = grad_b_dense * _initial_at(h0, walk, a) if h0 is not None else zero
+    initial = _initial_at(h0, walk, a)
+    at_start = grad_b_dense * initial if initial is not None else zero
     grad_a = torch.where(real, torch.where(start, at_start, grad_a_dense), zero)
     grad_h0 = None
     if h0 is not None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Callable
 
 import torch
+from torch import Tensor
 
 from ... import _C  # type: ignore[attr-defined, unused-ignore]  # compiled, no stub
 from ..core import cuda as _cuda
@@ -85,16 +86,25 @@ def _cuda_dense_backward(grad_h, a, h, h0, reverse, batch_first):
     return grad_a, grad_b, or_empty(grad_h0, a)
 
 
-def cuda_forward(a, b, h0, reverse, batch_first, lengths=None, cu_seqlens=None):
-    if lengths is None and cu_seqlens is None:
-        return _cuda_dense_forward(a, b, h0, reverse, batch_first)
-    return with_sequences_forward(_cuda_dense_forward, a, b, h0, reverse, batch_first, lengths, cu_seqlens)
+def _rows_or_sequences(dense_forward, dense_backward) -> tuple:
+    """(forward, backward) of a device whose kernels walk whole rows: calls with sequences run
+    through them as dense rows (:func:`with_sequences_forward`)."""
+    def forward(a, b, h0, reverse, batch_first, lengths=None, cu_seqlens=None):
+        if lengths is None and cu_seqlens is None:
+            return dense_forward(a, b, h0, reverse, batch_first)
+        return with_sequences_forward(dense_forward, a, b, h0, reverse, batch_first, lengths, cu_seqlens)
+
+    def backward(grad_h, a, h, h0, reverse, batch_first, lengths=None, cu_seqlens=None):
+        if lengths is None and cu_seqlens is None:
+            return dense_backward(grad_h, a, h, h0, reverse, batch_first)
+        return with_sequences_backward(dense_backward, grad_h, a, h, h0, reverse, batch_first, lengths, cu_seqlens)
+
+    return forward, backward
 
 
-def cuda_backward(grad_h, a, h, h0, reverse, batch_first, lengths=None, cu_seqlens=None):
-    if lengths is None and cu_seqlens is None:
-        return _cuda_dense_backward(grad_h, a, h, h0, reverse, batch_first)
-    return with_sequences_backward(_cuda_dense_backward, grad_h, a, h, h0, reverse, batch_first, lengths, cu_seqlens)
+cuda_forward: Callable[..., Tensor]
+cuda_backward: Callable[..., tuple]
+cuda_forward, cuda_backward = _rows_or_sequences(_cuda_dense_forward, _cuda_dense_backward)
 
 
 # ---- Devices without native kernels: the reference loop with the kernels' state dtype -------------
@@ -116,17 +126,9 @@ def _fallback_dense_backward(grad_h, a, h, h0, reverse, batch_first):
             grad_h0.to(h0.dtype) if h0 is not None else a.new_empty(0))
 
 
-def fallback_forward(a, b, h0, reverse, batch_first, lengths=None, cu_seqlens=None):
-    if lengths is None and cu_seqlens is None:
-        return _fallback_dense_forward(a, b, h0, reverse, batch_first)
-    return with_sequences_forward(_fallback_dense_forward, a, b, h0, reverse, batch_first, lengths, cu_seqlens)
-
-
-def fallback_backward(grad_h, a, h, h0, reverse, batch_first, lengths=None, cu_seqlens=None):
-    if lengths is None and cu_seqlens is None:
-        return _fallback_dense_backward(grad_h, a, h, h0, reverse, batch_first)
-    return with_sequences_backward(_fallback_dense_backward, grad_h, a, h, h0, reverse, batch_first, lengths,
-                                   cu_seqlens)
+fallback_forward: Callable[..., Tensor]
+fallback_backward: Callable[..., tuple]
+fallback_forward, fallback_backward = _rows_or_sequences(_fallback_dense_forward, _fallback_dense_backward)
 
 
 # ---- Sequences on kernels that walk whole rows (qrnn.ops.core.sequences) --------------------------
