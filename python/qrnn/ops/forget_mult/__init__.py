@@ -10,7 +10,7 @@
 """
 
 # No `from __future__ import annotations`: the op modules' annotations are read as objects.
-from typing import Optional
+from typing import Literal, Optional, Union, overload
 
 from torch import Tensor
 
@@ -40,9 +40,23 @@ def has_native_kernels(device) -> bool:
     return KERNELS.has(device)
 
 
+@overload
+def forget_mult(f: Tensor, x: Tensor, h0: Optional[Tensor] = ...,
+        *, batch_first: bool = ..., reverse: bool = ..., lengths: Optional[Tensor] = ...,
+        cu_seqlens: Optional[Tensor] = ...,
+        output_final_state: Literal[False] = ...) -> Tensor: ...
+
+
+@overload
+def forget_mult(f: Tensor, x: Tensor, h0: Optional[Tensor] = ...,
+        *, batch_first: bool = ..., reverse: bool = ..., lengths: Optional[Tensor] = ...,
+        cu_seqlens: Optional[Tensor] = ...,
+        output_final_state: Literal[True]) -> tuple[Tensor, Tensor]: ...
+
+
 def forget_mult(f: Tensor, x: Tensor, h0: Optional[Tensor] = None, *, batch_first: bool = False,
                 reverse: bool = False, lengths: Optional[Tensor] = None, cu_seqlens: Optional[Tensor] = None,
-                output_final_state: bool = False):
+                output_final_state: bool = False) -> Union[Tensor, tuple[Tensor, Tensor]]:
     """ForgetMult: ``h[t] = f[t] * x[t] + (1 - f[t]) * h[t-1]`` with ``h[-1] = h0``.
 
     The convention of the original pytorch-qrnn: ``f`` (the forget gate, usually a

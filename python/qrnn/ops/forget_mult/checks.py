@@ -21,8 +21,9 @@ def check_forget_mult_args(f, x, h0, batch_first, lengths=None, cu_seqlens=None,
         h0 (torch.Tensor | None): None, or ``(batch, hidden)`` on their device, in their
             dtype (or float32 for 16-bit ``f``).
         batch_first (bool): which of ``f``'s first two dimensions is batch.
-        lengths, cu_seqlens (torch.Tensor | None): int64 sequences (:mod:`qrnn.ops.core.sequences`);
-            ``h0`` then has one row per sequence.
+        lengths (torch.Tensor | None): int64 ``(batch,)`` real steps per row.
+        cu_seqlens (torch.Tensor | None): int64 offsets of packed sequences
+            (:mod:`qrnn.ops.core.sequences`); ``h0`` then has one row per sequence.
         reverse (bool): the direction.
 
     Returns:

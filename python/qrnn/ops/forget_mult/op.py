@@ -85,7 +85,9 @@ def forget_mult_backward_op(
         h: the forward's result.
         h0: the forward's ``h0`` (or None).
         batch_first: the forward's layout.
-        lengths, cu_seqlens, reverse: the forward's sequences and direction.
+        lengths: the forward's ``lengths`` (or None).
+        cu_seqlens: the forward's ``cu_seqlens`` (or None).
+        reverse: the forward's direction.
 
     Returns:
         ``(grad_f, grad_x, grad_h0)``; ``grad_h0`` is an empty tensor when ``h0`` is None.

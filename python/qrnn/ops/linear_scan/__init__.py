@@ -9,7 +9,7 @@
 - :mod:`.reference`: the plain PyTorch loop the tests and the fallback use.
 """
 
-from typing import Optional
+from typing import Literal, Optional, Union, overload
 
 from torch import Tensor
 
@@ -23,9 +23,23 @@ from .op import KERNELS, LinearScanFunction, linear_scan_backward_op, linear_sca
 __all__ = ["linear_scan", "linear_scan_op", "linear_scan_backward_op", "KERNELS"]
 
 
+@overload
+def linear_scan(a: Tensor, b: Tensor, h0: Optional[Tensor] = ...,
+        *, reverse: bool = ..., batch_first: bool = ..., lengths: Optional[Tensor] = ...,
+        cu_seqlens: Optional[Tensor] = ...,
+        output_final_state: Literal[False] = ...) -> Tensor: ...
+
+
+@overload
+def linear_scan(a: Tensor, b: Tensor, h0: Optional[Tensor] = ...,
+        *, reverse: bool = ..., batch_first: bool = ..., lengths: Optional[Tensor] = ...,
+        cu_seqlens: Optional[Tensor] = ...,
+        output_final_state: Literal[True]) -> tuple[Tensor, Tensor]: ...
+
+
 def linear_scan(a: Tensor, b: Tensor, h0: Optional[Tensor] = None, *, reverse: bool = False,
                 batch_first: bool = False, lengths: Optional[Tensor] = None, cu_seqlens: Optional[Tensor] = None,
-                output_final_state: bool = False):
+                output_final_state: bool = False) -> Union[Tensor, tuple[Tensor, Tensor]]:
     """The diagonal linear recurrence ``h[t] = a[t] * h[t-1] + b[t]`` with ``h[-1] = h0``.
 
     The recurrence of RG-LRU (Griffin), LRU, HGRN, Mamba-style diagonal scans and minGRU in

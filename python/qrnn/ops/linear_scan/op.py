@@ -79,7 +79,8 @@ def linear_scan_backward_op(grad_h: Tensor, a: Tensor, h: Tensor, h0: Optional[T
         h0: the forward's ``h0`` (or None).
         reverse: the forward's direction.
         batch_first: the forward's layout.
-        lengths, cu_seqlens: the forward's sequences.
+        lengths: the forward's ``lengths`` (or None).
+        cu_seqlens: the forward's ``cu_seqlens`` (or None).
 
     Returns:
         ``(grad_a, grad_b, grad_h0)``; ``grad_h0`` is an empty tensor when ``h0`` is None.
