@@ -97,6 +97,8 @@ def test_gradcheck_float64():
     assert torch.autograd.gradcheck(lambda x, hx: model(x, hx, cu_seqlens=cu), (x, hx))
 
 
+@pytest.mark.skipif(tuple(int(v) for v in torch.__version__.split(".")[:2]) < (2, 13),
+                    reason="torch < 2.13 specializes the packed length when exporting")
 def test_compile_and_export_keep_packed_documents():
     torch.manual_seed(4)
     model = qrnn.QRNN(5, 8, num_layers=2, window=[2, 1], batch_first=True)
@@ -115,7 +117,7 @@ def test_compile_and_export_keep_packed_documents():
         def forward(self, x, cu_seqlens):
             return self.qrnn(x, cu_seqlens=cu_seqlens)
 
-    total, documents = torch.export.Dim("total", min=2), torch.export.Dim("documents", min=2)
+    total, documents = torch.export.Dim("total", min=2, max=2**20), torch.export.Dim("documents", min=2, max=4096)
     program = torch.export.export(Packed(), (x, cu), dynamic_shapes=({1: total}, {0: documents + 1}))
     x2, cu2 = _packed(11, 5, True, torch.float32), _offsets([2, 0, 6, 3])
     for got, want in zip(program.module()(x2, cu2), model(x2, cu_seqlens=cu2)):
