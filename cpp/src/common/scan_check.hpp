@@ -38,7 +38,6 @@ int64_t check_scan_sizes_and_state(const Params& p, const char* what, LengthsMem
     check_size("seq_len", p.seq_len);
     check_size("batch", p.batch);
     check_size("hidden", p.hidden);
-    checked_numel(1, p.batch, p.hidden, what);
     const int64_t numel = checked_numel(p.seq_len, array_rows(p.cu_seqlens, p.batch), p.hidden, what);
     if (p.cu_seqlens) check_pointer("cu_seqlens", p.cu_seqlens, 1);
     check_sequences(p.lengths, p.lengths_stride, p.cu_seqlens, p.seq_len, p.batch, memory);

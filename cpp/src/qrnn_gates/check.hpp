@@ -37,7 +37,6 @@ inline Shape shape(int64_t T, int64_t B, int64_t H, const int64_t* cu_seqlens) {
     check_size("hidden", H);
     const int64_t rows = array_rows(cu_seqlens, B);
     checked_numel(T, rows, H, "qrnn_gates");
-    checked_numel(1, B, H, "qrnn_gates");
     return {T, B, H, rows};
 }
 
