@@ -139,7 +139,21 @@ def _save_error(status: Any) -> CheckpointError:
     return CheckpointError(number, message, path, operation=operation)
 
 
-class QRNNStorageWriter(StorageWriter):
+class _FolderId:
+    """What DCP asks a storage of its checkpoint_id: the folder, a path."""
+
+    path: str
+
+    @property
+    def checkpoint_id(self) -> str:
+        return self.path
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id: Union[str, os.PathLike]) -> bool:
+        return isinstance(checkpoint_id, (str, os.PathLike))
+
+
+class QRNNStorageWriter(_FolderId, StorageWriter):
     """A ``torch.distributed.checkpoint`` StorageWriter on qrnn's C++ checkpoint writer.
 
     ``write_data`` hands the rank's items to the writer's threads (the staging copy and the
@@ -273,14 +287,6 @@ class QRNNStorageWriter(StorageWriter):
     def storage_meta(self) -> Any:
         meta = getattr(_metadata, "StorageMeta", None)
         return None if meta is None else meta(checkpoint_id=self.path, save_id=self.save_id)
-
-    @property
-    def checkpoint_id(self) -> str:
-        return self.path
-
-    @classmethod
-    def validate_checkpoint_id(cls, checkpoint_id: Union[str, os.PathLike]) -> bool:
-        return isinstance(checkpoint_id, (str, os.PathLike))
 
     def _folder(self) -> Any:
         """The checkpoint folder, made (with its parents, each fsynced) and opened once per save."""
@@ -448,7 +454,7 @@ def _narrow(tensor: torch.Tensor, offsets: Any, lengths: Any) -> torch.Tensor:
     return tensor
 
 
-class QRNNStorageReader(StorageReader):
+class QRNNStorageReader(_FolderId, StorageReader):
     """A ``torch.distributed.checkpoint`` StorageReader for folders written by
     :class:`QRNNStorageWriter` or by DCP's own ``FileSystemWriter`` (torch.save serialization),
     with ``qrnn.checkpoint.load``'s refusals of hostile files: a ``.metadata`` that holds code,
@@ -538,13 +544,6 @@ class QRNNStorageReader(StorageReader):
         stack.callback(view.release)
         return view
 
-    @property
-    def checkpoint_id(self) -> str:
-        return self.path
-
-    @classmethod
-    def validate_checkpoint_id(cls, checkpoint_id: Union[str, os.PathLike]) -> bool:
-        return isinstance(checkpoint_id, (str, os.PathLike))
 
 
 __all__ = ["QRNNStorageWriter", "QRNNStorageReader", "METADATA"]
