@@ -268,6 +268,56 @@ void fixed_entry_points() {
                                                   nullptr, 4, 0, 4));
 }
 
+// Packed sequences (cu_seqlens): each sequence from its own h0, forwards and reversed, an
+// empty one included, against the recurrence run per sequence in double; whatever rows the
+// instruction set runs, the sequence walk is the scan core's.
+void packed_sequences() {
+    qrnn_test::Context ctx("packed sequences (cu_seqlens)");
+    const int64_t H = 19, N = 4;
+    const std::vector<int64_t> cu = {0, 3, 3, 4, 11};
+    const int64_t T = cu.back();
+    std::mt19937 gen(7);
+    std::uniform_real_distribution<float> unit(0.05f, 0.95f), wide(-2.f, 2.f);
+    std::vector<float> f(size_t(T * H)), x(size_t(T * H)), h0(size_t(N * H));
+    for (auto& v : f) v = unit(gen);
+    for (auto& v : x) v = wide(gen);
+    for (auto& v : h0) v = wide(gen);
+    for (bool reverse : {false, true}) {
+        std::vector<float> h(size_t(T * H), std::nanf(""));
+        qrnn::ForgetMultForwardParams p;
+        p.seq_len = T, p.batch = N, p.hidden = H, p.dtype = qrnn::DType::float32;
+        p.f = {f.data(), H, 0, 1}, p.x = {x.data(), H, 0, 1}, p.h0 = {h0.data(), H, 1};
+        p.h = {h.data(), H, 0, 1};
+        p.cu_seqlens = cu.data(), p.reverse = reverse;
+        qrnn::cpu::forget_mult_forward(p, 2);
+        for (int64_t n = 0; n < N; ++n)
+            for (int64_t j = 0; j < H; ++j) {
+                double state = h0[size_t(n * H + j)];
+                const int64_t steps = cu[size_t(n + 1)] - cu[size_t(n)];
+                for (int64_t k = 0; k < steps; ++k) {
+                    const int64_t t = reverse ? cu[size_t(n + 1)] - 1 - k : cu[size_t(n)] + k;
+                    const double fv = f[size_t(t * H + j)];
+                    state = fv * x[size_t(t * H + j)] + (1 - fv) * state;
+                    CHECK(std::fabs(h[size_t(t * H + j)] - state) <= 1e-5 * (1 + std::fabs(state)));
+                }
+            }
+    }
+    // Offsets that do not end at the packed length are refused, naming them.
+    qrnn::ForgetMultForwardParams bad;
+    std::vector<float> h(size_t(T * H));
+    const std::vector<int64_t> short_cu = {0, 3, 10};
+    bad.seq_len = T, bad.batch = 2, bad.hidden = H, bad.dtype = qrnn::DType::float32;
+    bad.f = {f.data(), H, 0, 1}, bad.x = {x.data(), H, 0, 1}, bad.h = {h.data(), H, 0, 1};
+    bad.cu_seqlens = short_cu.data();
+    bool refused = false;
+    try {
+        qrnn::cpu::forget_mult_forward(bad, 1);
+    } catch (const std::invalid_argument& e) {
+        refused = std::string(e.what()).find("cu_seqlens") != std::string::npos;
+    }
+    CHECK(refused);
+}
+
 // NaN and Inf inputs propagate as they do in the plain formula; nothing traps.
 void non_finite_inputs() {
     qrnn_test::Context ctx("NaN/Inf inputs");
@@ -574,6 +624,7 @@ int main(int argc, char** argv) {
     all_dtypes<LinearScan>();
     if (!threaded_only) {
         fixed_entry_points();
+        packed_sequences();
         non_finite_inputs();
         non_finite_rows<ForgetMultScan>();
         non_finite_rows<LinearScan>();
