@@ -57,8 +57,13 @@ qrnn::DType dtype_of(const Tensor& t, const char* op, const char* name) {
     }
 }
 
-ScalarType state_scalar_type(ScalarType t) {
-    return (t == ScalarType::BFloat16 || t == ScalarType::Half) ? ScalarType::Float : t;
+ScalarType scalar_type_of(qrnn::DType d) {
+    switch (d) {
+        case qrnn::DType::float64: return ScalarType::Double;
+        case qrnn::DType::bfloat16: return ScalarType::BFloat16;
+        case qrnn::DType::float16: return ScalarType::Half;
+        default: return ScalarType::Float;
+    }
 }
 
 // (data, stride_t, stride_b, stride_h) in the kernels' time-major order; empty: absent.
@@ -151,8 +156,7 @@ void check_state(const std::optional<Tensor>& state, const Tensor& like, int64_t
     require(state->dim() == 2 && state->size(0) == batch && state->size(1) == hidden,
             std::string(op) + ": " + name + " must have shape (batch, hidden) = (" + std::to_string(batch) + ", " +
                 std::to_string(hidden) + ")");
-    const ScalarType dtype = state->scalar_type();
-    require(dtype == like.scalar_type() || dtype == state_scalar_type(like.scalar_type()),
+    require(qrnn::accepts_state_dtype(dtype_of(like, op, "input"), dtype_of(*state, op, name)),
             std::string(op) + ": " + name + " must have the input's dtype (or float32 next to 16-bit inputs)");
 }
 
@@ -290,7 +294,7 @@ std::tuple<Tensor, Tensor, Tensor> qrnn_gates(Tensor gates, std::optional<Tensor
     Tensor output = torch::stable::new_empty(gates, out_shape);
     // The backward needs every c[t]; without an output gate that is the output itself.
     Tensor states = torch::stable::new_empty(gates, output_gate ? out_shape : std::vector<int64_t>{0});
-    Tensor c_n = torch::stable::new_empty(gates, {batch, hidden}, state_scalar_type(gates.scalar_type()));
+    Tensor c_n = torch::stable::new_empty(gates, {batch, hidden}, scalar_type_of(qrnn::state_dtype(dtype)));
 
     p.seq_len = seq_len;
     p.batch = batch;
@@ -307,7 +311,7 @@ std::tuple<Tensor, Tensor, Tensor> qrnn_gates(Tensor gates, std::optional<Tensor
     p.output = view3<qrnn::View3>(output, batch_first);
     if (output_gate) p.states = view3<qrnn::View3>(states, batch_first);
     p.c_n = view2<qrnn::View2>(std::optional<Tensor>(c_n));
-    p.c_n_dtype = state_scalar_type(gates.scalar_type()) == ScalarType::Float ? qrnn::DType::float32 : dtype;
+    p.c_n_dtype = qrnn::state_dtype(dtype);
 #if defined(QRNN_WITH_CUDA)
     if (gates.is_cuda()) {
         const int32_t device = gates.get_device_index();

@@ -56,6 +56,16 @@ void bind_kernels(py::module_& m) {
     m.def("kernel_fields", &kernel_fields,
           "{kernel: ((kind, field), ...)}: the parameter list each kernel entry point takes, in order");
     m.def("dtype_codes", &dtype_codes, "{dtype name: code} of qrnn::DType");
+    // The carried-state rule of qrnn/dtype.hpp, for the test that Python's copy agrees.
+    m.def(
+        "state_dtype", [](int data) { return static_cast<int>(qrnn::state_dtype(static_cast<qrnn::DType>(data))); },
+        "qrnn::state_dtype on DType codes");
+    m.def(
+        "accepts_state_dtype",
+        [](int data, int state) {
+            return qrnn::accepts_state_dtype(static_cast<qrnn::DType>(data), static_cast<qrnn::DType>(state));
+        },
+        "qrnn::accepts_state_dtype on DType codes");
     m.def("op_schemas", &op_schemas, "{op: schema} of every qrnn:: op, from the families' manifests");
 }
 

@@ -27,7 +27,8 @@ from .ops.linear_scan import linear_scan
 from .ops.qrnn_gates import qrnn_gates
 
 __version__ = _C.build_info()["version"]
-"""The package version (``"0.1.0"``), as the compiled core reports it."""
+"""The package version, as the compiled core reports it (written once: ``project(qrnn VERSION ...)`` in
+CMakeLists.txt, which the build and the wheel's metadata both read)."""
 
 __all__ = ["forget_mult", "build_info", "cmake_dir", "include_dir", "torch_library", "__version__",
            "QRNN", "QRNNLayer", "QRNNState", "qrnn_layer", "qrnn_gates", "linear_scan"]

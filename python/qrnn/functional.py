@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from . import ops
-from .ops.core.kernel_args import HALF_DTYPES, state_dtype
+from .ops.core.kernel_args import accepts_state_dtype, state_dtype
 
 __all__ = ["qrnn_layer"]
 
@@ -162,8 +162,7 @@ def qrnn_layer_with(input: Tensor, linear: Optional[nn.Module], weight: Optional
         source, x_tail_n = input, None
     # Callers pass weight whenever linear is None (the checker cannot relate the two).
     gates = F.linear(source, weight, bias) if linear is None else linear(source)  # type: ignore[arg-type]
-    if c0 is not None and c0.dtype != gates.dtype and not (gates.dtype in HALF_DTYPES
-                                                             and c0.dtype == torch.float32):
+    if c0 is not None and not accepts_state_dtype(gates.dtype, c0.dtype):
         c0 = c0.to(state_dtype(gates.dtype))
     forget_mask, forget_scale = None, 1.0
     if zoneout > 0.0:

@@ -136,6 +136,20 @@ def test_cuda_common_includes_no_family():
     assert hits == []
 
 
+def test_numpy_only_in_the_train_extra():
+    """numpy is the 'train' extra's dependency, not the package's: only qrnn.train and
+    qrnn.bench import it (at any depth of their code)."""
+    hits = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if _module_name(path).split(".")[:2] in (["qrnn", "train"], ["qrnn", "bench"]):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else []
+            hits += [f"{path.relative_to(PACKAGE)}: {name}" for name in names if name.split(".")[0] == "numpy"]
+    assert hits == []
+
+
 def test_library_imports_no_application_dependency():
     """tqdm and matplotlib (the 'train' extra) are imported only inside the functions that
     draw a progress bar or a plot, never by a module's top level."""

@@ -31,6 +31,14 @@ inline const char* dtype_name(DType d) {
 
 inline int64_t dtype_size(DType d) { return (d == DType::float64) ? 8 : (d == DType::float32) ? 4 : 2; }
 
+// The carried-state rule, the one place C++ states it (python/qrnn/ops/core/kernel_args.py
+// states it for Python; tests/torch_library/test_dtype_rules.py checks they agree): a carried
+// state a kernel writes (the gates' c_n) is float32 next to 16-bit data, the data's dtype
+// otherwise, and a state passed in (h0, c0) may have either dtype.
+constexpr bool is_sixteen_bit(DType d) { return d == DType::bfloat16 || d == DType::float16; }
+constexpr DType state_dtype(DType data) { return is_sixteen_bit(data) ? DType::float32 : data; }
+constexpr bool accepts_state_dtype(DType data, DType state) { return state == data || state == state_dtype(data); }
+
 template <typename T> struct dtype_of;
 template <> struct dtype_of<float> { static constexpr DType value = DType::float32; };
 template <> struct dtype_of<double> { static constexpr DType value = DType::float64; };

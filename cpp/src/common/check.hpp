@@ -8,9 +8,23 @@
 #include <stdexcept>
 #include <string>
 
+#include "qrnn/dtype.hpp"
+
 namespace qrnn::detail {
 
 [[noreturn]] inline void fail(const std::string& what) { throw std::invalid_argument(what); }
+
+inline void check_dtype(const char* name, DType d) {
+    if (int(d) < 0 || int(d) > 3) fail(std::string(name) + ": unknown dtype value " + std::to_string(int(d)));
+}
+
+// A carried state's dtype (h0, c0, a final state): what accepts_state_dtype allows.
+inline void check_state_dtype(const char* name, DType state, DType data) {
+    check_dtype(name, state);
+    if (!accepts_state_dtype(data, state))
+        fail(std::string(name) + ": expected " + dtype_name(data) + (is_sixteen_bit(data) ? " or float32" : "") +
+             ", got " + dtype_name(state));
+}
 
 inline void check_size(const char* name, int64_t v) {
     if (v < 0) fail(std::string(name) + " must be >= 0, got " + std::to_string(v));

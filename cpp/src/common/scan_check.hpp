@@ -12,14 +12,10 @@
 
 namespace qrnn::detail {
 
-// The state (h0, grad_h0) has the data's dtype, or float32 next to 16-bit data.
+// The state (h0, grad_h0) has a dtype accepts_state_dtype allows (qrnn/dtype.hpp).
 inline void check_state_dtypes(DType dtype, DType h0_dtype, bool has_h0) {
-    if (int(dtype) < 0 || int(dtype) > 3) fail("dtype: unknown value " + std::to_string(int(dtype)));
-    if (!has_h0) return;
-    const bool sixteen_bit = dtype == DType::bfloat16 || dtype == DType::float16;
-    if (h0_dtype != dtype && !(sixteen_bit && h0_dtype == DType::float32))
-        fail(std::string("h0_dtype: expected ") + dtype_name(dtype) + (sixteen_bit ? " or float32" : "") + ", got " +
-             dtype_name(h0_dtype));
+    check_dtype("dtype", dtype);
+    if (has_h0) check_state_dtype("h0_dtype", h0_dtype, dtype);
 }
 
 // Whether Params is a backward's (it has a grad_h0 output).

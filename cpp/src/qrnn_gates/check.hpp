@@ -13,21 +13,6 @@ namespace qrnn::detail {
 
 namespace gates_check {
 
-inline bool sixteen_bit(DType d) { return d == DType::bfloat16 || d == DType::float16; }
-
-inline void dtype(DType d) {
-    if (int(d) < 0 || int(d) > 3) fail("dtype: unknown value " + std::to_string(int(d)));
-}
-
-// A carried state is stored in the sequence dtype, or in float32 next to 16-bit data.
-inline void state_dtype(const char* name, DType state, DType dtype) {
-    if (int(state) < 0 || int(state) > 3)
-        fail(std::string(name) + ": unknown dtype value " + std::to_string(int(state)));
-    if (state != dtype && !(sixteen_bit(dtype) && state == DType::float32))
-        fail(std::string(name) + ": expected " + dtype_name(dtype) + (sixteen_bit(dtype) ? " or float32" : "") +
-             ", got " + dtype_name(state));
-}
-
 // T steps of `rows` array rows (one for packed sequences); B sequences (the states' rows).
 struct Shape { int64_t T, B, H, rows; };
 
@@ -70,11 +55,11 @@ inline void scale(double scale) {
 template <typename Params>
 Shape common(const Params& p, bool has_c0_dtype, LengthsMemory memory) {
     const Shape s = shape(p.seq_len, p.batch, p.hidden, p.cu_seqlens);
-    dtype(p.dtype);
+    check_dtype("dtype", p.dtype);
     gates("gates", p.gates, s, p.gate_stride, p.output_gate);
     if (p.forget_mask.data) view3("forget_mask", p.forget_mask, s);
     scale(p.forget_scale);
-    if (has_c0_dtype) state_dtype("c0_dtype", p.c0_dtype, p.dtype);
+    if (has_c0_dtype) check_state_dtype("c0_dtype", p.c0_dtype, p.dtype);
     if (p.c0.data) view2("c0", p.c0, s);
     if (p.cu_seqlens) check_pointer("cu_seqlens", p.cu_seqlens, 1);
     check_sequences(p.lengths, p.lengths_stride, p.cu_seqlens, s.T, s.B, memory);
@@ -89,7 +74,7 @@ inline bool validate_qrnn_gates(const QrnnGatesForwardParams& p, LengthsMemory m
     view3("output", p.output, s);
     if (p.states.data) view3("states", p.states, s);
     if (p.c_n.data) {
-        state_dtype("c_n_dtype", p.c_n_dtype, p.dtype);
+        check_state_dtype("c_n_dtype", p.c_n_dtype, p.dtype);
         view2("c_n", p.c_n, s);
     }
     // An empty sequence only writes c_n (= c0): without it there is nothing to do, and
@@ -104,7 +89,7 @@ inline bool validate_qrnn_gates(const QrnnGatesBackwardParams& p, LengthsMemory 
     view3("states", p.states, s);
     if (p.grad_output.data) view3("grad_output", p.grad_output, s);
     if (p.grad_c_n.data) {
-        state_dtype("c_n_dtype", p.c_n_dtype, p.dtype);
+        check_state_dtype("c_n_dtype", p.c_n_dtype, p.dtype);
         view2("grad_c_n", p.grad_c_n, s);
     }
     gates("grad_gates", p.grad_gates, s, p.grad_gate_stride, p.output_gate);

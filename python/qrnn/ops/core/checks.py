@@ -8,7 +8,7 @@ from torch import Tensor
 
 from .dispatch import refuse_fx_proxy
 from .kernel_args import DTYPE_CODES as _DTYPE_CODES
-from .kernel_args import HALF_DTYPES as _HALF_DTYPES
+from .kernel_args import accepts_state_dtype, allowed_state_dtypes
 from .sequences import check_sequences
 
 __all__ = ["check_dense", "check_scan_args", "check_like"]
@@ -65,9 +65,8 @@ def check_scan_args(op: str, names: tuple, first, second, h0, batch_first, lengt
     if h0.shape != expected:
         what = "(sequences, hidden)" if cu_seqlens is not None else "(batch, hidden)"
         raise ValueError(f"{op}: h0 must have shape {what} = {expected}, got {tuple(h0.shape)}")
-    if h0.dtype is not dtype and not (dtype in _HALF_DTYPES and h0.dtype is torch.float32):
-        allowed = f"{dtype} or torch.float32" if dtype in _HALF_DTYPES else f"{dtype}"
-        raise TypeError(f"{op}: h0 must have dtype {allowed}, got {h0.dtype}")
+    if not accepts_state_dtype(dtype, h0.dtype):
+        raise TypeError(f"{op}: h0 must have dtype {allowed_state_dtypes(dtype)}, got {h0.dtype}")
     if not (both_cpu and h0.is_cpu) and h0.device != first.device:
         raise ValueError(f"{op}: h0 must be on {one}'s device {first.device}, got {h0.device}")
 

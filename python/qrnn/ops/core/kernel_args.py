@@ -19,7 +19,7 @@ import torch
 from ... import _C  # type: ignore[attr-defined, unused-ignore]  # compiled, no stub
 
 __all__ = ["DTYPE_CODES", "HALF_DTYPES", "KernelArgsError", "generate", "probe", "view2", "view3", "time_view3",
-           "state_dtype", "SEQUENCE_PROLOGUE", "SEQUENCE_FIELDS"]
+           "state_dtype", "accepts_state_dtype", "allowed_state_dtypes", "SEQUENCE_PROLOGUE", "SEQUENCE_FIELDS"]
 
 
 class KernelArgsError(ImportError):
@@ -64,9 +64,22 @@ def time_view3(t, batch_first: bool, reverse: bool):
     return address + (steps - 1) * stride_t * t.element_size(), -stride_t, stride_b, stride_h
 
 
+# The carried-state rule, the one place Python states it (cpp/include/qrnn/dtype.hpp states it
+# for C++; tests/torch_library/test_dtype_rules.py checks they agree).
 def state_dtype(dtype: torch.dtype) -> torch.dtype:
-    """Carried state dtype: float32 next to 16-bit data, the data's dtype otherwise."""
+    """The dtype of a carried state the kernels write (the gates' ``c_n``) and compute in:
+    float32 next to 16-bit data, the data's dtype otherwise."""
     return torch.float32 if dtype in HALF_DTYPES else dtype
+
+
+def accepts_state_dtype(dtype: torch.dtype, state: torch.dtype) -> bool:
+    """Whether a state passed in (h0, c0) may have dtype ``state`` next to ``dtype`` data."""
+    return state is dtype or state is state_dtype(dtype)
+
+
+def allowed_state_dtypes(dtype: torch.dtype) -> str:
+    """What :func:`accepts_state_dtype` allows, for messages."""
+    return f"{dtype} or {state_dtype(dtype)}" if state_dtype(dtype) is not dtype else f"{dtype}"
 
 
 # The sequence fields every family's kernels take (cpp/include/qrnn/view.hpp, "Sequences"),

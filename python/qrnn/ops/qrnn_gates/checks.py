@@ -3,13 +3,12 @@ launches into given outputs."""
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor
 
 from ..core.checks import check_dense
 from ..core.dispatch import refuse_fx_proxy
 from ..core.kernel_args import DTYPE_CODES as _DTYPE_CODES
-from ..core.kernel_args import HALF_DTYPES as _HALF_DTYPES
+from ..core.kernel_args import accepts_state_dtype, allowed_state_dtypes, state_dtype
 from ..core.sequences import check_sequences, sequence_count
 
 __all__ = ["gate_count", "check_qrnn_gates_args", "check_qrnn_gates_backward_args"]
@@ -74,9 +73,8 @@ def check_qrnn_gates_args(gates, c0, forget_mask, forget_scale, lengths, output_
         if tuple(c0.shape) != (batch, hidden):
             what = "(sequences, hidden)" if cu_seqlens is not None else "(batch, hidden)"
             raise ValueError(f"qrnn_gates: c0 must have shape {what} = {(batch, hidden)}, got {tuple(c0.shape)}")
-        if c0.dtype != gates.dtype and not (gates.dtype in _HALF_DTYPES and c0.dtype == torch.float32):
-            allowed = f"{gates.dtype} or torch.float32" if gates.dtype in _HALF_DTYPES else f"{gates.dtype}"
-            raise TypeError(f"qrnn_gates: c0 must have dtype {allowed}, got {c0.dtype}")
+        if not accepts_state_dtype(gates.dtype, c0.dtype):
+            raise TypeError(f"qrnn_gates: c0 must have dtype {allowed_state_dtypes(gates.dtype)}, got {c0.dtype}")
         if c0.device != gates.device:
             raise ValueError(f"qrnn_gates: c0 must be on gates' device {gates.device}, got {c0.device}")
     if forget_mask is not None:
@@ -115,7 +113,7 @@ def check_qrnn_gates_backward_args(grad_output, grad_c_n, gates, states, c0, for
                                    cu_seqlens)
     out_shape = tuple(gates.shape[:-1]) + (hidden,)
     batch = sequence_count(gates.shape[0] if batch_first else gates.shape[1], cu_seqlens)
-    state_dtypes = (gates.dtype, torch.float32) if gates.dtype in _HALF_DTYPES else (gates.dtype,)
+    state_dtypes = tuple(dict.fromkeys((gates.dtype, state_dtype(gates.dtype))))
     for name, t, shape, dtypes in (("grad_output", grad_output, out_shape, (gates.dtype,)),
                                    ("states", states, out_shape, (gates.dtype,)),
                                    ("grad_c_n", grad_c_n, (batch, hidden), state_dtypes)):
