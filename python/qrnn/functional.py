@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from . import ops
 from .ops.core.kernel_args import accepts_state_dtype, state_dtype
+from .ops.core.sequences import sequence_of_steps
 
 __all__ = ["qrnn_layer"]
 
@@ -79,7 +80,7 @@ def _packed_window_inputs(x: Tensor, window: int, cu_seqlens: Tensor, time_dim: 
     before its sequence's first step, or after its last in reverse, read as zeros)."""
     T = x.shape[time_dim]
     t = torch.arange(T, device=x.device)
-    sequence = torch.searchsorted(cu_seqlens, t, right=True) - 1
+    sequence = sequence_of_steps(cu_seqlens, T)
     # How many earlier (later, in reverse) steps of its own sequence each step has.
     room = (cu_seqlens[sequence + 1] - 1 - t) if reverse else (t - cu_seqlens[sequence])
     zeros = x.new_zeros(pad_shape)

@@ -12,7 +12,7 @@ this module gathers them::
 or ``qrnn.onnx.export(model, (x,))``, which passes the table for you. Importing this module
 also adds the translations to the exporter's own table where this torch version allows it
 (:data:`registered`), so a plain ``torch.onnx.export(model, (x,))`` works too. Every option of the
-forward ops is translated (initial state, lengths, reverse, batch_first, output gate,
+forward ops is translated (initial state, lengths, packed cu_seqlens, reverse, batch_first, output gate,
 zoneout mask and scale; 16-bit inputs compute in float32 as the kernels do). The backward
 ops are not (ONNX graphs are for inference): exporting a graph that holds them raises an
 error saying so. The legacy TorchScript exporter (``dynamo=False``) is not supported.
