@@ -27,7 +27,6 @@
 #include "checkpoint/archive.hpp"
 #include "checkpoint/fault_injection.hpp"
 #include "checkpoint/posix_file.hpp"
-#include "checkpoint/retention.hpp"
 #include "checkpoint/staging.hpp"
 #include "checkpoint/status.hpp"
 #include "qrnn/checkpoint.hpp"
