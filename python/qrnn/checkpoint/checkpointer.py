@@ -298,11 +298,11 @@ class SaveQueue:
         self._saves.append(save)
         return save
 
-    def _plan(self, path: str, data: bytes, sources: list) -> tuple:
-        """(payload offsets, staging bytes, file bytes) of a save, as the writer lays it out."""
-        if self._writer is None:  # after fork: a new writer, with threads of this process
+    def _live_writer(self):
+        """The writer, new after a fork (with threads of this process)."""
+        if self._writer is None:
             self._writer = self._new_writer()
-        return self._writer.plan(path, data, sources)
+        return self._writer
 
     def _submit(self, state, step: Optional[int], optimizers: list, slot: StagingSlot,
                 target: SaveTarget) -> PendingSave:
@@ -313,8 +313,12 @@ class SaveQueue:
             if gpu and s.device.type != "cuda":
                 raise TypeError(f"qrnn.checkpoint saves CPU and CUDA tensors, got one on {s.device}")
         sources = [(0 if gpu else s.storage.data_ptr(), s.nbytes) for s, gpu in zip(stored, on_gpu)]
-        path, folder = target.path, target.folder
-        offsets, staging_size, _ = self._plan(path, data, sources)
+        path = target.path
+        # Laid out once: the offsets place the GPU copies, and submit() writes by the same plan.
+        plan = _C.checkpoint_plan(path, data, sources, keep_last=target.keep_last, prefix=target.prefix,
+                                  suffix=target.suffix, copy_threads=1 if optimizers else self._copy_threads,
+                                  folder=target.folder, file_mode=self._file_mode)
+        staging_size = plan.staging_size
         short = self._memory_shortage(slot, staging_size, any(on_gpu))
         if short is None:
             try:
@@ -328,13 +332,10 @@ class SaveQueue:
         gate, cuda_done = None, {}
         if any(on_gpu):
             gate = _C.CheckpointGate()
-            cuda_done = slot.copy_from_gpu(stored, on_gpu, offsets, self._streams)
+            cuda_done = slot.copy_from_gpu(stored, on_gpu, plan.record_offsets, self._streams)
         try:
-            status = self._writer.submit(
-                path, data, sources, staging=slot.address, staging_capacity=slot.capacity, gate=gate,
-                keep_last=target.keep_last, prefix=target.prefix, suffix=target.suffix,
-                copy_threads=1 if optimizers else self._copy_threads, block=True, folder=folder,
-                file_mode=self._file_mode)
+            status = self._live_writer().submit(plan, staging=slot.address, staging_capacity=slot.capacity,
+                                                gate=gate, block=True)
         except BaseException:
             for event in cuda_done.values():  # the slot is reused: let the copies land first
                 event.synchronize()
@@ -498,7 +499,7 @@ class AsyncCheckpointer(SaveQueue):
         with self._lock:
             self._check_open()
             data, stored = pickle_state(state)
-            staging_size = self._plan(self._path(0), data, [(0, s.nbytes) for s in stored])[1]
+            staging_size = _C.checkpoint_plan(self._path(0), data, [(0, s.nbytes) for s in stored]).staging_size
             pinned = any(s.device.type != "cpu" for s in stored)
             buffers = []
             short = self._memory_shortage(self._slots[0], staging_size, pinned)
