@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import atexit
 import errno as errno_module
-import operator
 import os
 import queue
 import threading
@@ -18,26 +17,13 @@ import torch
 from .. import _C
 from . import staging
 from .errors import CheckpointError
+from .folder import CheckpointFolder, check_naming, check_step
 from .handle import PendingSave, SaveHandle, add_barrier
 from .pickler import pickle_state
 from .staging import StagingSlot
 
 _live_checkpointers: weakref.WeakSet = weakref.WeakSet()
-MAX_STEP = 2**63 - 1
 _MEMORY_MARGIN = 64 << 20  # left free for everything else when a staging image is allocated
-
-
-def check_step(step: Any) -> int:
-    """``step`` as an int in 0..2**63-1; TypeError / ValueError naming ``step`` otherwise."""
-    if isinstance(step, bool):
-        raise TypeError("step must be an int, got bool")
-    try:
-        step = operator.index(step)
-    except TypeError:
-        raise TypeError(f"step must be an int, got {type(step).__name__}") from None
-    if not 0 <= step <= MAX_STEP:
-        raise ValueError(f"step must be in 0..2**63-1, got {step}")
-    return step
 
 
 def _checkpoint_error(error: OSError, step: Optional[int] = None, operation: str = "") -> CheckpointError:
@@ -457,10 +443,7 @@ class AsyncCheckpointer(SaveQueue):
                  private: bool = False, _sync: bool = True):
         if keep_last is not None and (not isinstance(keep_last, int) or keep_last < 1):
             raise ValueError(f"keep_last must be an int >= 1 or None, got {keep_last!r}")
-        if not isinstance(prefix, str):
-            raise TypeError(f"prefix must be a str, got {type(prefix).__name__}")
-        if not prefix or os.sep in prefix or "\0" in prefix or prefix.startswith("."):
-            raise ValueError(f"prefix must be a plain file-name start, got {prefix!r}")
+        check_naming(prefix, ".pt")
         self.check_options(max_pending, copy_threads)  # before the folder is created
         self.directory = os.fspath(directory)
         self._where = os.path.abspath(self.directory)  # paths handed out stay right after a chdir
@@ -531,13 +514,12 @@ class AsyncCheckpointer(SaveQueue):
         """Path of the most recently committed checkpoint in the directory (``order="step"``:
         of the highest step), or None. Temporary files of saves in progress are never
         returned, and nothing is deleted."""
-        found = self._list(order)
-        return os.path.join(self._where, found[-1][0]) if found else None
+        return self._reader().latest(order)
 
     def checkpoints(self, order: str = "commit") -> list[str]:
         """Paths of all committed checkpoints in the directory, oldest commit first
         (``order="step"``: lowest step first). Reads only."""
-        return [os.path.join(self._where, name) for name, _, _ in self._list(order)]
+        return self._reader().checkpoints(order)
 
     def write_file(self, name: str, data: bytes) -> str:
         """Write ``name`` (a plain file name, not a checkpoint's) in the folder the way
@@ -598,7 +580,7 @@ class AsyncCheckpointer(SaveQueue):
             self._locked = False
 
     def _path(self, step: int) -> str:
-        return os.path.join(self._where, _C.checkpoint_file_name(self.prefix, step, self.suffix))
+        return self._reader()._path(step)
 
     def _check_own_name(self, name: str, what: str) -> None:
         """A plain name that is neither a checkpoint of this naming nor a temporary."""
@@ -620,7 +602,7 @@ class AsyncCheckpointer(SaveQueue):
             self._locked = True
         return self._folder
 
-    def _list(self, order: str) -> list:
-        if order not in ("commit", "step"):
-            raise ValueError(f"order must be 'commit' or 'step', got {order!r}")
-        return self._folder.list(self.prefix, self.suffix, by_step=order == "step")
+    def _reader(self) -> CheckpointFolder:
+        """The folder as its readers list it, through this checkpointer's descriptor (and its
+        prefix and suffix now)."""
+        return CheckpointFolder._over(self.directory, self._where, self._folder, self.prefix, self.suffix)
