@@ -52,6 +52,15 @@ ckpt::SaveRequest checkpoint_request(const std::string& path, const py::bytes& p
     return r;
 }
 
+// A request's settings other than its contents and staging image.
+void set_options(ckpt::SaveRequest& r, int keep_last, const std::string& prefix, const std::string& suffix,
+                 int copy_threads, std::shared_ptr<ckpt::CheckpointFolder> folder, unsigned file_mode) {
+    r.retention = {keep_last, prefix, suffix};
+    r.copy_threads = copy_threads;
+    r.folder = std::move(folder);
+    r.file_mode = file_mode;
+}
+
 ckpt::WriterOptions writer_options(int max_pending, int copy_threads, bool direct_io, bool sync, int writer_nice) {
     ckpt::WriterOptions o;
     o.max_pending = max_pending;
@@ -271,6 +280,32 @@ void bind_checkpoint(py::module_& m) {
         .def("fail", &ckpt::Gate::fail, py::arg("reason"))
         .def("is_open", &ckpt::Gate::is_open);
 
+    py::class_<ckpt::PlannedSave>(m, "CheckpointPlan",
+                                  "A save laid out once (checkpoint_plan); CheckpointWriter.submit writes by it.")
+        .def_property_readonly("path", [](const ckpt::PlannedSave& p) { return p.request().path; })
+        .def_property_readonly(
+            "record_offsets", [](const ckpt::PlannedSave& p) { return p.layout().record_offsets; },
+            "payload offset of each source (of every archive, in order) from the file's start")
+        .def_property_readonly("archive_offsets", [](const ckpt::PlannedSave& p) { return p.layout().archive_offsets; })
+        .def_property_readonly("archive_sizes", [](const ckpt::PlannedSave& p) { return p.layout().archive_sizes; })
+        .def_property_readonly("staging_size", [](const ckpt::PlannedSave& p) { return p.layout().staging_size; })
+        .def_property_readonly("file_size", [](const ckpt::PlannedSave& p) { return p.layout().file_size; });
+    m.def(
+        "checkpoint_plan",
+        [](const std::string& path, const py::bytes& pickle, const std::vector<Source>& sources,
+           const std::vector<Archive>& archives, int keep_last, const std::string& prefix, const std::string& suffix,
+           int copy_threads, std::shared_ptr<ckpt::CheckpointFolder> folder, unsigned file_mode) {
+            ckpt::SaveRequest r = checkpoint_request(path, pickle, sources, archives);
+            set_options(r, keep_last, prefix, suffix, copy_threads, std::move(folder), file_mode);
+            return ckpt::PlannedSave(std::move(r));
+        },
+        py::arg("path"), py::arg("pickle"), py::arg("sources"), py::arg("archives") = std::vector<Archive>(),
+        py::arg("keep_last") = 0, py::arg("prefix") = "", py::arg("suffix") = "", py::arg("copy_threads") = 0,
+        py::arg("folder") = nullptr, py::arg("file_mode") = 0666,
+        "Lay a save out once: sources are (address, bytes), address 0 for bytes the caller stages itself; with "
+        "`archives` ([(pickle or None for raw bytes, sources)]; then pickle b'' and no sources) the file is those "
+        "archives one after another. The plan's offsets say where to stage; CheckpointWriter.submit(plan) writes it.");
+
     py::class_<ckpt::CheckpointWriter>(m, "CheckpointWriter")
         .def(py::init([](int max_pending, int copy_threads, bool direct_io, bool sync, int writer_nice) {
                  return std::make_unique<ckpt::CheckpointWriter>(
@@ -279,25 +314,17 @@ void bind_checkpoint(py::module_& m) {
              py::arg("max_pending") = 1, py::arg("copy_threads") = 2, py::arg("direct_io") = true,
              py::arg("sync") = true, py::arg("writer_nice") = 10)
         .def(
-            "plan",
-            [](ckpt::CheckpointWriter&, const std::string& path, const py::bytes& pickle,
-               const std::vector<Source>& sources) {
-                const ckpt::ArchiveLayout l = ckpt::plan_archive(checkpoint_request(path, pickle, sources));
-                return py::make_tuple(l.record_offsets, l.staging_size, l.file_size);
+            "submit",
+            [](ckpt::CheckpointWriter& w, ckpt::PlannedSave& plan, uintptr_t staging, uint64_t staging_capacity,
+               std::shared_ptr<ckpt::Gate> gate, bool block) {
+                plan.stage_into(reinterpret_cast<void*>(staging), staging_capacity, std::move(gate));
+                py::gil_scoped_release release;
+                return block ? w.submit(std::move(plan)) : w.try_submit(std::move(plan));
             },
-            py::arg("path"), py::arg("pickle"), py::arg("sources"),
-            "(payload offset of each source, staging bytes needed, file bytes)")
-        .def(
-            "plan_archives",
-            [](ckpt::CheckpointWriter&, const std::string& path, const std::vector<Archive>& archives) {
-                const ckpt::ArchiveLayout l = ckpt::plan_archive(checkpoint_request(path, py::bytes(), {}, archives));
-                return py::make_tuple(l.record_offsets, l.archive_offsets, l.archive_sizes, l.staging_size,
-                                      l.file_size);
-            },
-            py::arg("path"), py::arg("archives"),
-            "For a file of several archives ([(pickle or None for raw bytes, sources)]): (payload offset of each "
-            "source of every archive, "
-            "offset of each archive, bytes of each archive, staging bytes needed, file bytes)")
+            py::arg("plan"), py::arg("staging") = 0, py::arg("staging_capacity") = 0, py::arg("gate") = nullptr,
+            py::arg("block") = true,
+            "Queue a save planned by checkpoint_plan, written by that plan's layout (the plan is used up once "
+            "queued).")
         .def(
             "submit",
             [](ckpt::CheckpointWriter& w, const std::string& path, const py::bytes& pickle,
@@ -306,13 +333,10 @@ void bind_checkpoint(py::module_& m) {
                int copy_threads, bool block, std::shared_ptr<ckpt::CheckpointFolder> folder, unsigned file_mode,
                const std::vector<Archive>& archives) {
                 ckpt::SaveRequest r = checkpoint_request(path, pickle, sources, archives);
-                r.folder = std::move(folder);
-                r.file_mode = file_mode;
+                set_options(r, keep_last, prefix, suffix, copy_threads, std::move(folder), file_mode);
                 r.staging = reinterpret_cast<void*>(staging);
                 r.staging_capacity = staging_capacity;
                 r.gate = std::move(gate);
-                r.retention = {keep_last, prefix, suffix};
-                r.copy_threads = copy_threads;
                 py::gil_scoped_release release;
                 return block ? w.submit(std::move(r)) : w.try_submit(std::move(r));
             },
@@ -320,8 +344,8 @@ void bind_checkpoint(py::module_& m) {
             py::arg("staging_capacity") = 0, py::arg("gate") = nullptr, py::arg("keep_last") = 0,
             py::arg("prefix") = "", py::arg("suffix") = "", py::arg("copy_threads") = 0, py::arg("block") = true,
             py::arg("folder") = nullptr, py::arg("file_mode") = 0666, py::arg("archives") = std::vector<Archive>(),
-            "Queue a save; with `archives` ([(pickle, sources)]; then pickle b'' and no sources) the file is those "
-            "archives one after another.")
+            "Plan and queue a save; with `archives` ([(pickle, sources)]; then pickle b'' and no sources) the file is "
+            "those archives one after another.")
         .def(
             "write_tensors",
             [](ckpt::CheckpointWriter& w, const std::string& path,

@@ -6,6 +6,7 @@ import hashlib
 import io
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -16,7 +17,7 @@ import torch
 import qrnn.checkpoint as checkpoint
 from qrnn.checkpoint import CheckpointError, async_save, wait_all
 from qrnn.checkpoint._testing import faulty_async_save
-from qrnn.checkpoint.saver import saver
+from qrnn.checkpoint.saver import FOLDERS_KEPT, saver
 
 
 def digest(path):
@@ -215,3 +216,64 @@ def test_forked_child_saves_with_its_own_writer(tmp_path):
     parent.result()
     assert torch.equal(torch.load(tmp_path / "child.pt", weights_only=True)["x"], torch.arange(4))
     assert torch.load(tmp_path / "parent.pt", weights_only=True)["x"].shape == (1 << 20,)
+
+
+def test_saves_into_one_folder_reuse_its_opened_folder(tmp_path):
+    async_save({"x": torch.ones(3)}, tmp_path / "a.pt").result()
+    opened = saver()._folders[str(tmp_path)]
+    async_save({"x": torch.ones(4)}, tmp_path / "b.pt").result()
+    async_save({"x": torch.ones(5)}, tmp_path / "a.pt").result()
+    assert saver()._folders[str(tmp_path)] is opened
+    assert torch.load(tmp_path / "a.pt", weights_only=True)["x"].shape == (5,)
+
+
+@pytest.mark.parametrize("how", ["deleted", "renamed", "linked"])
+def test_a_folder_replaced_under_its_name_gets_the_next_file(tmp_path, how):
+    """Each save goes to the folder its path names when it is called: one deleted and made
+    again, renamed away (its old files stay there) or swapped for a link is opened anew."""
+    run = tmp_path / "run"
+    run.mkdir()
+    async_save({"x": torch.zeros(2)}, run / "state.pt").result()
+    if how == "deleted":
+        shutil.rmtree(run)
+        run.mkdir()
+    elif how == "renamed":
+        run.rename(tmp_path / "old")
+        run.mkdir()
+    else:
+        run.rename(tmp_path / "old")
+        (tmp_path / "elsewhere").mkdir()
+        run.symlink_to(tmp_path / "elsewhere")
+    async_save({"x": torch.ones(2)}, run / "state.pt").result()
+    assert torch.equal(torch.load(run / "state.pt", weights_only=True)["x"], torch.ones(2))
+    if how != "deleted":
+        assert torch.equal(torch.load(tmp_path / "old" / "state.pt", weights_only=True)["x"], torch.zeros(2))
+
+
+def test_opened_folders_kept_are_bounded(tmp_path):
+    for k in range(FOLDERS_KEPT + 3):
+        (tmp_path / str(k)).mkdir()
+        async_save({"k": k}, tmp_path / str(k) / "state.pt")
+    wait_all()
+    kept = saver()._folders
+    assert len(kept) == FOLDERS_KEPT and str(tmp_path / str(FOLDERS_KEPT + 2)) in kept
+    assert str(tmp_path / "0") not in kept  # the least recently used went first
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_forked_child_opens_its_own_folders(tmp_path):
+    async_save({"x": torch.ones(1)}, tmp_path / "parent.pt").result()
+    assert str(tmp_path) in saver()._folders
+    pid = os.fork()
+    if pid == 0:  # the child: never return into pytest
+        code = 1
+        try:
+            if not saver()._folders:
+                async_save({"x": torch.arange(3)}, tmp_path / "child.pt").result()
+                code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    assert torch.equal(torch.load(tmp_path / "child.pt", weights_only=True)["x"], torch.arange(3))
+    async_save({"x": torch.zeros(1)}, tmp_path / "parent.pt").result()  # the parent's folder still serves

@@ -363,6 +363,45 @@ def test_cpp_queue_is_bounded():
         writer.submit("x.pt", b"", [])
 
 
+def test_a_plan_is_laid_out_once_and_used_up_by_its_submit(tmp_path):
+    """submit(plan) writes the file submit(path, ...) writes, by the plan's layout (a record
+    staged by the caller at its planned offset included); a submit refused for a full queue
+    leaves the plan usable, a queued one uses it up."""
+    data, sources = b"\x80\x02}.", [(0, 16)]
+    path = str(tmp_path / "a.pt")
+    writer = _C.CheckpointWriter(max_pending=1, sync=False)
+    direct = writer.submit(path, data, [])
+    assert direct.wait(30) and direct.ok()
+    expected = open(path, "rb").read()
+    planned = _C.checkpoint_plan(path, data, [])
+    assert planned.path == path and planned.file_size == len(expected)
+    status = writer.submit(planned)
+    assert status.wait(30) and status.ok()
+    assert open(path, "rb").read() == expected
+    with pytest.raises(RuntimeError, match="submitted already"):
+        writer.submit(planned)
+    with pytest.raises(RuntimeError, match="submitted already"):
+        assert planned.staging_size
+
+    gated = _C.checkpoint_plan(str(tmp_path / "b.pt"), data, sources)
+    offset, size = gated.record_offsets[0], gated.file_size
+    image = torch.zeros(gated.staging_size, dtype=torch.uint8)
+    image[offset:offset + 16] = torch.arange(16, dtype=torch.uint8)
+    gate = _C.CheckpointGate()
+    first = writer.submit(gated, staging=image.data_ptr(), staging_capacity=image.numel(), gate=gate)
+    waiting = _C.checkpoint_plan(path, data, [])
+    assert writer.submit(waiting, block=False) is None  # the gated save holds the only slot
+    assert waiting.file_size == len(expected)  # still planned
+    gate.open()
+    assert first.wait(30) and first.ok()
+    second = writer.submit(waiting, block=False)
+    assert second.wait(30) and second.ok()
+    writer.close()
+    written = (tmp_path / "b.pt").read_bytes()
+    assert len(written) == size and written[offset:offset + 16] == bytes(range(16))
+    assert open(path, "rb").read() == expected
+
+
 def test_misuse_raises_clear_errors(tmp_path):
     with pytest.raises(ValueError, match="keep_last"):
         AsyncCheckpointer(tmp_path, keep_last=0)
@@ -405,13 +444,14 @@ def test_zip64_record_beyond_4_gib(tmp_path):
     writer = _C.CheckpointWriter()
     path = str(tmp_path / "large.pt")
     sources = [(0, big), (0, small)]  # the bytes are put into the staging image directly
-    offsets, staging_size, file_size = writer.plan(path, data, sources)
+    plan = _C.checkpoint_plan(path, data, sources)
+    offsets, staging_size, file_size = plan.record_offsets, plan.staging_size, plan.file_size
     assert offsets[1] > 2**32
     image = mmap.mmap(-1, staging_size)  # untouched pages read as zeros
     image[offsets[1]:offsets[1] + small] = bytes(range(small))
     import ctypes
     address = ctypes.addressof(ctypes.c_char.from_buffer(image))
-    status = writer.submit(path, data, sources, staging=address, staging_capacity=staging_size)
+    status = writer.submit(plan, staging=address, staging_capacity=staging_size)
     status.wait()
     writer.close()
     assert status.ok(), status.error()

@@ -571,6 +571,49 @@ void multi_archive_files() {
     ::unlink(request.path.c_str());
 }
 
+// A PlannedSave is laid out once and written by that layout: the same bytes as submit(request),
+// also when the caller stages a record itself at the planned offset; a refused or failed
+// submit leaves the plan usable, a queued one uses it up.
+void planned_saves() {
+    qrnn_test::Context ctx("planned saves");
+    ckpt::CheckpointWriter writer(test_options(1, 2));
+    Payload p(3, {100, 33});
+    const ckpt::SaveRequest request = ckpt::tensor_dict_request(g_folder + "/planned.pt", p.refs);
+    auto direct = writer.submit(request);
+    CHECK(direct->wait_for(60) && direct->ok());
+    const std::vector<uint8_t> expected = read_file(request.path);
+
+    ckpt::PlannedSave planned(request);
+    CHECK(planned.layout().file_size == expected.size());
+    CHECK(planned.layout().record_offsets == ckpt::plan_archive(request).record_offsets);
+    auto status = writer.submit(std::move(planned));
+    CHECK(status->wait_for(60) && status->ok());
+    CHECK(read_file(request.path) == expected);
+    CHECK_THROWS(planned.layout(), std::logic_error, "submitted already");
+
+    // The second record's bytes staged by the caller, behind a gate.
+    ckpt::SaveRequest staged = request;
+    staged.records[1].data = nullptr;
+    ckpt::PlannedSave by_caller(staged);
+    CHECK_THROWS(writer.submit(std::move(by_caller)), std::invalid_argument, "has no data");
+    const ckpt::ArchiveLayout layout = by_caller.layout();  // still planned
+    std::vector<uint8_t> image(layout.staging_size + ckpt::kStagingAlignment);
+    auto gate = std::make_shared<ckpt::Gate>();
+    by_caller.stage_into(image.data(), image.size(), gate);
+    auto gated = writer.submit(std::move(by_caller));
+    ckpt::PlannedSave next(request);
+    CHECK(writer.try_submit(std::move(next)) == nullptr);  // the gated save holds the only slot
+    CHECK(next.layout().file_size == expected.size());
+    std::memcpy(image.data() + layout.record_offsets[1], p.tensors[1].data(), p.tensors[1].size() * 4);
+    gate->open();
+    CHECK(gated->wait_for(60) && gated->ok());
+    CHECK(read_file(request.path) == expected);
+    auto last = writer.submit(std::move(next));
+    CHECK(last->wait_for(60) && last->ok());
+    CHECK(read_file(request.path) == expected);
+    ::unlink(request.path.c_str());
+}
+
 }  // namespace
 
 int main() {
@@ -588,6 +631,7 @@ int main() {
     commit_order();
     opened_folder();
     multi_archive_files();
+    planned_saves();
     remove_folder();
     return qrnn_test::result("test_checkpoint");
 }

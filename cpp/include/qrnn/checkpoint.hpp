@@ -215,6 +215,49 @@ struct WriterOptions {
     int writer_nice = 10;
 };
 
+// Where a request's records land in the file (and in its staging image, which mirrors the
+// file byte for byte): offsets of each Record's payload, and the sizes to provide.
+struct ArchiveLayout {
+    // One per SaveRequest::records entry (or per record of every archive, in order), from
+    // the file's start.
+    std::vector<uint64_t> record_offsets;
+    std::vector<uint64_t> archive_offsets;  // where each archive starts (one: 0)
+    std::vector<uint64_t> archive_sizes;    // and its bytes
+    uint64_t file_size = 0;
+    uint64_t staging_size = 0;              // file_size rounded up for aligned writes
+};
+QRNN_API ArchiveLayout plan_archive(const SaveRequest& request);
+
+namespace detail {
+struct PlanAccess;
+}
+
+// A request laid out once: the constructor computes where every record lands (layout()), and
+// submitting the PlannedSave writes by that same layout, so a caller that needs the layout
+// first (to fill its own staging image) does not have the file laid out twice. Every field
+// of the request is set before planning except the staging image and its gate, which
+// stage_into() sets once the layout has sized them.
+class QRNN_API PlannedSave {
+public:
+    // Throws std::invalid_argument for what submit() refuses in a layout (record names...).
+    explicit PlannedSave(SaveRequest request);
+    ~PlannedSave();
+    PlannedSave(PlannedSave&&) noexcept;
+    PlannedSave& operator=(PlannedSave&&) noexcept;
+
+    // Both throw std::logic_error once the save was submitted (its contents moved on).
+    const SaveRequest& request() const;
+    const ArchiveLayout& layout() const;
+    // SaveRequest::staging, staging_capacity and gate.
+    void stage_into(void* staging, uint64_t capacity, std::shared_ptr<Gate> gate = nullptr);
+
+    struct Impl;
+
+private:
+    friend struct detail::PlanAccess;
+    std::unique_ptr<Impl> impl_;
+};
+
 // A forked child inherits a CheckpointWriter but none of its threads: there submit() and
 // wait_all() throw std::logic_error at once (create a new writer in the child), close() and
 // the destructor return without waiting, and the parent's SaveStatus objects never finish.
@@ -228,6 +271,10 @@ public:
     std::shared_ptr<SaveStatus> submit(SaveRequest request);
     // Same, but returns nullptr instead of waiting when the queue is full.
     std::shared_ptr<SaveStatus> try_submit(SaveRequest request);
+    // A save planned already: written by its layout. `planned` is consumed once queued, and
+    // left as it was when these throw or try_submit returns nullptr.
+    std::shared_ptr<SaveStatus> submit(PlannedSave&& planned);
+    std::shared_ptr<SaveStatus> try_submit(PlannedSave&& planned);
     // Blocks until every submitted save is done (committed or failed).
     void wait_all();
     // wait_all(), then stops the threads. Later submits throw std::logic_error.
@@ -240,19 +287,6 @@ private:
     friend struct detail::WriterAccess;
     std::unique_ptr<Impl> impl_;
 };
-
-// Where a request's records land in the file (and in its staging image, which mirrors the
-// file byte for byte): offsets of each Record's payload, and the sizes to provide.
-struct ArchiveLayout {
-    // One per SaveRequest::records entry (or per record of every archive, in order), from
-    // the file's start.
-    std::vector<uint64_t> record_offsets;
-    std::vector<uint64_t> archive_offsets;  // where each archive starts (one: 0)
-    std::vector<uint64_t> archive_sizes;    // and its bytes
-    uint64_t file_size = 0;
-    uint64_t staging_size = 0;              // file_size rounded up for aligned writes
-};
-QRNN_API ArchiveLayout plan_archive(const SaveRequest& request);
 
 // ---- Files in a checkpoint folder: one definition for the writer and its readers ----
 //

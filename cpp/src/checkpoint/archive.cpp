@@ -320,15 +320,12 @@ FilePlan make_file_plan(const SaveRequest& request) {
     return file;
 }
 
-}  // namespace detail
-
-ArchiveLayout plan_archive(const SaveRequest& request) {
-    const detail::FilePlan file = detail::make_file_plan(request);
+ArchiveLayout layout_of(const FilePlan& file, const SaveRequest& request) {
     ArchiveLayout layout;
     layout.file_size = file.file_size;
     layout.staging_size = file.staging_size;
     for (size_t k = 0; k < file.plans.size(); ++k) {
-        const detail::Plan& plan = file.plans[k];
+        const Plan& plan = file.plans[k];
         const SaveRequest& part = file.request(request, k);
         layout.archive_offsets.push_back(file.bases[k]);
         layout.archive_sizes.push_back(plan.file_size);
@@ -336,6 +333,36 @@ ArchiveLayout plan_archive(const SaveRequest& request) {
             layout.record_offsets.push_back(file.bases[k] + plan.records[plan.first_user_record + i].payload_offset);
     }
     return layout;
+}
+
+PlannedSave::Impl& PlanAccess::of(const PlannedSave& planned) {
+    if (!planned.impl_) throw std::logic_error("this checkpoint plan was submitted already: plan the save again");
+    return *planned.impl_;
+}
+
+}  // namespace detail
+
+ArchiveLayout plan_archive(const SaveRequest& request) {
+    return detail::layout_of(detail::make_file_plan(request), request);
+}
+
+PlannedSave::PlannedSave(SaveRequest request) : impl_(std::make_unique<Impl>()) {
+    impl_->plan = detail::make_file_plan(request);
+    impl_->layout = detail::layout_of(impl_->plan, request);
+    impl_->request = std::move(request);
+}
+PlannedSave::~PlannedSave() = default;
+PlannedSave::PlannedSave(PlannedSave&&) noexcept = default;
+PlannedSave& PlannedSave::operator=(PlannedSave&&) noexcept = default;
+
+const SaveRequest& PlannedSave::request() const { return detail::PlanAccess::of(*this).request; }
+const ArchiveLayout& PlannedSave::layout() const { return detail::PlanAccess::of(*this).layout; }
+
+void PlannedSave::stage_into(void* staging, uint64_t capacity, std::shared_ptr<Gate> gate) {
+    SaveRequest& request = detail::PlanAccess::of(*this).request;
+    request.staging = staging;
+    request.staging_capacity = capacity;
+    request.gate = std::move(gate);
 }
 
 // ---- Pickle of a flat {name: tensor} dict ------------------------------------------

@@ -69,6 +69,28 @@ struct FilePlan {
 };
 FilePlan make_file_plan(const SaveRequest& request);
 
+// Where the records of `request`, laid out as `file`, land.
+ArchiveLayout layout_of(const FilePlan& file, const SaveRequest& request);
+
+}  // namespace qrnn::checkpoint::detail
+
+namespace qrnn::checkpoint {
+// A planned request's contents; PlanAccess lets the writer take them over.
+struct PlannedSave::Impl {
+    SaveRequest request;
+    detail::FilePlan plan;
+    ArchiveLayout layout;
+};
+}  // namespace qrnn::checkpoint
+
+namespace qrnn::checkpoint::detail {
+struct PlanAccess {
+    // Throws std::logic_error when `planned` was submitted already.
+    static PlannedSave::Impl& of(const PlannedSave& planned);
+    // After the writer took the contents over.
+    static void consume(PlannedSave& planned) { planned.impl_.reset(); }
+};
+
 // torch's legacy storage class of each element type, with torch's dtype name and the element
 // size, in ScalarType order (qrnn._C exports the table for the Python pickler).
 struct StorageClass {

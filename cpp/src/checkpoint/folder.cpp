@@ -12,6 +12,7 @@
 
 #include "checkpoint/posix_file.hpp"
 #include "checkpoint/retention.hpp"
+#include "checkpoint/system.hpp"
 #include "qrnn/checkpoint.hpp"
 
 namespace qrnn::checkpoint {

@@ -3,22 +3,20 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <mutex>
 #include <set>
 #include <stdexcept>
 #include <system_error>
-#include <type_traits>
 #include <utility>
 
 #include <fcntl.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <unistd.h>
 
 #include "checkpoint/archive.hpp"
 #include "checkpoint/retention.hpp"
+#include "checkpoint/system.hpp"
 
 namespace qrnn::checkpoint::detail {
 
@@ -37,18 +35,6 @@ bool sync_to_disk(int fd) {
 }
 
 }  // namespace
-
-std::string errno_text(int code) {
-    char buf[256] = {0};
-    // GNU strerror_r returns a pointer, XSI an int: handle both.
-    auto pick = [&](auto r) -> std::string {
-        if constexpr (std::is_same_v<decltype(r), int>)
-            return r == 0 ? std::string(buf) : "unknown error";
-        else
-            return std::string(r ? r : "unknown error");
-    };
-    return pick(strerror_r(code, buf, sizeof buf));
-}
 
 [[noreturn]] void fail_io(int code, const std::string& operation, const std::string& path,
                           const std::string& final_path) {
@@ -70,32 +56,6 @@ std::string folder_of(const std::string& path) {
 std::string base_of(const std::string& path) {
     const size_t slash = path.find_last_of('/');
     return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
-// Open-file-description locks where available (they conflict between two descriptors of
-// one process too, and NFSv4 carries them to the server), flock() elsewhere.
-int lock_file(int fd, bool wait) {
-    int r;
-#ifdef F_OFD_SETLK
-    struct flock range;
-    std::memset(&range, 0, sizeof range);
-    range.l_type = F_WRLCK;
-    range.l_whence = SEEK_SET;
-    do {
-        r = ::fcntl(fd, wait ? F_OFD_SETLKW : F_OFD_SETLK, &range);
-    } while (r != 0 && errno == EINTR);
-#else
-    do {
-        r = ::flock(fd, LOCK_EX | (wait ? 0 : LOCK_NB));
-    } while (r != 0 && errno == EINTR);
-#endif
-    return r == 0 ? 0 : errno;
-}
-
-int64_t realtime_ns() {
-    struct timespec now;
-    ::clock_gettime(CLOCK_REALTIME, &now);
-    return int64_t(now.tv_sec) * 1000000000 + now.tv_nsec;
 }
 
 // ---- OutputFile --------------------------------------------------------------------

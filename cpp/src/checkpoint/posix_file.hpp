@@ -14,8 +14,6 @@ namespace qrnn::checkpoint::detail {
 
 constexpr uint64_t kPiece = 8ull << 20;  // CRC and write granularity
 
-std::string errno_text(int code);
-
 // Thrown inside the writer thread; reaches the submitter as its SaveStatus::error().
 struct IoFailure { SaveError error; };
 [[noreturn]] void fail_io(int code, const std::string& operation, const std::string& path,
@@ -23,10 +21,6 @@ struct IoFailure { SaveError error; };
 
 std::string folder_of(const std::string& path);
 std::string base_of(const std::string& path);
-
-// Exclusive advisory lock on the whole file (blocking or not); 0 or the errno.
-int lock_file(int fd, bool wait);
-int64_t realtime_ns();
 
 // Creates a fresh temporary for final name `name` in the open folder (exclusive, following
 // no link, with `mode` before the umask) and locks it: its descriptor, its name in

@@ -15,7 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "checkpoint/posix_file.hpp"
+#include "checkpoint/system.hpp"
 
 namespace qrnn::checkpoint {
 

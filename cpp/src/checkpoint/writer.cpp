@@ -27,7 +27,6 @@
 #include "checkpoint/archive.hpp"
 #include "checkpoint/fault_injection.hpp"
 #include "checkpoint/posix_file.hpp"
-#include "checkpoint/retention.hpp"
 #include "checkpoint/staging.hpp"
 #include "checkpoint/status.hpp"
 #include "qrnn/checkpoint.hpp"
@@ -126,16 +125,26 @@ struct CheckpointWriter::Impl {
 
     std::shared_ptr<SaveStatus> submit(SaveRequest request, bool wait) {
         if (::getpid() != owner_pid) forked_child_misuse("submit");
+        PlannedSave planned(std::move(request));
+        return submit(planned, wait);
+    }
+
+    // Takes `planned` over only once the save is queued.
+    std::shared_ptr<SaveStatus> submit(PlannedSave& planned, bool wait) {
+        if (::getpid() != owner_pid) forked_child_misuse("submit");
+        PlannedSave::Impl& contents = detail::PlanAccess::of(planned);
+        check_request(contents.request, contents.plan);
         auto job = std::make_shared<Job>();
-        job->plan = detail::make_file_plan(request);
-        check_request(request, job->plan);
-        if (!reserve_slot(*job, request, wait)) return nullptr;
+        if (!reserve_slot(*job, contents.request, wait)) return nullptr;
         try {
-            prepare(*job, std::move(request));
+            prepare(*job, contents.plan, contents.request);
         } catch (...) {
             release_slot(*job);
             throw;
         }
+        job->plan = std::move(contents.plan);
+        job->request = std::move(contents.request);
+        detail::PlanAccess::consume(planned);
         auto status = job->status;
         enqueue(std::move(job));
         return status;
@@ -177,13 +186,13 @@ struct CheckpointWriter::Impl {
     }
 
     // The staging image with its headers written, the copies to make, the status.
-    void prepare(Job& job, SaveRequest request) {
-        job.image = request.staging ? static_cast<uint8_t*>(request.staging) : pool_image(job);
+    void prepare(Job& job, const detail::FilePlan& file, const SaveRequest& request) {
+        job.image = request.staging ? static_cast<uint8_t*>(request.staging) : pool_image(job, file.staging_size);
         job.aligned = reinterpret_cast<uintptr_t>(job.image) % detail::kIoAlignment == 0;
-        for (size_t k = 0; k < job.plan.plans.size(); ++k) {
-            const detail::Plan& plan = job.plan.plans[k];
-            const SaveRequest& part = job.plan.request(request, k);
-            const uint64_t base = job.plan.bases[k];
+        for (size_t k = 0; k < file.plans.size(); ++k) {
+            const detail::Plan& plan = file.plans[k];
+            const SaveRequest& part = file.request(request, k);
+            const uint64_t base = file.bases[k];
             if (!plan.raw) detail::write_headers(plan, part, job.image + base);
             for (size_t i = 0; i < part.records.size(); ++i) {
                 const Record& r = part.records[i];
@@ -195,13 +204,11 @@ struct CheckpointWriter::Impl {
         job.copy_threads = request.copy_threads > 0 ? request.copy_threads : options.copy_threads;
         job.status = std::make_shared<SaveStatus>();
         detail::StatusAccess::of(*job.status).path = request.path;
-        job.request = std::move(request);
     }
 
-    // The job's pool buffer, grown to its staging size (ours alone while busy).
-    uint8_t* pool_image(const Job& job) {
+    // The job's pool buffer, grown to `need` bytes (ours alone while busy).
+    uint8_t* pool_image(const Job& job, uint64_t need) {
         PoolBuffer& buffer = pool[size_t(job.pool_slot)];
-        const uint64_t need = job.plan.staging_size;
         if (buffer.capacity < need) {
             detail::free_staging(buffer.data, buffer.capacity);
             buffer.data = nullptr;
@@ -430,6 +437,12 @@ std::shared_ptr<SaveStatus> CheckpointWriter::submit(SaveRequest request) {
 
 std::shared_ptr<SaveStatus> CheckpointWriter::try_submit(SaveRequest request) {
     return impl_->submit(std::move(request), false);
+}
+
+std::shared_ptr<SaveStatus> CheckpointWriter::submit(PlannedSave&& planned) { return impl_->submit(planned, true); }
+
+std::shared_ptr<SaveStatus> CheckpointWriter::try_submit(PlannedSave&& planned) {
+    return impl_->submit(planned, false);
 }
 
 void CheckpointWriter::wait_all() {

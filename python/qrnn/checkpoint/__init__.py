@@ -20,7 +20,8 @@ committed before the ``keep_last`` most recent ones. A process killed at any mom
 leaves a partial file under a final name; the next writer into that folder removes its
 temporary (only temporaries whose writer is gone: their lock is free, whatever process
 namespace or host the writer ran in). Readers (``latest()``, ``checkpoints()``, ``load``)
-never delete anything.
+never delete anything; :class:`CheckpointFolder` lists and loads a folder's checkpoints
+without a writer (no threads, no lock), next to the folder's writer or without one.
 
 Order: the commit order (each commit is stamped after every earlier checkpoint in the
 folder, as its modification time), not the step: after a rollback to an earlier step the
@@ -67,12 +68,14 @@ RuntimeError in the child), and nothing in the child waits for them.
 
 from .checkpointer import AsyncCheckpointer
 from .errors import CheckpointError, CorruptCheckpointError, UnsafeCheckpointError
+from .folder import CheckpointFolder
 from .handle import SaveHandle
 from .reader import load, verify
 from .saver import async_save, wait_all
 
 # The package by responsibility, one direction of imports:
-#   saver -> checkpointer -> handle -> staging -> (qrnn._C);  checkpointer -> pickler;  reader -> errors.
+#   saver -> checkpointer -> handle -> staging -> (qrnn._C);  checkpointer -> pickler;
+#   checkpointer -> folder -> reader -> errors.
 # lightning (QRNNCheckpointIO) -> saver is imported only by whoever asks for it.
-__all__ = ["AsyncCheckpointer", "SaveHandle", "CheckpointError", "CorruptCheckpointError", "UnsafeCheckpointError",
-           "load", "verify", "async_save", "wait_all"]
+__all__ = ["AsyncCheckpointer", "CheckpointFolder", "SaveHandle", "CheckpointError", "CorruptCheckpointError",
+           "UnsafeCheckpointError", "load", "verify", "async_save", "wait_all"]

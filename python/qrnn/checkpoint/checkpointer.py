@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import atexit
 import errno as errno_module
-import operator
 import os
 import queue
 import threading
@@ -18,26 +17,13 @@ import torch
 from .. import _C
 from . import staging
 from .errors import CheckpointError
+from .folder import CheckpointFolder, check_naming, check_step
 from .handle import PendingSave, SaveHandle, add_barrier
 from .pickler import pickle_state
 from .staging import StagingSlot
 
 _live_checkpointers: weakref.WeakSet = weakref.WeakSet()
-MAX_STEP = 2**63 - 1
 _MEMORY_MARGIN = 64 << 20  # left free for everything else when a staging image is allocated
-
-
-def check_step(step: Any) -> int:
-    """``step`` as an int in 0..2**63-1; TypeError / ValueError naming ``step`` otherwise."""
-    if isinstance(step, bool):
-        raise TypeError("step must be an int, got bool")
-    try:
-        step = operator.index(step)
-    except TypeError:
-        raise TypeError(f"step must be an int, got {type(step).__name__}") from None
-    if not 0 <= step <= MAX_STEP:
-        raise ValueError(f"step must be in 0..2**63-1, got {step}")
-    return step
 
 
 def _checkpoint_error(error: OSError, step: Optional[int] = None, operation: str = "") -> CheckpointError:
@@ -298,11 +284,11 @@ class SaveQueue:
         self._saves.append(save)
         return save
 
-    def _plan(self, path: str, data: bytes, sources: list) -> tuple:
-        """(payload offsets, staging bytes, file bytes) of a save, as the writer lays it out."""
-        if self._writer is None:  # after fork: a new writer, with threads of this process
+    def _live_writer(self):
+        """The writer, new after a fork (with threads of this process)."""
+        if self._writer is None:
             self._writer = self._new_writer()
-        return self._writer.plan(path, data, sources)
+        return self._writer
 
     def _submit(self, state, step: Optional[int], optimizers: list, slot: StagingSlot,
                 target: SaveTarget) -> PendingSave:
@@ -313,8 +299,12 @@ class SaveQueue:
             if gpu and s.device.type != "cuda":
                 raise TypeError(f"qrnn.checkpoint saves CPU and CUDA tensors, got one on {s.device}")
         sources = [(0 if gpu else s.storage.data_ptr(), s.nbytes) for s, gpu in zip(stored, on_gpu)]
-        path, folder = target.path, target.folder
-        offsets, staging_size, _ = self._plan(path, data, sources)
+        path = target.path
+        # Laid out once: the offsets place the GPU copies, and submit() writes by the same plan.
+        plan = _C.checkpoint_plan(path, data, sources, keep_last=target.keep_last, prefix=target.prefix,
+                                  suffix=target.suffix, copy_threads=1 if optimizers else self._copy_threads,
+                                  folder=target.folder, file_mode=self._file_mode)
+        staging_size = plan.staging_size
         short = self._memory_shortage(slot, staging_size, any(on_gpu))
         if short is None:
             try:
@@ -328,13 +318,10 @@ class SaveQueue:
         gate, cuda_done = None, {}
         if any(on_gpu):
             gate = _C.CheckpointGate()
-            cuda_done = slot.copy_from_gpu(stored, on_gpu, offsets, self._streams)
+            cuda_done = slot.copy_from_gpu(stored, on_gpu, plan.record_offsets, self._streams)
         try:
-            status = self._writer.submit(
-                path, data, sources, staging=slot.address, staging_capacity=slot.capacity, gate=gate,
-                keep_last=target.keep_last, prefix=target.prefix, suffix=target.suffix,
-                copy_threads=1 if optimizers else self._copy_threads, block=True, folder=folder,
-                file_mode=self._file_mode)
+            status = self._live_writer().submit(plan, staging=slot.address, staging_capacity=slot.capacity,
+                                                gate=gate, block=True)
         except BaseException:
             for event in cuda_done.values():  # the slot is reused: let the copies land first
                 event.synchronize()
@@ -456,10 +443,7 @@ class AsyncCheckpointer(SaveQueue):
                  private: bool = False, _sync: bool = True):
         if keep_last is not None and (not isinstance(keep_last, int) or keep_last < 1):
             raise ValueError(f"keep_last must be an int >= 1 or None, got {keep_last!r}")
-        if not isinstance(prefix, str):
-            raise TypeError(f"prefix must be a str, got {type(prefix).__name__}")
-        if not prefix or os.sep in prefix or "\0" in prefix or prefix.startswith("."):
-            raise ValueError(f"prefix must be a plain file-name start, got {prefix!r}")
+        check_naming(prefix, ".pt")
         self.check_options(max_pending, copy_threads)  # before the folder is created
         self.directory = os.fspath(directory)
         self._where = os.path.abspath(self.directory)  # paths handed out stay right after a chdir
@@ -498,7 +482,7 @@ class AsyncCheckpointer(SaveQueue):
         with self._lock:
             self._check_open()
             data, stored = pickle_state(state)
-            staging_size = self._plan(self._path(0), data, [(0, s.nbytes) for s in stored])[1]
+            staging_size = _C.checkpoint_plan(self._path(0), data, [(0, s.nbytes) for s in stored]).staging_size
             pinned = any(s.device.type != "cpu" for s in stored)
             buffers = []
             short = self._memory_shortage(self._slots[0], staging_size, pinned)
@@ -530,13 +514,12 @@ class AsyncCheckpointer(SaveQueue):
         """Path of the most recently committed checkpoint in the directory (``order="step"``:
         of the highest step), or None. Temporary files of saves in progress are never
         returned, and nothing is deleted."""
-        found = self._list(order)
-        return os.path.join(self._where, found[-1][0]) if found else None
+        return self._reader().latest(order)
 
     def checkpoints(self, order: str = "commit") -> list[str]:
         """Paths of all committed checkpoints in the directory, oldest commit first
         (``order="step"``: lowest step first). Reads only."""
-        return [os.path.join(self._where, name) for name, _, _ in self._list(order)]
+        return self._reader().checkpoints(order)
 
     def write_file(self, name: str, data: bytes) -> str:
         """Write ``name`` (a plain file name, not a checkpoint's) in the folder the way
@@ -597,7 +580,7 @@ class AsyncCheckpointer(SaveQueue):
             self._locked = False
 
     def _path(self, step: int) -> str:
-        return os.path.join(self._where, _C.checkpoint_file_name(self.prefix, step, self.suffix))
+        return self._reader()._path(step)
 
     def _check_own_name(self, name: str, what: str) -> None:
         """A plain name that is neither a checkpoint of this naming nor a temporary."""
@@ -619,7 +602,7 @@ class AsyncCheckpointer(SaveQueue):
             self._locked = True
         return self._folder
 
-    def _list(self, order: str) -> list:
-        if order not in ("commit", "step"):
-            raise ValueError(f"order must be 'commit' or 'step', got {order!r}")
-        return self._folder.list(self.prefix, self.suffix, by_step=order == "step")
+    def _reader(self) -> CheckpointFolder:
+        """The folder as its readers list it, through this checkpointer's descriptor (and its
+        prefix and suffix now)."""
+        return CheckpointFolder._over(self.directory, self._where, self._folder, self.prefix, self.suffix)

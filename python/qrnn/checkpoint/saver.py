@@ -3,6 +3,7 @@ AsyncCheckpointer (one :class:`SaveQueue`, so one C++ writer and its threads, pe
 
 from __future__ import annotations
 
+import collections
 import os
 import pickle
 import threading
@@ -18,14 +19,24 @@ from .handle import SaveHandle
 # Snapshots the process-wide queue holds at once: two, so that back-to-back saves (a
 # framework's "last" and "best" of one step) do not wait for each other's disk writes.
 MAX_PENDING = 2
+# Open folders kept for later saves into them (each holds a file descriptor).
+FOLDERS_KEPT = 8
 
 
 class FileSaver(SaveQueue):
-    """A SaveQueue whose saves go to any path: each call opens the path's folder, replaces
-    the file by the checkpoint protocol (temporary, fsync, rename, folder fsync) and applies
-    no retention. It takes no writer lock: a single file's name is its caller's business."""
+    """A SaveQueue whose saves go to any path: each call replaces the file by the checkpoint
+    protocol (temporary, fsync, rename, folder fsync) in the path's folder and applies no
+    retention. It takes no writer lock: a single file's name is its caller's business.
+
+    The folders of recent saves stay open for the next save into them, as long as their
+    name still leads to the same folder (one deleted, replaced or renamed since is opened
+    anew): every save goes to the folder its path names when it is called."""
 
     _warn_depth = 4  # async_save -> save_file -> _save
+
+    def __init__(self, max_pending: int = 1, **options: Any):
+        self._folders: collections.OrderedDict = collections.OrderedDict()  # directory -> _C.CheckpointFolder
+        super().__init__(max_pending, **options)
 
     def save_file(self, obj: Any, path: str) -> SaveHandle:
         start = time.perf_counter()
@@ -33,13 +44,38 @@ class FileSaver(SaveQueue):
         assert handle is not None  # block=True always saves
         return handle
 
-    @staticmethod
-    def _file_target(path: str) -> SaveTarget:
-        try:
-            folder = _C.CheckpointFolder(os.path.dirname(path))
-        except OSError as error:
-            raise _checkpoint_error(error, operation="open") from None
-        return SaveTarget(path, folder)
+    def _file_target(self, path: str) -> SaveTarget:
+        """Under the lock: ``path`` in its folder, opened or reused."""
+        return SaveTarget(path, self._open_folder(os.path.dirname(path)))
+
+    def _open_folder(self, directory: str) -> Any:
+        folder = self._folders.pop(directory, None)
+        if folder is None or not _still_named(folder, directory):
+            try:
+                folder = _C.CheckpointFolder(directory)
+            except OSError as error:
+                raise _checkpoint_error(error, operation="open") from None
+        self._folders[directory] = folder  # the most recently used last
+        if len(self._folders) > FOLDERS_KEPT:
+            self._folders.popitem(last=False)
+        return folder
+
+    def _release(self) -> None:
+        self._folders.clear()
+
+    def _reset_after_fork(self) -> None:
+        super()._reset_after_fork()
+        self._folders = collections.OrderedDict()  # the child starts afresh, like its writer
+
+
+def _still_named(folder: Any, directory: str) -> bool:
+    """Whether ``directory`` still names the open ``folder``: the same device and inode, and
+    not deleted (a deleted folder's inode lives on while it is open)."""
+    try:
+        named, held = os.stat(directory), os.fstat(folder.fd)
+    except OSError:
+        return False
+    return held.st_nlink > 0 and (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
 
 
 _saver_lock = threading.Lock()

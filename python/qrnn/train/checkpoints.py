@@ -11,7 +11,7 @@ from typing import Any, Optional, Union
 import torch
 
 from .. import _C
-from ..checkpoint import AsyncCheckpointer, SaveHandle, UnsafeCheckpointError, load
+from ..checkpoint import AsyncCheckpointer, CheckpointFolder, SaveHandle, UnsafeCheckpointError, load
 from .errors import TrainError
 
 __all__ = ["CheckpointStallMeter", "ShardedCheckpoints", "latest_checkpoint", "load_checkpoint", "restore_best",
@@ -180,10 +180,10 @@ def latest_checkpoint(directory: str) -> Optional[str]:
     of the two formats, the higher step), None when it has none."""
     if not os.path.isdir(directory):
         return None
-    with AsyncCheckpointer(directory) as scanner:
-        latest = scanner.latest()
-        step = None if latest is None else _C.checkpoint_parse_name(os.path.basename(latest), scanner.prefix,
-                                                                    scanner.suffix)
+    scanner = CheckpointFolder(directory)  # reads only: no writer threads, no lock
+    latest = scanner.latest()
+    step = None if latest is None else _C.checkpoint_parse_name(os.path.basename(latest), scanner.prefix,
+                                                                scanner.suffix)
     dcp = _dcp()
     folder = dcp.latest(directory) if dcp is not None else None
     if folder is None or (latest is not None and step is not None

@@ -8,7 +8,7 @@ import shutil
 from typing import Any, Optional, Union
 
 from ... import _C
-from ..checkpointer import check_step
+from ..folder import check_step
 
 PREFIX = "step-"
 METADATA = ".metadata"

@@ -227,8 +227,8 @@ class QRNNStorageWriter(_FolderId, StorageWriter):
         if raw:
             archives.append((None, [(_address(view), len(view)) for _, view in raw]))
         target = os.path.join(self.path, name)
-        w = writer()
-        record_offsets, starts, sizes, staging_size, _ = w.plan_archives(target, archives)
+        planned = _C.checkpoint_plan(target, b"", [], archives=archives, folder=self._folder())  # laid out once
+        record_offsets, starts, sizes = planned.record_offsets, planned.archive_offsets, planned.archive_sizes
         results = [WriteResult(index=item.index, size_in_bytes=size, storage_data=_storage_info(name, start, size))
                    for (item, _), start, size in zip(tensors, starts, sizes)]
         for (item, view), offset in zip(raw, record_offsets[len(tensors):]):
@@ -236,13 +236,12 @@ class QRNNStorageWriter(_FolderId, StorageWriter):
                                        storage_data=_storage_info(name, offset, len(view))))
         address = capacity = 0
         if any(on_gpu):  # device -> pinned image, the only host copy, reused from save to save
-            slot = _pinned_slot(staging_size)
+            slot = _pinned_slot(planned.staging_size)
             _copy_from_gpu(slot, [t for (_, t), gpu in zip(tensors, on_gpu) if gpu],
                            [o for o, gpu in zip(record_offsets, on_gpu) if gpu])
             address, capacity = slot.address, slot.capacity
         keep = [t for _, t in tensors] + [view for _, view in raw]  # alive until written
-        self._status = status = w.submit(target, b"", [], staging=address, staging_capacity=capacity,
-                                         folder=self._folder(), archives=archives)
+        self._status = status = writer().submit(planned, staging=address, staging_capacity=capacity)
         _last_status[0] = status
         future: Future = Future()
         background("file").submit(self._complete, status, future, results, keep)
