@@ -385,7 +385,8 @@ def test_sigterm_with_sharded_checkpoints_saves_the_step_folder_and_resumes_bit_
     step folder (every rank's part, then .metadata); the same command line resumes it (the
     format is kept from the checkpoint) and ends where the file-format run that never
     stopped ends."""
-    from qrnn.train.checkpoints import latest_checkpoint, load_checkpoint
+    from qrnn.train.checkpoints import load_checkpoint
+    from qrnn.train.runs import latest_checkpoint
     run_dir = tmp_path / "run"
     code, _, err = _run(base, run_dir, "SIGTERM@step@12", ["--epochs", "2", "--checkpoint-format", "dcp"])
     assert code == 128 + signal.SIGTERM, err[-2000:]

@@ -42,8 +42,8 @@ def test_resume_keeps_or_fixes_what_the_checkpoint_recorded():
 def test_a_presets_lr_belongs_to_its_optimizer():
     """--preset awd-qrnn-ptb trains SGD at lr 30: with --optimizer adam and no --lr it takes
     awd-lstm-lm's Adam lr, and the recipe line says where that lr comes from; a given --lr wins."""
-    from qrnn.train.cli import _recipe_line
     from qrnn.train.optim import NTASGD
+    from qrnn.train.report import recipe_line
 
     def settings(*argv):
         return resolve(build_parser(preset_of(list(argv))).parse_args(list(argv)), None)
@@ -52,21 +52,21 @@ def test_a_presets_lr_belongs_to_its_optimizer():
         assert PRESET_LRS[name][preset["optimizer"]] == preset["lr"], name
     ptb = settings("--preset", "awd-qrnn-ptb")
     assert (ptb.optimizer, ptb.lr) == ("asgd", 30.0)
-    assert " (the preset's lr" not in _recipe_line(ptb, NTASGD(5))
+    assert " (the preset's lr" not in recipe_line(ptb, NTASGD(5))
     adam = settings("--preset", "awd-qrnn-ptb", "--optimizer", "adam")
     assert (adam.optimizer, adam.lr) == ("adam", 1e-3)
-    assert "; adam lr 0.001 (the preset's lr for adam; its 30 is asgd's: --lr sets another)," in _recipe_line(
+    assert "; adam lr 0.001 (the preset's lr for adam; its 30 is asgd's: --lr sets another)," in recipe_line(
         adam, NTASGD(5))
     assert settings("--preset", "awd-qrnn-ptb", "--optimizer", "adam", "--lr", "0.02").lr == 0.02
     assert settings("--preset", "awd-qrnn-ptb", "--optimizer", "sgd").lr == 30.0
     wt103 = settings("--preset", "awd-qrnn-wt103", "--optimizer", "asgd")
     assert wt103.lr == 30.0 and "asgd (nonmono 5) lr 30 (the preset's lr for asgd; its 0.001 is adam's" in (
-        _recipe_line(wt103, NTASGD(5)))
+        recipe_line(wt103, NTASGD(5)))
     # Without a preset the default lr is Adam's: another optimizer without --lr says so.
     sgd = settings("--optimizer", "sgd")
-    assert sgd.lr == 0.005 and "sgd lr 0.005 (the default lr, adam's: --lr sets another)" in _recipe_line(
+    assert sgd.lr == 0.005 and "sgd lr 0.005 (the default lr, adam's: --lr sets another)" in recipe_line(
         sgd, NTASGD(5))
-    assert "(the default" not in _recipe_line(settings("--optimizer", "sgd", "--lr", "0.1"), NTASGD(5))
+    assert "(the default" not in recipe_line(settings("--optimizer", "sgd", "--lr", "0.1"), NTASGD(5))
 
 
 @pytest.mark.parametrize("vocab, cutoffs, accepted, refused", [

@@ -212,7 +212,7 @@ def test_model_memory_estimate_against_the_device(tmp_path, monkeypatch, capsys)
 def test_train_command_reports_a_failed_allocation_in_one_line(tmp_path, monkeypatch, capsys):
     """An allocation that fails despite the estimate (memory taken meanwhile, an estimate
     that cannot be made) is one line too; other RuntimeErrors are not disguised as it."""
-    import qrnn.train.cli as cli
+    import qrnn.train.setup as setup
     from qrnn.train import memory
 
     monkeypatch.setattr(memory, "available_bytes", lambda device: None)  # nothing refused up front
@@ -221,7 +221,7 @@ def test_train_command_reports_a_failed_allocation_in_one_line(tmp_path, monkeyp
         raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate "
                            "memory: you tried to allocate 307200000000 bytes. Error code 12 (Cannot allocate memory)")
 
-    monkeypatch.setattr(cli, "QRNNLanguageModel", cannot_allocate)
+    monkeypatch.setattr(setup, "QRNNLanguageModel", cannot_allocate)
     argv = ["--no-progress", "--hidden", "64", "--checkpoint-dir", str(tmp_path / "run")]
     assert train_main(argv) == 2
     err = capsys.readouterr().err
@@ -267,7 +267,7 @@ def tiny_run(tmp_path_factory):
 
 def _generate_process(*argv):
     """qrnn-generate as its console script runs it, in a fresh interpreter."""
-    code = "import sys; from qrnn.train.cli import generate_main; sys.exit(generate_main())"
+    code = "import sys; from qrnn.train.generate import generate_main; sys.exit(generate_main())"
     return subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=300)
 
 

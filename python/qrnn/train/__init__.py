@@ -15,14 +15,17 @@ reference text that ships with Python. ``qrnn-generate`` samples from a saved mo
 Modules: ``trainer`` (the loop), ``precision``, ``distributed`` (process group, collectives),
 ``state`` (carried and RNG state in checkpoints), ``checkpoints`` (saving with a stall meter,
 best.pt, reading back), ``stopping`` (SIGTERM/SIGUSR1 as stop requests), ``errors``,
-``settings`` (``qrnn-train``'s flags, defined once), ``records`` (the epoch record), ``cli``
-(the two commands), ``lm``, ``data``.
+``records`` (the epoch record), ``lm``, ``data``; the command line: ``settings``
+(``qrnn-train``'s flags, defined once), ``cli`` (``qrnn-train``), ``runs`` (the run folder),
+``setup`` (building a run), ``report`` (metrics, plot, the lines printed), ``generate``
+(``qrnn-generate``).
 """
 
 from .checkpoints import load_checkpoint
-from .cli import generate_main, main
+from .cli import main
 from .distributed import Distributed, init_distributed
 from .errors import TrainError, TrainingStopped
+from .generate import generate_main
 from .precision import choose_precision
 from .records import EpochRecord
 from .settings import Settings

@@ -1,5 +1,6 @@
 """The run's checkpoints: saved through :class:`qrnn.checkpoint.AsyncCheckpointer` while
-measuring how long training waited for them, best.pt, and finding and reading them back."""
+measuring how long training waited for them, best.pt (kept, and re-promoted on resume), and
+reading them back. Finding a folder's latest checkpoint is :mod:`qrnn.train.runs`'s."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from .. import _C
 from ..checkpoint import AsyncCheckpointer, SaveHandle, UnsafeCheckpointError, load
 from .errors import TrainError
 
-__all__ = ["CheckpointStallMeter", "ShardedCheckpoints", "latest_checkpoint", "load_checkpoint", "restore_best",
+__all__ = ["CheckpointStallMeter", "ShardedCheckpoints", "load_checkpoint", "restore_best",
            "BEST_NAME", "expanded_size", "is_sharded_checkpoint"]
 
 BEST_NAME = "best.pt"
@@ -173,23 +174,6 @@ def _dcp():
 def is_sharded_checkpoint(path: str) -> bool:
     """Whether `path` is a committed ``--checkpoint-format dcp`` checkpoint (a folder)."""
     return os.path.isfile(os.path.join(path, ".metadata"))
-
-
-def latest_checkpoint(directory: str) -> Optional[str]:
-    """The most recently committed checkpoint in `directory` (a file, or a dcp step folder:
-    of the two formats, the higher step), None when it has none."""
-    if not os.path.isdir(directory):
-        return None
-    with AsyncCheckpointer(directory) as scanner:
-        latest = scanner.latest()
-        step = None if latest is None else _C.checkpoint_parse_name(os.path.basename(latest), scanner.prefix,
-                                                                    scanner.suffix)
-    dcp = _dcp()
-    folder = dcp.latest(directory) if dcp is not None else None
-    if folder is None or (latest is not None and step is not None
-                          and step > _C.checkpoint_parse_name(os.path.basename(folder), "step-", "")):
-        return latest
-    return folder
 
 
 def load_checkpoint(path: str, mmap: bool = False) -> dict:
