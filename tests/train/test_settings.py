@@ -88,3 +88,28 @@ def test_resume_compares_the_softmax_auto_chose(vocab, cutoffs, accepted, refuse
     # And the other way round: a run given an explicit softmax resumes with auto choosing the same.
     explicit = {"settings": Settings(softmax=chose).saved(), "model_config": checkpoint["model_config"]}
     assert resolve(parser.parse_args(["--softmax", "auto"]), explicit).softmax in ("auto", chose)
+
+
+def test_settings_compose_the_components_configs_in_the_flags_units():
+    """Each component's config takes its flags' values as they are: no unit is converted
+    between the command line and the Trainer (--save-interval is minutes in both)."""
+    from qrnn.train import CheckpointConfig, PrecisionConfig, StopConfig
+
+    settings = Settings(save_interval=2.5, save_every=7, keep_last=4, checkpoint_format="dcp", checkpoint_dir="d",
+                        precision="bf16", clip=0.5, stop_grace=12.0, window=3, dropout=0.2, dropouti=0.3,
+                        wdrop=0.1, wdecay=1e-4, optimizer="asgd", when=(3,), batch_size=8, bptt=10)
+    assert settings.checkpoint_config == CheckpointConfig("d", keep_last=4, save_every=7, save_interval=2.5,
+                                                          format="dcp")
+    assert settings.checkpoint_config.interval_seconds == 150.0
+    assert settings.precision_config == PrecisionConfig("bf16", clip_norm=0.5)
+    assert settings.stop_config == StopConfig(grace=12.0)
+    assert settings.model_config.arguments(50, None) == dict(
+        vocab_size=50, emsize=128, hidden=256, layers=3, dropout=0.2, dropout_emb=0.3, first_window=3,
+        dropout_hidden=0.2, dropout_words=0.0, weight_drop=0.1, cutoffs=None)
+    assert (settings.model_config.alpha, settings.model_config.softmax) == (0.0, "auto")
+    optim = settings.optimizer_config
+    assert (optim.name, optim.lr, optim.weight_decay, optim.warmup, optim.when, optim.nonmono) == (
+        "asgd", 5e-3, 1e-4, 100, (3,), 5)
+    data = settings.data_config
+    assert (data.path, data.level, data.batch_size, data.eval_batch_size, data.bptt, data.bptt_lengths) == (
+        None, "char", 8, None, 10, "fixed")

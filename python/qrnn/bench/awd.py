@@ -138,7 +138,7 @@ def loop_overhead(data: Path, preset: str, quick: bool) -> Result:
     trainer, settings = ours.trainer, twin.settings
     model, optimizer, batches = twin.model, twin.trainer.optimizer, twin.train_batches
     params = list(model.parameters())
-    lr_at = twin.trainer.lr_at
+    lr_at = twin.trainer.schedule.lr_at
     assert lr_at is not None
     bare: dict = {"carry": None}
     bare_step = [0]

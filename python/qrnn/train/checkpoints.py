@@ -1,12 +1,14 @@
-"""The run's checkpoints: saved through :class:`qrnn.checkpoint.AsyncCheckpointer` while
-measuring how long training waited for them, best.pt (kept, and re-promoted on resume), and
-reading them back. Finding a folder's latest checkpoint is :mod:`qrnn.train.runs`'s."""
+"""The run's checkpoints: where and when (:class:`CheckpointConfig`), saved through
+:class:`qrnn.checkpoint.AsyncCheckpointer` while measuring how long training waited for
+them, best.pt (kept, and re-promoted on resume), and reading them back. Finding a folder's
+latest checkpoint is :mod:`qrnn.train.runs`'s."""
 
 from __future__ import annotations
 
 import math
 import os
 import time
+from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
 import torch
@@ -15,10 +17,58 @@ from .. import _C
 from ..checkpoint import AsyncCheckpointer, SaveHandle, UnsafeCheckpointError, load
 from .errors import TrainError
 
-__all__ = ["CheckpointStallMeter", "ShardedCheckpoints", "load_checkpoint", "restore_best",
+__all__ = ["CheckpointConfig", "CheckpointStallMeter", "ShardedCheckpoints", "load_checkpoint", "restore_best",
            "BEST_NAME", "expanded_size", "is_sharded_checkpoint"]
 
 BEST_NAME = "best.pt"
+CHECKPOINT_FORMATS = ("file", "dcp")
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    """Where and when :class:`qrnn.train.Trainer` checkpoints (``qrnn-train``'s checkpoint
+    flags, in their units: ``save_interval`` in minutes, as ``--save-interval``).
+
+    Args:
+        directory: where rank 0 writes a checkpoint every epoch (and when stopping early)
+            through :class:`qrnn.checkpoint.AsyncCheckpointer`, keeping ``keep_last`` and a
+            best.pt (lowest validation loss); None: no checkpoints.
+        keep_last: how many checkpoints to keep; None: all.
+        save_every: also checkpoint every this many optimizer steps, mid-epoch, at the
+            position reached; None: only at epoch ends.
+        save_interval: also checkpoint every this many MINUTES (rank 0's clock), mid-epoch,
+            at the position reached; None: never by time.
+        overlap: stage the snapshot while the next forward and backward run, the next
+            ``optimizer.step()`` waiting for it (default): safe unless the forward pass
+            changes saved tensors in place (BatchNorm running statistics, an EMA updated in
+            forward); False for such models.
+        format: ``"file"`` (rank 0 writes one torch.save file per checkpoint) or ``"dcp"``
+            (every rank writes its part of a torch.distributed.checkpoint folder
+            ``step-<n>`` through :mod:`qrnn.checkpoint.dcp`; the Trainer's ``checkpointer``
+            then writes only the run folder's other files; no best.pt).
+        extra: entries added to every checkpoint (e.g. settings, a vocabulary); the dict
+            itself is kept, so what it holds at each save is saved.
+
+    Raises:
+        ValueError: a ``format`` other than the two.
+    """
+
+    directory: Optional[str] = None
+    keep_last: Optional[int] = 3
+    save_every: Optional[int] = None
+    save_interval: Optional[float] = None
+    overlap: bool = True
+    format: str = "file"
+    extra: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.format not in CHECKPOINT_FORMATS:
+            raise ValueError(f"checkpoint format must be 'file' or 'dcp', got {self.format!r}")
+
+    @property
+    def interval_seconds(self) -> Optional[float]:
+        """``save_interval`` in seconds, as the training loop's clock counts, or None."""
+        return None if self.save_interval is None else 60.0 * self.save_interval
 
 
 class CheckpointStallMeter:

@@ -108,7 +108,7 @@ def final_loss_line(test_loss: float, level: str) -> str:
 
 def stop_line(stop: TrainingStopped, trainer, epoch_batches: int, dist: Distributed) -> str:
     """What a stop by a signal saved, and how to continue: one line."""
-    name, run_dir = signal.Signals(stop.signum).name, trainer.checkpoint_dir
+    name, run_dir = signal.Signals(stop.signum).name, trainer.checkpointing.directory
     if not dist.is_main:  # rank 0 saves and says what
         return f"stopped by {name} at step {stop.step}, checkpointed by rank 0 in {run_dir}"
     latest = latest_checkpoint(run_dir) if run_dir else None

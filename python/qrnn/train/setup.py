@@ -1,10 +1,11 @@
 """Building a ``qrnn-train`` run (:func:`build_training`): the corpus and its batches, the
-language model, optimizer, learning rates and loss, and the :class:`Trainer` over them,
-resumed from a checkpoint once what the file holds has been checked (a checkpoint is
-untrusted input)."""
+language model, optimizer, learning rates and loss, and the :class:`Trainer` over them, each
+from its component's config (:class:`Settings` composes them), resumed from a checkpoint once
+what the file holds has been checked (a checkpoint is untrusted input)."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 from dataclasses import dataclass
@@ -14,17 +15,17 @@ import torch
 
 from ..checkpoint import AsyncCheckpointer
 from .cache import cached_corpus, check_data_identity, data_identity, ids_fingerprint
-from .data import BPTTBatches, Corpus, DataError, Vocabulary, load_corpus
+from .data import BPTTBatches, Corpus, DataConfig, DataError, Vocabulary, load_corpus
 from .distributed import Distributed, all_gather_object
 from .errors import TrainError
 from .lm import QRNNLanguageModel, lm_loss, meta_model
 from .memory import OutOfMemoryAsError, check_model_fits
-from .optim import NTASGD, LearningRate, make_asgd, make_optimizer
+from .optim import NTASGD, ScheduleConfig
 from .records import plural
 from .report import recipe_line
 from .settings import Settings, chosen_softmax
 from .softmax import check_cutoffs, default_cutoffs
-from .state import seed_everything
+from .state import BPTTConfig, seed_everything
 from .trainer import Trainer
 
 __all__ = ["build_training", "TrainingRun", "CHECKPOINT_FORMAT", "check_application_dependencies", "check_checkpoint",
@@ -54,15 +55,16 @@ def build_training(settings: Settings, dist: Optional[Distributed] = None, run_d
     rank 0's open writer of `run_dir` (its lock taken at start-up), which the Trainer saves
     through (None: it opens one at its first save)."""
     dist = dist or Distributed(device=torch.device(settings.device or "cpu"))
+    data, model_settings, optim = settings.data_config, settings.model_config, settings.optimizer_config
     if checkpoint is None:  # a resumed model's sizes are first compared with its checkpoint's tensors
         # Sizes that cannot fit even with a one-token vocabulary: refused before the corpus is read.
-        _check_model_fits(settings, _model_config(settings, 1, None), dist)
+        _check_model_fits(settings, model_settings.arguments(1, None), dist)
     vocab = checkpoint_vocabulary(checkpoint, resume_path or "the checkpoint") if checkpoint else None
     cache = None
-    if settings.data is None:  # the small built-in text: tokenized in memory
-        corpus = load_corpus(settings.data, settings.level, vocab=vocab)
+    if data.path is None:  # the small built-in text: tokenized in memory
+        corpus = load_corpus(data.path, data.level, vocab=vocab)
     else:  # tokenized once into the corpus cache, then mapped by every rank and restart
-        corpus, cache = cached_corpus(settings.data, settings.level, say=say,
+        corpus, cache = cached_corpus(data.path, data.level, say=say,
                                       progress=not settings.no_progress and dist.is_main)
     fingerprint = corpus.fingerprint if corpus.fingerprint is not None else ids_fingerprint(corpus.train.numpy())
     if checkpoint and (fingerprint != checkpoint["data"]["fingerprint"] or vocab != corpus.vocab):
@@ -72,11 +74,11 @@ def build_training(settings: Settings, dist: Optional[Distributed] = None, run_d
     corpus.train, corpus.valid, corpus.test = (ids.to(dist.device) for ids in
                                                (corpus.train, corpus.valid, corpus.test))
     train_batches, valid_batches, test_batches = (
-        _batches(name, ids, settings, dist)
+        _batches(name, ids, data, settings.seed, dist)
         for name, ids in (("training", corpus.train), ("validation", corpus.valid), ("test", corpus.test)))
 
-    cutoffs = _softmax_cutoffs(settings, len(corpus.vocab))
-    model_config = _model_config(settings, len(corpus.vocab), cutoffs)
+    cutoffs = _softmax_cutoffs(model_settings, len(corpus.vocab))
+    model_config = model_settings.arguments(len(corpus.vocab), cutoffs)
     if checkpoint is not None:
         check_model_shapes(model_config, checkpoint.get("model"), resume_path or "the checkpoint")
     # Absurd sizes are refused before a byte is allocated; an allocation that fails anyway
@@ -86,7 +88,7 @@ def build_training(settings: Settings, dist: Optional[Distributed] = None, run_d
     with out_of_memory:
         model = QRNNLanguageModel(**model_config)
     seed_everything(settings.seed, rank=dist.rank)  # distinct dropout masks per rank
-    nt_asgd = NTASGD(settings.nonmono)
+    nt_asgd = NTASGD(optim.nonmono)
     if checkpoint is not None and isinstance(checkpoint.get("nt_asgd"), dict):
         try:
             nt_asgd.load_state_dict(checkpoint["nt_asgd"])
@@ -95,47 +97,43 @@ def build_training(settings: Settings, dist: Optional[Distributed] = None, run_d
                              f"({type(err).__name__}: {err})") from None
     optimizer: torch.optim.Optimizer
     if nt_asgd.switched_at is not None:
-        optimizer = make_asgd(model.parameters(), settings.lr, settings.wdecay)
+        optimizer = optim.averaged(model.parameters())
     else:
-        optimizer = make_optimizer(settings.optimizer, model.parameters(), settings.lr, dist.device,
-                                   settings.wdecay)
-    learning_rate = LearningRate(settings.lr, settings.warmup, settings.when, settings.bptt,
-                                 scale_by_length=settings.bptt_lengths == "random")
+        optimizer = optim.build(model.parameters(), dist.device)
+    learning_rate = optim.learning_rate(data.bptt, scale_by_length=data.bptt_lengths == "random")
 
     def lr_at(applied_steps: int, epoch: int, length: int) -> float:
         return learning_rate(applied_steps, epoch, length, nt_asgd.switched_at)
 
     def loss_fn(features, targets):
-        return lm_loss(model, features, targets, settings.alpha, settings.beta)
+        return lm_loss(model, features, targets, model_settings.alpha, model_settings.beta)
 
     extra = {"format": CHECKPOINT_FORMAT, "model_config": model_config, "vocab": corpus.vocab.state_dict(),
              "settings": settings.saved(), "nt_asgd": nt_asgd.state_dict(),
              "data": {"name": corpus.name, "fingerprint": fingerprint,
-                      "files": None if settings.data is None else data_identity(settings.data)}}
+                      "files": None if data.path is None else data_identity(data.path)}}
 
     def on_validation(valid_loss, complete: bool) -> None:
         """NT-ASGD's trigger, on complete epochs' validation (the same on every rank)."""
-        if settings.optimizer != "asgd" or valid_loss is None or not complete:
+        if optim.name != "asgd" or valid_loss is None or not complete:
             return
         if nt_asgd.should_switch(valid_loss):
             nt_asgd.switched_at = trainer.epoch  # the epoch just completed (1-based)
-            say(f"epoch {trainer.epoch}: validation stopped improving (--nonmono {settings.nonmono}): "
+            say(f"epoch {trainer.epoch}: validation stopped improving (--nonmono {optim.nonmono}): "
                 "switching to averaged SGD", flush=True)
-            trainer.replace_optimizer(make_asgd(model.parameters(), settings.lr, settings.wdecay))
+            trainer.replace_optimizer(optim.averaged(model.parameters()))
         extra["nt_asgd"] = nt_asgd.state_dict()
 
     with out_of_memory:  # the model moved to its device
-        trainer = Trainer(model, optimizer, loss_fn, lr_at=lr_at, on_validation=on_validation,
-                          precision=settings.precision, dist=dist,
-                          clip_norm=settings.clip, stateful=True, checkpoint_dir=run_dir,
+        trainer = Trainer(model, optimizer, loss_fn, precision=settings.precision_config,
+                          checkpointing=dataclasses.replace(settings.checkpoint_config, directory=run_dir,
+                                                            extra=extra),
+                          schedule=ScheduleConfig(lr_at=lr_at),
                           # Every carried tensor is time-major, batch at dim 1 (cell state
                           # (1, batch, hidden), window tail (window - 1, batch, features)).
-                          carry_batch_dim=1,
-                          keep_last=settings.keep_last, checkpoint_extra=extra, progress=not settings.no_progress,
-                          save_every=settings.save_every,
-                          save_interval=None if settings.save_interval is None else 60 * settings.save_interval,
-                          stop_grace=settings.stop_grace, checkpointer=writer,
-                          checkpoint_format=settings.checkpoint_format)
+                          bptt=BPTTConfig(stateful=True, carry_batch_dim=1),
+                          stopping=settings.stop_config, dist=dist, checkpointer=writer,
+                          on_validation=on_validation, progress=not settings.no_progress)
     if checkpoint is not None:
         try:
             trainer.load_state_dict(checkpoint)
@@ -143,11 +141,11 @@ def build_training(settings: Settings, dist: Optional[Distributed] = None, run_d
             raise TrainError(f"checkpoint {resume_path} does not fit this model: "
                              f"{str(err).strip().splitlines()[0]}") from None
     n_params = sum(p.numel() for p in model.parameters())
-    say(f"data: {corpus.name}, {settings.level} level, vocabulary {len(corpus.vocab):,}, "
+    say(f"data: {corpus.name}, {data.level} level, vocabulary {len(corpus.vocab):,}, "
         f"tokens train {corpus.train.numel():,} / valid {corpus.valid.numel():,} / test {corpus.test.numel():,}")
-    say(f"model: QRNN language model, {plural(settings.layers, 'layer')}, hidden {settings.hidden}, "
-        f"emsize {settings.emsize}, window {settings.window}, {'tied' if model.tied else 'untied'} decoder, "
-        f"{n_params:,} parameters; softmax "
+    say(f"model: QRNN language model, {plural(model_settings.layers, 'layer')}, hidden {model_settings.hidden}, "
+        f"emsize {model_settings.emsize}, window {model_settings.first_window}, "
+        f"{'tied' if model.tied else 'untied'} decoder, {n_params:,} parameters; softmax "
         + (f"adaptive, cutoffs {' '.join(map(str, cutoffs))}" if cutoffs else "full"))
     say(recipe_line(settings, nt_asgd))
     if cache is not None:
@@ -168,12 +166,12 @@ def check_application_dependencies(settings: Settings) -> None:
                          "(from a source checkout: pip install '.[train]')")
 
 
-def _batches(split: str, ids, settings: Settings, dist) -> BPTTBatches:
+def _batches(split: str, ids, data: DataConfig, seed: int, dist) -> BPTTBatches:
     try:
         if split == "training":
-            random_lengths = settings.seed if settings.bptt_lengths == "random" else None
-            return BPTTBatches(ids, settings.batch_size, settings.bptt, dist.rank, dist.world, random_lengths)
-        return BPTTBatches(ids, settings.eval_batch_size or settings.batch_size, settings.bptt, dist.rank, dist.world)
+            random_lengths = seed if data.bptt_lengths == "random" else None
+            return BPTTBatches(ids, data.batch_size, data.bptt, dist.rank, dist.world, random_lengths)
+        return BPTTBatches(ids, data.eval_batch_size or data.batch_size, data.bptt, dist.rank, dist.world)
     except DataError as err:
         raise DataError(f"{split} split: {err}") from None
 
@@ -191,23 +189,16 @@ def _check_model_fits(settings: Settings, model_config: dict, dist: Distributed)
     return params
 
 
-def _model_config(settings: Settings, vocab_size: int, cutoffs: Optional[tuple]) -> dict:
-    """QRNNLanguageModel's arguments for `settings` and a vocabulary of `vocab_size` tokens."""
-    return dict(vocab_size=vocab_size, emsize=settings.emsize, hidden=settings.hidden, layers=settings.layers,
-                dropout=settings.dropout, dropout_emb=settings.dropouti, first_window=settings.window,
-                dropout_hidden=settings.dropouth, dropout_words=settings.dropoute, weight_drop=settings.wdrop,
-                cutoffs=cutoffs)
-
-
-def _softmax_cutoffs(settings: Settings, vocab_size: int) -> Optional[tuple]:
-    """The split softmax's cutoffs for --softmax and --cutoffs, or None for the full softmax."""
-    softmax = chosen_softmax(settings.softmax, vocab_size)
+def _softmax_cutoffs(model, vocab_size: int) -> Optional[tuple]:
+    """The split softmax's cutoffs for `model`'s softmax and cutoffs (a :class:`ModelConfig`:
+    --softmax and --cutoffs), or None for the full softmax."""
+    softmax = chosen_softmax(model.softmax, vocab_size)
     if softmax == "full":
-        if settings.cutoffs:
+        if model.cutoffs:
             raise TrainError("--cutoffs needs --softmax adaptive (or auto with a vocabulary over 75,000 words)")
         return None
     try:
-        return check_cutoffs(settings.cutoffs or default_cutoffs(vocab_size), vocab_size)
+        return check_cutoffs(model.cutoffs or default_cutoffs(vocab_size), vocab_size)
     except ValueError as err:
         raise TrainError(f"--cutoffs: {err}") from None
 
