@@ -29,6 +29,7 @@ from conftest import assert_same_training_state
 from qrnn.checkpoint import load
 from qrnn.train import CheckpointConfig, PrecisionConfig, Trainer, TrainingStopped
 from qrnn.train import main as train_main
+from qrnn.train.checkpoints import restore_best
 from qrnn.train.data import default_text
 from qrnn.train.stopping import with_ctrl_c
 
@@ -351,6 +352,22 @@ def test_trainer_saves_every_n_steps_and_every_interval(tmp_path):
     assert _steps(tmp_path / "interval") == [1, 2, 3, 4, 5]
     assert CheckpointConfig(save_interval=1.5).interval_seconds == 90.0  # --save-interval's unit, minutes
     assert CheckpointConfig().interval_seconds is None
+
+
+def test_load_state_dict_writes_nothing_and_restore_best_repromotes(tmp_path):
+    """Trainer.load_state_dict only loads: re-promoting best.pt after a kill cut its promotion
+    short is the checkpoint component's restore_best, which qrnn-train --resume calls."""
+    data = [(torch.randn(4, 3), torch.randn(4, 1)) for _ in range(5)]
+    trainer = _tiny_trainer(tmp_path)
+    trainer.fit(data, valid_data=data[:2], epochs=2)
+    best_step = trainer.best_step
+    os.remove(tmp_path / "best.pt")  # as if killed between the commit and the promotion
+    before = sorted(os.listdir(tmp_path))
+    resumed = _tiny_trainer(tmp_path)
+    resumed.load_state_dict(load(_latest(tmp_path)))
+    assert sorted(os.listdir(tmp_path)) == before and resumed.best_step == best_step is not None
+    assert restore_best(str(tmp_path), resumed.best_step)
+    assert load(tmp_path / "best.pt")["progress"]["step"] == best_step
 
 
 def test_trainer_fit_stops_on_a_signal_with_a_checkpoint(tmp_path):

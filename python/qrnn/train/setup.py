@@ -15,6 +15,7 @@ import torch
 
 from ..checkpoint import AsyncCheckpointer
 from .cache import cached_corpus, check_data_identity, data_identity, ids_fingerprint
+from .checkpoints import restore_best
 from .data import BPTTBatches, Corpus, DataConfig, DataError, Vocabulary, load_corpus
 from .distributed import Distributed, all_gather_object
 from .errors import TrainError
@@ -51,9 +52,10 @@ def build_training(settings: Settings, dist: Optional[Distributed] = None, run_d
                    checkpoint: Optional[dict] = None, resume_path: Optional[str] = None,
                    say: Callable = print, writer: Optional[AsyncCheckpointer] = None) -> TrainingRun:
     """The corpus, model, optimizer, learning rates, loss and Trainer of a qrnn-train run with
-    `settings` (resuming `checkpoint`), the run's header lines said through `say`; `writer`:
-    rank 0's open writer of `run_dir` (its lock taken at start-up), which the Trainer saves
-    through (None: it opens one at its first save)."""
+    `settings` (resuming `checkpoint`, best.pt re-promoted where a kill cut that short), the
+    run's header lines said through `say`; `writer`: rank 0's open writer of `run_dir` (its
+    lock taken at start-up), which the Trainer saves through (None: it opens one at its first
+    save)."""
     dist = dist or Distributed(device=torch.device(settings.device or "cpu"))
     data, model_settings, optim = settings.data_config, settings.model_config, settings.optimizer_config
     if checkpoint is None:  # a resumed model's sizes are first compared with its checkpoint's tensors
@@ -137,6 +139,8 @@ def build_training(settings: Settings, dist: Optional[Distributed] = None, run_d
     if checkpoint is not None:
         try:
             trainer.load_state_dict(checkpoint)
+            if run_dir is not None and dist.is_main:  # a kill may have cut its promotion short
+                restore_best(run_dir, trainer.best_step, writer)
         except (RuntimeError, KeyError, ValueError, TypeError, IndexError, AttributeError) as err:
             raise TrainError(f"checkpoint {resume_path} does not fit this model: "
                              f"{str(err).strip().splitlines()[0]}") from None

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from ..checkpoint import AsyncCheckpointer
-from .checkpoints import CheckpointConfig, CheckpointStallMeter, ShardedCheckpoints, restore_best
+from .checkpoints import CheckpointConfig, CheckpointStallMeter, ShardedCheckpoints
 from .distributed import Distributed, all_gather_object, all_reduce_max
 from .errors import TrainError, TrainingStopped
 from .optim import ScheduleConfig, averaged_weights
@@ -424,7 +424,10 @@ class Trainer:
 
     def load_state_dict(self, state: dict) -> None:
         """Continue from `state` (:meth:`state_dict`'s, e.g. read from a checkpoint). It is
-        checked before use (TrainError naming what does not fit): a file is untrusted input."""
+        checked before use (TrainError naming what does not fit): a file is untrusted input.
+        Nothing is read or written on disk: after a kill between a checkpoint's commit and
+        best.pt's promotion, :func:`qrnn.train.checkpoints.restore_best` re-promotes it
+        (``restore_best(directory, trainer.best_step)``; ``qrnn-train --resume`` does)."""
         check_training_state(state, self.module, self.optimizer)
         self.module.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
@@ -445,9 +448,6 @@ class Trainer:
                                            dtype=torch.float64, device=self.device)
         self.epoch_tokens = int(so_far.get("tokens", 0))
         self.epoch_seconds = float(so_far.get("seconds", 0.0))
-        if self.checkpointing.directory is not None and self.dist.is_main:  # a kill may have cut its promotion short
-            writer = self.checkpoints.checkpointer if self.checkpoints is not None else None
-            restore_best(self.checkpointing.directory, self.best_step, writer)
         self.history = one_record_per_epoch(state.get("history") or [])
         trace = state.get("loss_trace")
         self.loss_trace = [] if trace is None else [[int(step), loss] for step, loss in trace.tolist()]
