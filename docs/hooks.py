@@ -102,7 +102,7 @@ def command_help(main) -> str:
 
 
 def _generate_help() -> str:
-    from qrnn.train.cli import generate_main
+    from qrnn.train.generate import generate_main
     return command_help(generate_main)
 
 

@@ -10,7 +10,8 @@ Weights use the layout of salesforce/pytorch-qrnn (``linear.weight`` of shape
 ``(gates * hidden, window * input)``, gate blocks Z, F, O, window inputs newest
 first), so its unidirectional checkpoints load with ``load_state_dict``. Its own API
 (inputs kept between calls, ready-made layer lists, its argument orders) is
-:mod:`qrnn.pytorch_qrnn`, importable as ``torchqrnn``.
+:mod:`qrnn.pytorch_qrnn`, importable as ``torchqrnn``. How a layer is called and what its
+call is given is checked by :mod:`qrnn.layer_calls`.
 """
 
 from __future__ import annotations
@@ -22,20 +23,31 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Optional, Sequence, Union, ov
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.nn.modules import module as _module_mod
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from .functional import (
     check_cu_seqlens,
-    check_input_dtype,
     check_lengths,
     check_positive_int,
     check_probability,
     low_precision_dtype,
     qrnn_layer_with,
 )
+from .layer_calls import (
+    _check_input,
+    _check_packed_call,
+    _check_state_device,
+    _check_tail,
+    _describe,
+    _gemm_weight,
+    _is_plain_linear,
+    _layer_state,
+    _StackedLayerState,
+    _unhooked,
+)
 from .ops.core.dispatch import refuse_fx_proxy
 from .ops.core.kernel_args import DTYPE_CODES, state_dtype
+from .safe_globals import allow_weights_only
 
 __all__ = ["QRNN", "QRNNLayer", "QRNNState"]
 
@@ -60,41 +72,7 @@ class QRNNState(NamedTuple):
                          tuple(None if t is None else t.detach() for t in self.x_tails))
 
 
-class _StackedLayerState(NamedTuple):
-    """The ``hx`` :class:`QRNN` passes each of its layers: that layer's slice of the state,
-    already checked once for the whole stack, and the stack's layout and direction. With
-    it, ``QRNNLayer.forward`` skips its own parsing and returns :meth:`QRNNLayer.run`'s
-    ``(output, c_n, x_tail_n)``. Passing it through ``nn.Module.__call__`` (rather than
-    calling ``run``) is what makes forward hooks, checkpoint wrappers and FSDP2's per-layer
-    unsharding see each layer's call; a hook may rebuild it with ``hx._replace(...)``."""
-
-    c0: Optional[Tensor]
-    x_tail: Optional[Tensor]
-    batch_first: bool
-    reverse: bool
-    cu_seqlens: Optional[Tensor] = None
-
-
 # ---- Modules ------------------------------------------------------------------------
-
-
-# Module hooks that a direct F.linear would skip (the global dicts are mutated in place, never
-# rebound, so these references stay current; getattr: not every torch version has each one).
-_GLOBAL_HOOKS = tuple(getattr(_module_mod, name, {}) for name in (
-    "_global_forward_pre_hooks", "_global_forward_hooks", "_global_backward_pre_hooks", "_global_backward_hooks"))
-
-
-def _unhooked(module: nn.Module) -> bool:
-    """No module hook, its own or a global one, would run if ``module`` were called."""
-    return not (module._forward_pre_hooks or module._forward_hooks or module._backward_pre_hooks
-                or module._backward_hooks or any(_GLOBAL_HOOKS))
-
-
-def _is_plain_linear(linear) -> bool:
-    """A plain nn.Linear that no hook watches: F.linear on its weight is exactly its call,
-    without Module.__call__'s cost. Anything else (a WeightDrop-style wrapper, a parametrized,
-    quantized or adapter linear, a Linear subclass, hooks) is called as a module."""
-    return type(linear) is nn.Linear and _unhooked(linear)
 
 
 def _is_plain_layer(layer: nn.Module) -> bool:
@@ -104,38 +82,6 @@ def _is_plain_layer(layer: nn.Module) -> bool:
     return (type(layer).forward is QRNNLayer.forward and getattr(layer, "_compiled_call_impl", None) is None
             and _unhooked(layer))
 
-
-def _gemm_weight(linear) -> Optional[Tensor]:
-    """The tensor whose dtype and device inputs must have for the gate GEMM: the weight of a
-    plain Linear, else the first floating-point parameter or buffer of the module, None
-    (unchecked) without one."""
-    if type(linear) is nn.Linear:
-        return linear.weight
-    for t in linear.parameters():
-        if t.is_floating_point():
-            return t
-    for t in linear.buffers():
-        if t.is_floating_point():
-            return t
-    return None
-
-
-def _check_input(input: Tensor, weight: Optional[Tensor], what: str) -> None:
-    """The input has the parameters' dtype (as nn.GRU, unless autocast casts both) and device
-    (one device comparison: what torch would otherwise report many frames deep)."""
-    if weight is None:
-        return
-    check_input_dtype(input, weight.dtype)
-    if input.device != weight.device:
-        raise ValueError(f"input is on {input.device} but the parameters of {what} are on {weight.device}: move "
-                         f"the input with input.to({str(weight.device)!r}), or the model with "
-                         f"model.to({str(input.device)!r})")
-
-
-def _check_state_device(state: Tensor, device: torch.device, name: str) -> None:
-    if state.device != device:
-        raise ValueError(f"{name} is on {state.device} but input is on {device}: pass {name} on the input's device "
-                         f"({name}.to({str(device)!r}))")
 
 # torch.jit.script calls __prepare_scriptable__ on every module before compiling it.
 _SCRIPT_MESSAGE = ("{what}: torch.jit.script cannot compile qrnn's layers (TorchScript cannot compile their "
@@ -304,19 +250,6 @@ class QRNNLayer(_TypedCall):
         return output, (h_n.squeeze(1) if unbatched else h_n)
 
 
-def _check_packed_call(unbatched: bool, lengths, hx) -> None:
-    """What a call with cu_seqlens cannot also have: its input is one 3-D packed row, its
-    states a tensor with a row per sequence (each sequence's window starts from zeros)."""
-    if unbatched:
-        raise ValueError("input with cu_seqlens must be the 3-D packed row (total, 1, input_size) (or (1, total, "
-                         "input_size) batch-first), got a 2-D input")
-    if lengths is not None:
-        raise ValueError("lengths and cu_seqlens: give one or the other, not both")
-    if hx is not None and not isinstance(hx, Tensor):
-        raise ValueError("hx with cu_seqlens must be a tensor (or None): each packed sequence's input window starts "
-                         "from zeros, so a QRNNState's input tails do not apply")
-
-
 def _as_state(hx, shape: str = "(num_layers * num_directions, batch, hidden_size)") -> "QRNNState":
     """A QRNNState from a QRNNState or a plain ``(c, x_tails)`` tuple or list of its fields
     (what generic code such as a recursive detach rebuilds from one); `shape`: the state
@@ -333,36 +266,6 @@ def _as_state(hx, shape: str = "(num_layers * num_directions, batch, hidden_size
                          f"(like nn.GRU), so pass h_0 alone, of shape {shape}, or a qrnn.QRNNState")
     raise ValueError("hx must be a Tensor, a QRNNState, a (c, x_tails) tuple of its fields, or None, "
                      f"got {_describe(hx)}")
-
-
-def _describe(x) -> str:
-    return f"shape {tuple(x.shape)}" if isinstance(x, Tensor) else type(x).__name__
-
-
-def _layer_state(c0: Tensor, batch: int, hidden: int, name: str) -> Tensor:
-    """A single layer's (batch, hidden) initial state from (1, batch, hidden) or (batch, hidden)."""
-    if not isinstance(c0, Tensor):
-        raise ValueError(f"{name} must be a tensor, got {type(c0).__name__}")
-    if c0.dim() == 3 and c0.shape[0] == 1:
-        c0 = c0[0]
-    if tuple(c0.shape) != (batch, hidden):
-        raise ValueError(f"{name} must have shape (1, batch, hidden) = (1, {batch}, {hidden}), got {tuple(c0.shape)}")
-    return c0
-
-
-def _check_tail(tail, window: int, batch: int, features: int, batch_first: bool, name: str,
-                device: torch.device) -> Optional[Tensor]:
-    """The tail to use (None for window 1, whose tail is empty), or ValueError."""
-    expected = (batch, window - 1, features) if batch_first else (window - 1, batch, features)
-    if not isinstance(tail, Tensor) or tuple(tail.shape) != expected:
-        if window == 1:
-            raise ValueError(f"{name}: a window-1 layer carries no input tail (None or an empty {expected} tensor), "
-                             f"got {_describe(tail)}")
-        raise ValueError(f"{name} must have shape {expected}, got {_describe(tail)}")
-    if window == 1:
-        return None
-    _check_state_device(tail, device, name)
-    return tail
 
 
 class QRNN(_TypedCall):
@@ -632,37 +535,9 @@ class QRNN(_TypedCall):
         return PackedSequence(data, batch_sizes, sorted_indices, unsorted_indices)
 
 
-def _named_entries_supported() -> bool:
-    """Whether this torch's weights-only allowlist takes ``(object, "module.qualname")``
-    entries (torch >= 2.6). Read from the code that resolves the entries, not from a version
-    number: torch 2.4 and 2.5 take bare objects only, and a pair there would break every
-    weights-only load (they read ``entry.__module__``)."""
-    from torch import _weights_only_unpickler as unpickler
-
-    code = getattr(getattr(unpickler, "_get_user_allowed_globals", None), "__code__", None)
-    return code is not None and "tuple" in code.co_names  # isinstance(entry, tuple)
-
-
-def _allow_weights_only(objects: list) -> None:
-    """Add `objects` to torch's weights-only allowlist so that they stay there.
-
-    A user's ``with torch.serialization.safe_globals([..., nn.Linear, set]):`` removes, on
-    exit, every entry equal to one it lists, including those qrnn added at import, and
-    pickled qrnn models would stop loading with ``torch.load(..., weights_only=True)`` for
-    the rest of the process. Each object is therefore also added as the pair
-    ``(object, "module.qualname")``, under the name pickle records for it: a separate entry
-    that such a block does not list and so never removes. On torch 2.4 and 2.5, whose
-    allowlist has no pairs, the bare objects are all there is (the best available there):
-    after such a block, add them again with ``torch.serialization.add_safe_globals``."""
-    entries: list = list(objects)
-    if _named_entries_supported():
-        entries += [(obj, f"{obj.__module__}.{obj.__qualname__}") for obj in objects]
-    torch.serialization.add_safe_globals(entries)
-
-
 # torch.load(weights_only=True) rebuilds pickled models holding qrnn layers under the
 # allowlist that works for nn.LSTM: qrnn's classes and the torch.nn containers they hold;
 # set, because every nn.Module pickles one (_non_persistent_buffers_set) and torch < 2.5
 # does not allow it by default. The qrnn package docstring lists what is added: keep both
 # in step.
-_allow_weights_only([QRNN, QRNNLayer, QRNNState, nn.ModuleList, nn.Linear, set])
+allow_weights_only([QRNN, QRNNLayer, QRNNState, nn.ModuleList, nn.Linear, set])

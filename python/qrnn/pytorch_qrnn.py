@@ -22,6 +22,7 @@ from torch import Tensor, nn
 from . import modules
 from .modules import QRNNState
 from .ops.forget_mult import forget_mult
+from .safe_globals import allow_weights_only
 
 __all__ = ["ForgetMult", "QRNN", "QRNNLayer"]
 
@@ -202,4 +203,4 @@ class ForgetMult(nn.Module):
 # torch.load(weights_only=True) rebuilds pickled models holding these classes, beside the
 # ones qrnn.modules allows (the torchqrnn package docstring lists both sets); entries that a
 # user's safe_globals block does not remove.
-modules._allow_weights_only([QRNN, QRNNLayer, ForgetMult])
+allow_weights_only([QRNN, QRNNLayer, ForgetMult])

@@ -19,8 +19,8 @@ import torch
 
 from qrnn.checkpoint import AsyncCheckpointer, CorruptCheckpointError, UnsafeCheckpointError, load, verify
 from qrnn.checkpoint.reader import refused_global
-from qrnn.train.cli import generate_main
 from qrnn.train.cli import main as train_main
+from qrnn.train.generate import generate_main
 
 GIB = 2**30
 

@@ -600,8 +600,8 @@ def test_safe_globals_survive_a_users_safe_globals_block():
     even qrnn's own) removes them on exit; pickled qrnn and torchqrnn models still load with
     weights_only=True afterwards (torch >= 2.6; torch 2.5's allowlist cannot keep them)."""
     code = ("import io, torch, qrnn, torchqrnn\n"
-            "from qrnn.modules import _named_entries_supported\n"
-            "if not _named_entries_supported(): raise SystemExit(3)\n"
+            "from qrnn.safe_globals import named_entries_supported\n"
+            "if not named_entries_supported(): raise SystemExit(3)\n"
             "saved = []\n"
             "for model in (qrnn.QRNN(3, 4, 2, window=2), torchqrnn.QRNN(3, 4, num_layers=2)):\n"
             "    b = io.BytesIO(); torch.save(model, b); saved.append((type(model), b))\n"

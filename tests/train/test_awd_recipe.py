@@ -344,7 +344,8 @@ def test_switch_to_averaged_sgd_and_resume_bit_identical(tmp_path, monkeypatch, 
     out = capsys.readouterr().out
     assert "recipe: awd-qrnn-ptb; asgd (nonmono 5) lr 2" in out
     assert "epoch 1: validation stopped improving (--nonmono 5): switching to averaged SGD" in out
-    from qrnn.train.checkpoints import latest_checkpoint, load_checkpoint
+    from qrnn.train.checkpoints import load_checkpoint
+    from qrnn.train.runs import latest_checkpoint
     final = load_checkpoint(latest_checkpoint(str(straight)))
     steps = final["progress"]["step"]
     assert final["nt_asgd"]["switched_at"] == 1
@@ -381,7 +382,7 @@ def test_a_damaged_averaged_sgd_state_is_one_line(tmp_path, capsys, damage):
     args = _small_recipe(tmp_path) + ["--epochs", "1", "--max-steps", "2", "--checkpoint-dir", str(tmp_path / "run")]
     assert train_main(args) == 0
     from qrnn.checkpoint import load
-    from qrnn.train.checkpoints import latest_checkpoint
+    from qrnn.train.runs import latest_checkpoint
     path = latest_checkpoint(str(tmp_path / "run"))
     state = load(path)
     state["nt_asgd"] = damage

@@ -42,7 +42,7 @@ TOLERANCE = 1e-5  # float32 parameters after up to 2 * 29 Adam steps, gradients 
 # Runs qrnn-train and records, per rank, every call that writes into the run folder.
 LAUNCHER = textwrap.dedent("""
     import os, sys
-    import qrnn.checkpoint, qrnn.train.cache, qrnn.train.cli
+    import qrnn.checkpoint, qrnn.train.cache, qrnn.train.cli, qrnn.train.report
 
     def recorded(owner, name):
         original = getattr(owner, name)
@@ -54,8 +54,8 @@ LAUNCHER = textwrap.dedent("""
 
     recorded(qrnn.checkpoint.AsyncCheckpointer, "__init__")
     recorded(qrnn.checkpoint.AsyncCheckpointer, "save")
-    recorded(qrnn.train.cli, "write_metrics")
-    recorded(qrnn.train.cli, "plot_losses")
+    recorded(qrnn.train.report, "write_metrics")
+    recorded(qrnn.train.report, "plot_losses")
     recorded(qrnn.train.cache, "_build")  # tokenizing the corpus into its cache
     sys.exit(qrnn.train.cli.main(sys.argv[1:]))
 """)

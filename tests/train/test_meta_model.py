@@ -63,12 +63,12 @@ def test_size_checks_import_nothing_heavy():
     does not import in that torch too (a torch release may load sympy on its own)."""
     ours = _heavy_imports("""
 import torch
-from qrnn.train.cli import _check_model_shapes
 from qrnn.train.lm import meta_model
 from qrnn.train.memory import count_parameters
+from qrnn.train.setup import check_model_shapes
 config = dict(vocab_size=5000, emsize=16, hidden=16, layers=2, cutoffs=[500, 2000])
 assert count_parameters(config) > 0
-_check_model_shapes(config, {k: torch.empty(v.shape) for k, v in meta_model(config).state_dict().items()}, "x")
+check_model_shapes(config, {k: torch.empty(v.shape) for k, v in meta_model(config).state_dict().items()}, "x")
 """)
     torchs = _heavy_imports("""
 import torch

@@ -27,8 +27,9 @@ from torch import nn
 import qrnn
 from conftest import assert_same_training_state
 from qrnn.checkpoint import load
-from qrnn.train import Trainer, TrainingStopped
+from qrnn.train import CheckpointConfig, PrecisionConfig, Trainer, TrainingStopped
 from qrnn.train import main as train_main
+from qrnn.train.checkpoints import restore_best
 from qrnn.train.data import default_text
 from qrnn.train.stopping import with_ctrl_c
 
@@ -330,11 +331,12 @@ def test_pid_1_of_a_container_stops_on_sigterm(base, tmp_path):
 
 # ---------------------------------------------------------------- the library form
 
-def _tiny_trainer(tmp_path, **options):
+def _tiny_trainer(tmp_path, **checkpointing):
     torch.manual_seed(0)
     model = nn.Linear(3, 1)
-    return Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), nn.functional.mse_loss, precision="fp32",
-                   checkpoint_dir=str(tmp_path), keep_last=None, progress=False, **options)
+    return Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), nn.functional.mse_loss,
+                   precision=PrecisionConfig("fp32"),
+                   checkpointing=CheckpointConfig(str(tmp_path), keep_last=None, **checkpointing), progress=False)
 
 
 def _steps(run_dir):
@@ -346,8 +348,26 @@ def test_trainer_saves_every_n_steps_and_every_interval(tmp_path):
     data = [(torch.randn(4, 3), torch.randn(4, 1)) for _ in range(5)]
     _tiny_trainer(tmp_path / "every", save_every=2).fit(data, epochs=2)
     assert _steps(tmp_path / "every") == [2, 4, 5, 6, 8, 10]  # epoch ends at 5 and 10
-    _tiny_trainer(tmp_path / "interval", save_interval=1e-9).fit(data, epochs=1)  # due before every step
+    _tiny_trainer(tmp_path / "interval", save_interval=1e-9).fit(data, epochs=1)  # minutes: due before every step
     assert _steps(tmp_path / "interval") == [1, 2, 3, 4, 5]
+    assert CheckpointConfig(save_interval=1.5).interval_seconds == 90.0  # --save-interval's unit, minutes
+    assert CheckpointConfig().interval_seconds is None
+
+
+def test_load_state_dict_writes_nothing_and_restore_best_repromotes(tmp_path):
+    """Trainer.load_state_dict only loads: re-promoting best.pt after a kill cut its promotion
+    short is the checkpoint component's restore_best, which qrnn-train --resume calls."""
+    data = [(torch.randn(4, 3), torch.randn(4, 1)) for _ in range(5)]
+    trainer = _tiny_trainer(tmp_path)
+    trainer.fit(data, valid_data=data[:2], epochs=2)
+    best_step = trainer.best_step
+    os.remove(tmp_path / "best.pt")  # as if killed between the commit and the promotion
+    before = sorted(os.listdir(tmp_path))
+    resumed = _tiny_trainer(tmp_path)
+    resumed.load_state_dict(load(_latest(tmp_path)))
+    assert sorted(os.listdir(tmp_path)) == before and resumed.best_step == best_step is not None
+    assert restore_best(str(tmp_path), resumed.best_step)
+    assert load(tmp_path / "best.pt")["progress"]["step"] == best_step
 
 
 def test_trainer_fit_stops_on_a_signal_with_a_checkpoint(tmp_path):
@@ -385,7 +405,8 @@ def test_sigterm_with_sharded_checkpoints_saves_the_step_folder_and_resumes_bit_
     step folder (every rank's part, then .metadata); the same command line resumes it (the
     format is kept from the checkpoint) and ends where the file-format run that never
     stopped ends."""
-    from qrnn.train.checkpoints import latest_checkpoint, load_checkpoint
+    from qrnn.train.checkpoints import load_checkpoint
+    from qrnn.train.runs import latest_checkpoint
     run_dir = tmp_path / "run"
     code, _, err = _run(base, run_dir, "SIGTERM@step@12", ["--epochs", "2", "--checkpoint-format", "dcp"])
     assert code == 128 + signal.SIGTERM, err[-2000:]

@@ -9,11 +9,12 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from qrnn.train.cli import _softmax_cutoffs, generate_main
 from qrnn.train.cli import main as train_main
 from qrnn.train.data import default_text
 from qrnn.train.errors import TrainError
+from qrnn.train.generate import generate_main
 from qrnn.train.lm import QRNNLanguageModel, generate, lm_loss
+from qrnn.train.setup import _softmax_cutoffs
 from qrnn.train.softmax import SplitSoftmax, default_cutoffs
 
 F64 = torch.float64

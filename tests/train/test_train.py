@@ -12,7 +12,7 @@ from torch import nn
 import qrnn
 from conftest import assert_same_training_state
 from qrnn.checkpoint import load
-from qrnn.train import Trainer, choose_precision, fit, generate_main
+from qrnn.train import CheckpointConfig, PrecisionConfig, ScheduleConfig, Trainer, choose_precision, fit, generate_main
 from qrnn.train import main as train_main
 from qrnn.train.data import BPTTBatches, Vocabulary, default_text, load_corpus, split_text
 
@@ -145,8 +145,8 @@ def test_fp16_skipped_step_does_not_update_or_advance_the_schedule(fused):
         model.load_state_dict(initial.state_dict())
         optimizer = torch.optim.Adam(model.parameters(), lr=0.1, fused=fused)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 / (step + 1))
-        return Trainer(model, optimizer, nn.functional.mse_loss, scheduler=scheduler, precision=precision,
-                       grad_scaler=scaler, clip_norm=1.0, progress=False)
+        return Trainer(model, optimizer, nn.functional.mse_loss, schedule=ScheduleConfig(scheduler=scheduler),
+                       precision=PrecisionConfig(precision, clip_norm=1.0, grad_scaler=scaler), progress=False)
 
     scaler = torch.amp.GradScaler("cpu", init_scale=128.0, growth_factor=2.0, backoff_factor=0.5,
                                   growth_interval=1)
@@ -163,7 +163,7 @@ def test_fp16_skipped_step_does_not_update_or_advance_the_schedule(fused):
 
     assert trainer.skipped_steps == 1 and trainer.step == 4
     assert scaler.get_scale() == 128.0 * 2.0 ** 3 * 0.5 ** 1
-    assert trainer.scheduler.last_epoch == 3 == control.scheduler.last_epoch
+    assert trainer.schedule.scheduler.last_epoch == 3 == control.schedule.scheduler.last_epoch
     assert trainer.optimizer.param_groups[0]["lr"] == control.optimizer.param_groups[0]["lr"]
     for p, q in zip(trainer.module.parameters(), control.module.parameters()):
         assert torch.isfinite(p).all()
@@ -177,7 +177,8 @@ def test_fit_any_model_with_checkpoints(tmp_path):
     model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     history = fit(model, data, optimizer, nn.functional.mse_loss, valid_data=data[:2], epochs=3,
-                  precision="fp32", checkpoint_dir=str(tmp_path), keep_last=2, progress=False)
+                  precision=PrecisionConfig("fp32"), checkpointing=CheckpointConfig(str(tmp_path), keep_last=2),
+                  progress=False)
     assert [r["epoch"] for r in history] == [1, 2, 3] and all(r["complete"] for r in history)
     assert history[-1]["valid_loss"] < history[0]["valid_loss"]
     assert sorted(os.listdir(tmp_path)) == ["best.pt", "ckpt-000000000010.pt", "ckpt-000000000015.pt"]

@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from qrnn.train import Trainer, choose_precision
+from qrnn.train import CheckpointConfig, PrecisionConfig, Trainer, choose_precision
 from qrnn.train import main as train_main
 
 
@@ -58,7 +58,13 @@ def test_trainer_bad_arguments():
     with pytest.raises(TypeError, match="loss_fn"):
         Trainer(model, opt, 3)
     with pytest.raises(ValueError, match="precision"):
-        Trainer(model, opt, loss, precision="fp8")
+        Trainer(model, opt, loss, precision=PrecisionConfig("fp8"))
+    with pytest.raises(TypeError, match=r"precision must be a qrnn\.train\.PrecisionConfig .*\('fp32'\)"):
+        Trainer(model, opt, loss, precision="fp32")  # the keyword's value before configs grouped it
+    with pytest.raises(TypeError, match="checkpointing must be a qrnn.train.CheckpointConfig"):
+        Trainer(model, opt, loss, checkpointing={"directory": "runs/x"})
+    with pytest.raises(ValueError, match="checkpoint format must be 'file' or 'dcp'"):
+        CheckpointConfig("runs/x", format="zip")
     with pytest.raises(ValueError, match="precision"):
         choose_precision("int8", torch.device("cpu"))
 
@@ -66,7 +72,7 @@ def test_trainer_bad_arguments():
 def test_trainer_nan_loss_propagates_and_empty_data_is_no_op():
     model = torch.nn.Linear(2, 2)
     trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), torch.nn.functional.mse_loss,
-                      precision="fp32", progress=False, log=lambda message: None)
+                      precision=PrecisionConfig("fp32"), progress=False, log=lambda message: None)
     history = trainer.fit([(torch.full((3, 2), float("nan")), torch.rand(3, 2))], epochs=1)
     assert len(history) == 1 and any(isinstance(v, float) and v != v for v in history[0].values())
     assert trainer.fit([], epochs=2) is not None
@@ -79,10 +85,10 @@ def test_library_runs_without_the_train_extra(tmp_path):
         "import sys\n"
         "sys.modules['tqdm'] = sys.modules['matplotlib'] = None  # as if not installed\n"
         "import torch, qrnn, torchqrnn\n"
-        "from qrnn.train import Trainer, main\n"
+        "from qrnn.train import PrecisionConfig, Trainer, main\n"
         "model = torch.nn.Linear(2, 2)\n"
         "trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), torch.nn.functional.mse_loss,\n"
-        "                  precision='fp32', progress=False, log=lambda message: None)\n"
+        "                  precision=PrecisionConfig('fp32'), progress=False, log=lambda message: None)\n"
         "assert len(trainer.fit([(torch.rand(3, 2), torch.rand(3, 2))], epochs=1)) == 1\n"
         "sys.exit(main(['--no-progress', '--checkpoint-dir', sys.argv[1]]))\n")
     result = subprocess.run([sys.executable, "-c", code, str(tmp_path / "run")], capture_output=True, text=True,
@@ -212,7 +218,7 @@ def test_model_memory_estimate_against_the_device(tmp_path, monkeypatch, capsys)
 def test_train_command_reports_a_failed_allocation_in_one_line(tmp_path, monkeypatch, capsys):
     """An allocation that fails despite the estimate (memory taken meanwhile, an estimate
     that cannot be made) is one line too; other RuntimeErrors are not disguised as it."""
-    import qrnn.train.cli as cli
+    import qrnn.train.setup as setup
     from qrnn.train import memory
 
     monkeypatch.setattr(memory, "available_bytes", lambda device: None)  # nothing refused up front
@@ -221,7 +227,7 @@ def test_train_command_reports_a_failed_allocation_in_one_line(tmp_path, monkeyp
         raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate "
                            "memory: you tried to allocate 307200000000 bytes. Error code 12 (Cannot allocate memory)")
 
-    monkeypatch.setattr(cli, "QRNNLanguageModel", cannot_allocate)
+    monkeypatch.setattr(setup, "QRNNLanguageModel", cannot_allocate)
     argv = ["--no-progress", "--hidden", "64", "--checkpoint-dir", str(tmp_path / "run")]
     assert train_main(argv) == 2
     err = capsys.readouterr().err
@@ -267,7 +273,7 @@ def tiny_run(tmp_path_factory):
 
 def _generate_process(*argv):
     """qrnn-generate as its console script runs it, in a fresh interpreter."""
-    code = "import sys; from qrnn.train.cli import generate_main; sys.exit(generate_main())"
+    code = "import sys; from qrnn.train.generate import generate_main; sys.exit(generate_main())"
     return subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=300)
 
 

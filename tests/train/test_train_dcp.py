@@ -11,8 +11,9 @@ import torch.distributed as dist
 
 from conftest import assert_same_training_state
 from qrnn.train import main as train_main
-from qrnn.train.checkpoints import latest_checkpoint, load_checkpoint
+from qrnn.train.checkpoints import load_checkpoint
 from qrnn.train.data import default_text
+from qrnn.train.runs import latest_checkpoint
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not dist.is_available(), reason="needs torch.distributed")]
 

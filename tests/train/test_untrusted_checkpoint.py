@@ -25,7 +25,8 @@ TINY = ["--layers", "2", "--hidden", "32", "--emsize", "16", "--batch-size", "8"
 
 CHILD = textwrap.dedent("""
     import contextlib, io, json, resource, sys
-    from qrnn.train.cli import generate_main, main
+    from qrnn.train.cli import main
+    from qrnn.train.generate import generate_main
 
     def status_mb(field):
         with open("/proc/self/status") as status:

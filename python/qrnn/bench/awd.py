@@ -74,10 +74,10 @@ def _flags(preset: str, quick: bool, overrides: Optional[dict] = None) -> dict:
 
 
 def qrnn_run(data: Path, preset: str, precision: str, quick: bool, overrides: Optional[dict] = None):
-    """A :class:`qrnn.train.cli.TrainingRun` for `preset` as qrnn-train builds it (its settings,
+    """A :class:`qrnn.train.setup.TrainingRun` for `preset` as qrnn-train builds it (its settings,
     model, loss, optimizer and learning rates), without checkpoints or progress bar."""
-    from qrnn.train.cli import build_training
     from qrnn.train.settings import Settings
+    from qrnn.train.setup import build_training
 
     flags = _flags(preset, quick, overrides)
     settings = Settings(**{**flags, "data": str(data), "preset": preset, "precision": precision,
@@ -138,7 +138,7 @@ def loop_overhead(data: Path, preset: str, quick: bool) -> Result:
     trainer, settings = ours.trainer, twin.settings
     model, optimizer, batches = twin.model, twin.trainer.optimizer, twin.train_batches
     params = list(model.parameters())
-    lr_at = twin.trainer.lr_at
+    lr_at = twin.trainer.schedule.lr_at
     assert lr_at is not None
     bare: dict = {"carry": None}
     bare_step = [0]

@@ -114,8 +114,8 @@ def _softmax_share(quick: bool) -> list:
 def _perplexity(quick: bool) -> Result:
     """Validation perplexity of the split softmax against the full one after the same steps
     of the same model on Python's reference text at word level."""
-    from qrnn.train.cli import build_training
     from qrnn.train.settings import Settings
+    from qrnn.train.setup import build_training
 
     with tempfile.TemporaryDirectory() as folder:
         from qrnn.train.data import default_text
@@ -242,8 +242,8 @@ def _generate_start(quick: bool) -> Result:
                        timeout=1800)
         best_pt = os.path.join(run_dir, "best.pt")
         load = ["-c", "import sys, torch; torch.load(sys.argv[1], weights_only=True)", best_pt]
-        sample = ["-c", "import sys; from qrnn.train.cli import generate_main; sys.exit(generate_main(sys.argv[1:]))",
-                  "--checkpoint", best_pt, "--length", "1"]
+        sample = ["-c", "import sys; from qrnn.train.generate import generate_main; "
+                  "sys.exit(generate_main(sys.argv[1:]))", "--checkpoint", best_pt, "--length", "1"]
         best = {"load": float("inf"), "sample": float("inf")}
         for _ in range(rounds):
             best["load"] = min(best["load"], _timed_process(load))

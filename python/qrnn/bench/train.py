@@ -10,6 +10,7 @@ GPU AWD-QRNN's PTB model (4 layers of 1550, emsize 400, vocabulary 10,000, batch
 from __future__ import annotations
 
 import tempfile
+from typing import Optional
 
 import torch
 
@@ -33,8 +34,8 @@ def _describe(config: dict) -> str:
     return str(config)
 
 
-def _trainer(device: str, precision: str, config: dict, **trainer_args):
-    from qrnn.train import Distributed, Trainer
+def _trainer(device: str, precision: str, config: dict, checkpoint_dir: Optional[str] = None):
+    from qrnn.train import BPTTConfig, CheckpointConfig, Distributed, PrecisionConfig, Trainer
     from qrnn.train.lm import QRNNLanguageModel, lm_loss
     from qrnn.train.optim import make_optimizer
 
@@ -46,8 +47,9 @@ def _trainer(device: str, precision: str, config: dict, **trainer_args):
     def loss_fn(features, targets):
         return lm_loss(model, features, targets)
 
-    return Trainer(model, optimizer, loss_fn, precision=precision, dist=Distributed(device=torch.device(device)),
-                   clip_norm=0.25, stateful=True, progress=False, log=lambda message: None, **trainer_args)
+    return Trainer(model, optimizer, loss_fn, precision=PrecisionConfig(precision, clip_norm=0.25),
+                   checkpointing=CheckpointConfig(checkpoint_dir), bptt=BPTTConfig(stateful=True),
+                   dist=Distributed(device=torch.device(device)), progress=False, log=lambda message: None)
 
 
 def _batches(device: str, config: dict, steps: int):

@@ -1,11 +1,14 @@
-"""The run's checkpoints: saved through :class:`qrnn.checkpoint.AsyncCheckpointer` while
-measuring how long training waited for them, best.pt, and finding and reading them back."""
+"""The run's checkpoints: where and when (:class:`CheckpointConfig`), saved through
+:class:`qrnn.checkpoint.AsyncCheckpointer` while measuring how long training waited for
+them, best.pt (kept, and re-promoted on resume), and reading them back. Finding a folder's
+latest checkpoint is :mod:`qrnn.train.runs`'s."""
 
 from __future__ import annotations
 
 import math
 import os
 import time
+from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
 import torch
@@ -14,10 +17,58 @@ from .. import _C
 from ..checkpoint import AsyncCheckpointer, CheckpointFolder, SaveHandle, UnsafeCheckpointError, load
 from .errors import TrainError
 
-__all__ = ["CheckpointStallMeter", "ShardedCheckpoints", "latest_checkpoint", "load_checkpoint", "restore_best",
+__all__ = ["CheckpointConfig", "CheckpointStallMeter", "ShardedCheckpoints", "load_checkpoint", "restore_best",
            "BEST_NAME", "expanded_size", "is_sharded_checkpoint"]
 
 BEST_NAME = "best.pt"
+CHECKPOINT_FORMATS = ("file", "dcp")
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    """Where and when :class:`qrnn.train.Trainer` checkpoints (``qrnn-train``'s checkpoint
+    flags, in their units: ``save_interval`` in minutes, as ``--save-interval``).
+
+    Args:
+        directory: where rank 0 writes a checkpoint every epoch (and when stopping early)
+            through :class:`qrnn.checkpoint.AsyncCheckpointer`, keeping ``keep_last`` and a
+            best.pt (lowest validation loss); None: no checkpoints.
+        keep_last: how many checkpoints to keep; None: all.
+        save_every: also checkpoint every this many optimizer steps, mid-epoch, at the
+            position reached; None: only at epoch ends.
+        save_interval: also checkpoint every this many MINUTES (rank 0's clock), mid-epoch,
+            at the position reached; None: never by time.
+        overlap: stage the snapshot while the next forward and backward run, the next
+            ``optimizer.step()`` waiting for it (default): safe unless the forward pass
+            changes saved tensors in place (BatchNorm running statistics, an EMA updated in
+            forward); False for such models.
+        format: ``"file"`` (rank 0 writes one torch.save file per checkpoint) or ``"dcp"``
+            (every rank writes its part of a torch.distributed.checkpoint folder
+            ``step-<n>`` through :mod:`qrnn.checkpoint.dcp`; the Trainer's ``checkpointer``
+            then writes only the run folder's other files; no best.pt).
+        extra: entries added to every checkpoint (e.g. settings, a vocabulary); the dict
+            itself is kept, so what it holds at each save is saved.
+
+    Raises:
+        ValueError: a ``format`` other than the two.
+    """
+
+    directory: Optional[str] = None
+    keep_last: Optional[int] = 3
+    save_every: Optional[int] = None
+    save_interval: Optional[float] = None
+    overlap: bool = True
+    format: str = "file"
+    extra: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.format not in CHECKPOINT_FORMATS:
+            raise ValueError(f"checkpoint format must be 'file' or 'dcp', got {self.format!r}")
+
+    @property
+    def interval_seconds(self) -> Optional[float]:
+        """``save_interval`` in seconds, as the training loop's clock counts, or None."""
+        return None if self.save_interval is None else 60.0 * self.save_interval
 
 
 class CheckpointStallMeter:
@@ -141,9 +192,9 @@ def restore_best(directory: str, best_step: Optional[int],
     `checkpointer`: the run's own, when it has one (it holds the folder's writer lock)."""
     if best_step is None or not os.path.isdir(directory):
         return False
-    with AsyncCheckpointer(directory) as scanner:
-        name = _C.checkpoint_file_name(scanner.prefix, best_step, scanner.suffix)
-        committed = {os.path.basename(path) for path in scanner.checkpoints()}
+    scanner = CheckpointFolder(directory)  # reads only; the writer below takes the lock
+    name = _C.checkpoint_file_name(scanner.prefix, best_step, scanner.suffix)
+    committed = {os.path.basename(path) for path in scanner.checkpoints()}
     if name not in committed:
         return False
     source = os.path.join(directory, name)
@@ -173,23 +224,6 @@ def _dcp():
 def is_sharded_checkpoint(path: str) -> bool:
     """Whether `path` is a committed ``--checkpoint-format dcp`` checkpoint (a folder)."""
     return os.path.isfile(os.path.join(path, ".metadata"))
-
-
-def latest_checkpoint(directory: str) -> Optional[str]:
-    """The most recently committed checkpoint in `directory` (a file, or a dcp step folder:
-    of the two formats, the higher step), None when it has none."""
-    if not os.path.isdir(directory):
-        return None
-    scanner = CheckpointFolder(directory)  # reads only: no writer threads, no lock
-    latest = scanner.latest()
-    step = None if latest is None else _C.checkpoint_parse_name(os.path.basename(latest), scanner.prefix,
-                                                                scanner.suffix)
-    dcp = _dcp()
-    folder = dcp.latest(directory) if dcp is not None else None
-    if folder is None or (latest is not None and step is not None
-                          and step > _C.checkpoint_parse_name(os.path.basename(folder), "step-", "")):
-        return latest
-    return folder
 
 
 def load_checkpoint(path: str, mmap: bool = False) -> dict:

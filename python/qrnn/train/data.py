@@ -19,7 +19,7 @@ from torch import Tensor
 
 from qrnn import _C
 
-__all__ = ["DataError", "Tokenizer", "Vocabulary", "Corpus", "load_corpus", "load_texts", "split_files",
+__all__ = ["DataConfig", "DataError", "Tokenizer", "Vocabulary", "Corpus", "load_corpus", "load_texts", "split_files",
            "default_text", "split_text", "line_cuts", "decode_text", "decode_file_text", "BPTTBatches", "UNK", "EOS",
            "LEVELS", "SPLITS"]
 
@@ -286,6 +286,28 @@ def load_corpus(path: Optional[str] = None, level: str = "char", vocab: Optional
     vocab, final = tokenizer.vocabulary()
     ids = [torch.from_numpy(final[raw].astype(np.int64)) for raw in provisional]
     return Corpus(name, vocab, ids[0], ids[1], ids[2])
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """``qrnn-train``'s corpus and batches (its ``--data``, ``--level``, ``--batch-size``,
+    ``--eval-batch-size``, ``--bptt`` and ``--bptt-lengths``).
+
+    Args:
+        path: the corpus (:func:`load_corpus`); None: the built-in reference text.
+        level: one of :data:`LEVELS`.
+        batch_size: the global batch of training (:class:`BPTTBatches`).
+        eval_batch_size: the global batch of validation and test; None: ``batch_size``.
+        bptt: the truncated-BPTT chunk length.
+        bptt_lengths: ``"fixed"``, or ``"random"``: awd-lstm-lm's chunk lengths around ``bptt``.
+    """
+
+    path: Optional[str]
+    level: str
+    batch_size: int
+    eval_batch_size: Optional[int]
+    bptt: int
+    bptt_lengths: str
 
 
 class BPTTBatches(Sequence):

@@ -24,6 +24,7 @@ vocabulary tensor.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import NamedTuple, Optional, Sequence, cast
 
 import torch
@@ -34,7 +35,8 @@ from torch.overrides import TorchFunctionMode
 from .. import QRNN, QRNNState
 from .softmax import SplitSoftmax
 
-__all__ = ["QRNNLanguageModel", "LMFeatures", "lm_loss", "generate", "locked_dropout", "embedding_dropout"]
+__all__ = ["ModelConfig", "QRNNLanguageModel", "LMFeatures", "lm_loss", "generate", "locked_dropout",
+           "embedding_dropout"]
 
 
 def locked_dropout(x: Tensor, p: float, training: bool) -> Tensor:
@@ -163,6 +165,40 @@ class _SkipInitialisers(TorchFunctionMode):
             if isinstance(target, Tensor) and target.is_meta:
                 return target
         return func(*args, **kwargs)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """``qrnn-train``'s language model: :class:`QRNNLanguageModel`'s sizes and regularisers,
+    each under its name there (the flags are awd-lstm-lm's: ``--window`` is ``first_window``,
+    ``--dropouti`` ``dropout_emb``, ``--dropouth`` ``dropout_hidden``, ``--dropoute``
+    ``dropout_words``, ``--wdrop`` ``weight_drop``), the softmax asked for (``softmax``: auto,
+    full or adaptive; ``cutoffs``: its clusters, () for the default rule) and :func:`lm_loss`'s
+    ``alpha`` and ``beta``. Fields: emsize, hidden, layers, first_window, dropout, dropout_emb,
+    dropout_hidden, dropout_words, weight_drop, softmax, cutoffs, alpha, beta.
+    """
+
+    emsize: int
+    hidden: int
+    layers: int
+    first_window: int
+    dropout: float
+    dropout_emb: float
+    dropout_hidden: float
+    dropout_words: float
+    weight_drop: float
+    softmax: str
+    cutoffs: tuple
+    alpha: float
+    beta: float
+
+    def arguments(self, vocab_size: int, cutoffs: Optional[tuple]) -> dict:
+        """QRNNLanguageModel's keyword arguments for a vocabulary of `vocab_size` tokens and
+        the split softmax's `cutoffs` (None: the full softmax): a checkpoint's ``model_config``."""
+        return dict(vocab_size=vocab_size, emsize=self.emsize, hidden=self.hidden, layers=self.layers,
+                    dropout=self.dropout, dropout_emb=self.dropout_emb, first_window=self.first_window,
+                    dropout_hidden=self.dropout_hidden, dropout_words=self.dropout_words,
+                    weight_drop=self.weight_drop, cutoffs=cutoffs)
 
 
 def meta_model(model_config: dict) -> QRNNLanguageModel:

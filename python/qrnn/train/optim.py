@@ -2,18 +2,19 @@
 has a fused kernel), awd-lstm-lm's non-monotonically triggered averaged SGD (NT-ASGD) on
 torch's own ``ASGD``, and the learning rate of each step (warm-up, ``--when`` drops, scaling
 by the BPTT chunk's length), a pure function of the run's progress so that resuming needs
-no scheduler state."""
+no scheduler state. :class:`OptimizerConfig` is ``qrnn-train``'s optimizer and learning
+rates, :class:`ScheduleConfig` how :class:`qrnn.train.Trainer` sets each step's rate."""
 
 from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import torch
 
-__all__ = ["OPTIMIZERS", "make_optimizer", "make_asgd", "averaged_weights", "averaged_state_dict", "NTASGD",
-           "LearningRate"]
+__all__ = ["OptimizerConfig", "ScheduleConfig", "OPTIMIZERS", "make_optimizer", "make_asgd", "averaged_weights",
+           "averaged_state_dict", "NTASGD", "LearningRate"]
 
 # "asgd": SGD until validation stops improving, then averaged SGD (awd-lstm-lm's "sgd").
 OPTIMIZERS = ("adam", "sgd", "asgd")
@@ -138,3 +139,55 @@ class LearningRate:
         if self.scale_by_length:
             rate *= length / self.bptt
         return rate
+
+
+@dataclass(frozen=True)
+class ScheduleConfig:
+    """How :class:`qrnn.train.Trainer` sets the learning rate of each optimizer step.
+
+    Args:
+        scheduler (Any): an LR scheduler stepped once per applied optimizer step (steps the
+            fp16 GradScaler skips do not advance it), or None.
+        lr_at: ``lr_at(applied_steps, epoch, length)``, the learning rate of each step, set
+            on every parameter group before it, from the optimizer steps applied so far, the
+            epoch (0-based) and the batch's length (the targets' first dimension: the chunk
+            length of time-major batches); a pure function of progress, so resuming needs no
+            scheduler state. None: the optimizer's own rates.
+    """
+
+    scheduler: Any = None
+    lr_at: Optional[Callable[[int, int, int], float]] = None
+
+
+@dataclass(frozen=True)
+class OptimizerConfig:
+    """``qrnn-train``'s optimizer and learning rates (its ``--optimizer``, ``--lr``,
+    ``--wdecay``, ``--warmup``, ``--when`` and ``--nonmono``).
+
+    Args:
+        name: one of :data:`OPTIMIZERS`; ``"asgd"`` is SGD until NT-ASGD switches to averaged SGD.
+        lr: the learning rate.
+        weight_decay: L2 weight decay, in the optimizer.
+        warmup: linear warm-up steps (0 or 1: none).
+        when: the epochs after each of which the learning rate is divided by 10.
+        nonmono: :class:`NTASGD`'s ``nonmono``.
+    """
+
+    name: str
+    lr: float
+    weight_decay: float
+    warmup: int
+    when: tuple
+    nonmono: int
+
+    def build(self, params, device: torch.device) -> torch.optim.Optimizer:
+        """The optimizer over `params` (:func:`make_optimizer`)."""
+        return make_optimizer(self.name, params, self.lr, device, self.weight_decay)
+
+    def averaged(self, params) -> torch.optim.ASGD:
+        """Averaged SGD over `params`, what NT-ASGD switches to (:func:`make_asgd`)."""
+        return make_asgd(params, self.lr, self.weight_decay)
+
+    def learning_rate(self, bptt: int, scale_by_length: bool) -> LearningRate:
+        """Each step's learning rate, for chunks of nominal length `bptt` (:class:`LearningRate`)."""
+        return LearningRate(self.lr, self.warmup, self.when, bptt, scale_by_length=scale_by_length)

@@ -1,17 +1,39 @@
-"""Which autocast precision a run trains in, and why."""
+"""Which autocast precision a run trains in, and why; :class:`PrecisionConfig`, how a
+:class:`qrnn.train.Trainer` computes (precision, loss scaling, gradient clipping)."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
 
 import torch
 
 from .errors import TrainError
 
-__all__ = ["PRECISIONS", "AUTOCAST_DTYPES", "choose_precision", "cpu_bf16_support", "X86_BF16_FLAGS",
-           "ARM_BF16_FLAGS"]
+__all__ = ["PrecisionConfig", "PRECISIONS", "AUTOCAST_DTYPES", "choose_precision", "cpu_bf16_support",
+           "X86_BF16_FLAGS", "ARM_BF16_FLAGS"]
 
 PRECISIONS = ("auto", "fp32", "fp16", "bf16")
 # The autocast dtype of each precision "auto" can resolve to (None: no autocast).
 AUTOCAST_DTYPES = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+@dataclass(frozen=True)
+class PrecisionConfig:
+    """How :class:`qrnn.train.Trainer` computes (``qrnn-train``'s ``--precision`` and ``--clip``).
+
+    Args:
+        precision: ``"auto"``, ``"fp32"``, ``"fp16"`` or ``"bf16"`` (:func:`choose_precision`
+            resolves and checks it when the Trainer is built); parameters stay float32,
+            forward and loss run under ``torch.autocast``; fp16 uses a GradScaler whose
+            skipped steps are counted.
+        clip_norm: clip the gradients' total norm to this (after unscaling), or None.
+        grad_scaler: the ``torch.amp.GradScaler`` to use; None: one enabled for fp16 only.
+    """
+
+    precision: str = "auto"
+    clip_norm: Optional[float] = None
+    grad_scaler: Optional[torch.amp.GradScaler] = None
 
 
 # The CPU features that give bfloat16 arithmetic in hardware: x86's AVX512-BF16 and AMX-BF16

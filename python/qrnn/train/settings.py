@@ -20,12 +20,15 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from .checkpoints import CHECKPOINT_FORMATS, CheckpointConfig
+from .data import DataConfig
 from .distributed import DEFAULT_DIST_TIMEOUT
 from .errors import TrainError
-from .optim import OPTIMIZERS
-from .precision import PRECISIONS
+from .lm import ModelConfig
+from .optim import OPTIMIZERS, OptimizerConfig
+from .precision import PRECISIONS, PrecisionConfig
 from .softmax import ADAPTIVE_ABOVE
-from .stopping import DEFAULT_STOP_GRACE
+from .stopping import DEFAULT_STOP_GRACE, StopConfig
 
 __all__ = ["Settings", "build_parser", "resolve", "FIXED", "KEPT", "positive_int", "positive_float", "seed_int",
            "CommandParser", "PRESETS", "PRESET_LRS", "preset_of", "lr_note",
@@ -83,9 +86,13 @@ class Settings:
     and a different explicit one is an error; ``KEPT``, the checkpoint's value unless the
     flag is given; None, a run option never saved). ``dropouth`` and ``dropouti`` left None
     take ``dropout``'s rate on construction. Units are the command line's: ``time_budget``,
-    ``stop_grace`` and ``dist_timeout`` in seconds, ``save_interval`` in minutes
-    (:class:`Trainer`'s ``save_interval`` is in seconds). The constructor checks nothing;
-    the command line's parser checks each value.
+    ``stop_grace`` and ``dist_timeout`` in seconds, ``save_interval`` in minutes. The
+    constructor checks nothing; the command line's parser checks each value.
+
+    Settings composes the configs of the components that use them, each defined beside its
+    component and taking the flags' values in the flags' units: :attr:`data_config`,
+    :attr:`model_config`, :attr:`optimizer_config`, :attr:`precision_config`,
+    :attr:`checkpoint_config` and :attr:`stop_config`.
     """
 
     data: Optional[str] = _flag(None, "folder with train.txt, valid.txt, test.txt, or one text file split 90/5/5",
@@ -158,7 +165,7 @@ class Settings:
     checkpoint_format: str = _flag("file", "file: rank 0 writes each checkpoint as one torch.save file; dcp: every "
                                    "rank writes its part of a torch.distributed.checkpoint folder step-<n>, "
                                    "without gathering (qrnn.checkpoint.dcp)", "checkpoints and output",
-                                   resume=KEPT, choices=("file", "dcp"))
+                                   resume=KEPT, choices=CHECKPOINT_FORMATS)
     resume: Any = _flag(None, "continue from the latest checkpoint in --checkpoint-dir (default: the one "
                         "unfinished run under runs/, else the newest; several unfinished: it asks which); "
                         "--resume auto: continue if --checkpoint-dir holds a checkpoint, else "
@@ -187,6 +194,44 @@ class Settings:
     def saved(self) -> dict:
         """The settings a checkpoint records (the fields resuming keeps or fixes)."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.metadata["resume"]}
+
+    # ---- the components' configs (no unit converted: each takes its flags' own)
+    @property
+    def data_config(self) -> DataConfig:
+        """The corpus and its batches."""
+        return DataConfig(self.data, self.level, self.batch_size, self.eval_batch_size, self.bptt, self.bptt_lengths)
+
+    @property
+    def model_config(self) -> ModelConfig:
+        """The language model and its loss's regularisers."""
+        dropouti, dropouth = self.dropouti, self.dropouth
+        assert dropouti is not None and dropouth is not None  # construction gave them --dropout's rate
+        return ModelConfig(emsize=self.emsize, hidden=self.hidden, layers=self.layers, first_window=self.window,
+                           dropout=self.dropout, dropout_emb=dropouti, dropout_hidden=dropouth,
+                           dropout_words=self.dropoute, weight_drop=self.wdrop, softmax=self.softmax,
+                           cutoffs=self.cutoffs, alpha=self.alpha, beta=self.beta)
+
+    @property
+    def optimizer_config(self) -> OptimizerConfig:
+        """The optimizer and each step's learning rate."""
+        return OptimizerConfig(self.optimizer, self.lr, weight_decay=self.wdecay, warmup=self.warmup, when=self.when,
+                               nonmono=self.nonmono)
+
+    @property
+    def precision_config(self) -> PrecisionConfig:
+        """The Trainer's precision and gradient clipping."""
+        return PrecisionConfig(self.precision, clip_norm=self.clip)
+
+    @property
+    def checkpoint_config(self) -> CheckpointConfig:
+        """Where (``checkpoint_dir``; qrnn-train's run folder replaces it) and when the Trainer checkpoints."""
+        return CheckpointConfig(self.checkpoint_dir, keep_last=self.keep_last, save_every=self.save_every,
+                                save_interval=self.save_interval, format=self.checkpoint_format)
+
+    @property
+    def stop_config(self) -> StopConfig:
+        """How the Trainer stops on a signal."""
+        return StopConfig(grace=self.stop_grace)
 
 
 # awd-lstm-lm's QRNN recipes from its README: each command's flags over main.py's defaults

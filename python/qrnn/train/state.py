@@ -5,6 +5,7 @@ random-number stream a training step may draw from."""
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
@@ -14,7 +15,25 @@ from torch import Tensor
 from .errors import TrainError
 from .records import plural
 
-__all__ = ["tree_map", "regroup_carry", "rng_state", "set_rng_state", "seed_everything"]
+__all__ = ["BPTTConfig", "tree_map", "regroup_carry", "rng_state", "set_rng_state", "seed_everything"]
+
+
+@dataclass(frozen=True)
+class BPTTConfig:
+    """How :class:`qrnn.train.Trainer` calls a model that carries a state (truncated BPTT).
+
+    Args:
+        stateful: call the model as ``model(inputs, state) -> (outputs, state)`` and carry
+            its state from chunk to chunk within an epoch, detached, reset at each epoch
+            start; False: ``model(inputs) -> outputs``.
+        carry_batch_dim: the batch dimension of every tensor of the carried state. With it,
+            a checkpoint written mid-epoch resumes on a different number of processes (the
+            carried states are re-cut, :func:`regroup_carry`); without it, only at an epoch
+            boundary.
+    """
+
+    stateful: bool = False
+    carry_batch_dim: Optional[int] = None
 
 
 def _rebuilt(like, items: list):

@@ -16,14 +16,36 @@ import select
 import signal
 import sys
 import threading
+from dataclasses import dataclass
 from typing import Iterator, Optional, Sequence
 
-__all__ = ["StopRequest", "catch_stop_signals", "with_ctrl_c", "STOP_SIGNALS", "DEFAULT_STOP_GRACE"]
+__all__ = ["StopConfig", "StopRequest", "catch_stop_signals", "with_ctrl_c", "STOP_SIGNALS", "DEFAULT_STOP_GRACE"]
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 # Well inside the 30 s that SLURM (KillWait), Kubernetes (terminationGracePeriodSeconds) and
 # torchrun's agent leave between SIGTERM and SIGKILL.
 DEFAULT_STOP_GRACE = 20.0
+
+
+@dataclass(frozen=True)
+class StopConfig:
+    """How :meth:`qrnn.train.Trainer.fit` stops on request (``qrnn-train``'s ``--stop-grace``).
+
+    Args:
+        signals: the signals caught during fit() (main thread only) as a stop request
+            (default SIGTERM and SIGUSR1): all ranks stop before the same step, the save in
+            flight commits, the position reached is checkpointed (no validation), best.pt is
+            promoted, and fit() raises :class:`qrnn.train.TrainingStopped` (a SystemExit,
+            code 128 + the signal).
+        grace: seconds from a stop signal until fit() must have returned; past them the
+            process exits with that code at once (the last committed checkpoint stands).
+    """
+
+    signals: Sequence[int] = STOP_SIGNALS
+    grace: float = DEFAULT_STOP_GRACE
+
+    def __post_init__(self):
+        object.__setattr__(self, "signals", tuple(self.signals))
 
 
 def with_ctrl_c(signals: Sequence[int] = STOP_SIGNALS) -> tuple:

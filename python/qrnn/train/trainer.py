@@ -16,14 +16,14 @@ import torch
 from torch import Tensor, nn
 
 from ..checkpoint import AsyncCheckpointer
-from .checkpoints import CheckpointStallMeter, ShardedCheckpoints, restore_best
+from .checkpoints import CheckpointConfig, CheckpointStallMeter, ShardedCheckpoints
 from .distributed import Distributed, all_gather_object, all_reduce_max
 from .errors import TrainError, TrainingStopped
-from .optim import averaged_weights
-from .precision import AUTOCAST_DTYPES, choose_precision
+from .optim import ScheduleConfig, averaged_weights
+from .precision import AUTOCAST_DTYPES, PrecisionConfig, choose_precision
 from .records import EpochRecord, plural
-from .state import regroup_carry, rng_state, seed_everything, set_rng_state, tree_map
-from .stopping import DEFAULT_STOP_GRACE, STOP_SIGNALS, StopRequest, catch_stop_signals
+from .state import BPTTConfig, regroup_carry, rng_state, seed_everything, set_rng_state, tree_map
+from .stopping import StopConfig, StopRequest, catch_stop_signals
 
 __all__ = ["Trainer", "fit"]
 
@@ -33,72 +33,42 @@ class Trainer:
     gradient clipping, truncated BPTT, non-blocking checkpoints, exact resume, DDP under
     torchrun and graceful stops. :meth:`fit` runs it.
 
+    What it does is set by a few configs, each defined beside the component that uses it
+    (None: that config's defaults); the other arguments are the objects it runs with.
+
     Args:
         model: the ``nn.Module`` to train (moved to ``dist.device``). Called as
-            ``model(inputs) -> outputs``, or with ``stateful`` as ``model(inputs, state) ->
-            (outputs, state)``. Under torchrun it is wrapped in DistributedDataParallel.
+            ``model(inputs) -> outputs``, or with ``bptt.stateful`` as ``model(inputs, state)
+            -> (outputs, state)``. Under torchrun it is wrapped in DistributedDataParallel.
         optimizer: a ``torch.optim.Optimizer`` over its parameters.
         loss_fn: ``loss_fn(outputs, targets)`` returns the loss, or a pair (objective to
             minimise, loss to report): e.g. a cross-entropy plus regularisation terms,
             reporting the cross-entropy.
-        scheduler (Any): an LR scheduler stepped once per applied optimizer step (steps the fp16
-            GradScaler skips do not advance it), or None.
-        precision: ``"auto"``, ``"fp32"``, ``"fp16"`` or ``"bf16"`` (see
-            :func:`choose_precision`); parameters stay float32, forward and loss run under
-            ``torch.autocast``; fp16 uses a GradScaler whose skipped steps are counted.
+        precision: a :class:`PrecisionConfig`: the autocast precision (``"auto"``: see
+            :func:`choose_precision`), gradient clipping, the GradScaler.
+        checkpointing: a :class:`CheckpointConfig`: the folder (None: no checkpoints), how
+            many are kept, mid-epoch saves every N steps or minutes, overlap, format, extra
+            entries.
+        schedule: a :class:`ScheduleConfig`: an LR scheduler, or ``lr_at``, each step's rate.
+        bptt: a :class:`BPTTConfig`: whether the model carries a state from chunk to chunk
+            (truncated BPTT) and the batch dimension of that state.
+        stopping: a :class:`StopConfig`: the signals caught during :meth:`fit` as a stop
+            request and the grace after one.
         dist: this process's :class:`Distributed` (from :func:`init_distributed`); None: a
             single process on the model's device.
-        clip_norm: clip the gradients' total norm to this (after unscaling), or None.
-        grad_scaler: the ``torch.amp.GradScaler`` to use; None: one enabled for fp16 only.
-        stateful: carry the model's state from chunk to chunk within an epoch, detached
-            (truncated BPTT), reset at each epoch start.
-        checkpoint_dir: where rank 0 writes a checkpoint every epoch (and when stopping
-            early) through :class:`qrnn.checkpoint.AsyncCheckpointer`, keeping
-            ``keep_last`` and a best.pt (lowest validation loss); None: no checkpoints.
-        keep_last: how many checkpoints to keep.
-        checkpoint_extra: entries added to every checkpoint (e.g. settings, a vocabulary).
-        checkpoint_overlap: stage the snapshot while the next forward and backward run, the
-            next ``optimizer.step()`` waiting for it (default): safe unless the forward pass
-            changes saved tensors in place (BatchNorm running statistics, an EMA updated in
-            forward); pass False for such models.
-        carry_batch_dim: the batch dimension of every tensor of the carried state (stateful
-            models). With it, a checkpoint written mid-epoch resumes on a different number
-            of processes (the carried states are re-cut); without it, only at an epoch
-            boundary.
-        progress: show a progress bar (rank 0 only; needs tqdm, the ``train`` extra:
-            without it :meth:`fit` raises TrainError unless this is False).
-        log: where rank 0's log lines go (default ``print``).
-        save_every: also checkpoint every this many optimizer steps, mid-epoch, at the
-            position reached; None: only at epoch ends.
-        save_interval: also checkpoint every this many SECONDS (rank 0's clock), mid-epoch,
-            at the position reached; None: never by time. (``qrnn-train --save-interval``
-            takes minutes and passes seconds here.)
-        stop_signals: signals caught during :meth:`fit` (main thread only) as a stop request
-            (default SIGTERM and SIGUSR1): all ranks stop before the same step, the save in
-            flight commits, the position reached is checkpointed (no validation), best.pt
-            is promoted, and fit() raises :class:`TrainingStopped` (a SystemExit, code 128 +
-            the signal).
-        stop_grace: seconds from a stop signal until fit() must have returned; past them the
-            process exits with that code at once (the last committed checkpoint stands).
-        lr_at: ``lr_at(applied_steps, epoch, length)``, the learning rate of each step, set
-            on every parameter group before it, from the optimizer steps applied so far, the
-            epoch (0-based) and the batch's length (the targets' first dimension: the chunk
-            length of time-major batches); a pure function of progress, so resuming needs no
-            scheduler state. None: the optimizer's own rates.
+        checkpointer: rank 0's open :class:`qrnn.checkpoint.AsyncCheckpointer` of
+            ``checkpointing.directory`` (``max_pending=1``) to save through, e.g. one whose
+            writer lock was taken at start-up so that a second writer is refused before any
+            work; :meth:`close` closes it. None: one opened at the first save.
         on_validation: ``on_validation(valid_loss, complete)``, called after each epoch's
             validation and before its checkpoint (on every rank), e.g. to switch optimizers
             (:meth:`replace_optimizer`).
-        checkpointer: rank 0's open :class:`qrnn.checkpoint.AsyncCheckpointer` of
-            ``checkpoint_dir`` (``max_pending=1``) to save through, e.g. one whose writer lock
-            was taken at start-up so that a second writer is refused before any work;
-            :meth:`close` closes it. None: one opened at the first save.
-        checkpoint_format: ``"file"`` (rank 0 writes one torch.save file per checkpoint) or
-            ``"dcp"`` (every rank writes its part of a torch.distributed.checkpoint folder
-            ``step-<n>`` through :mod:`qrnn.checkpoint.dcp`; ``checkpointer`` then writes only
-            the run folder's other files; no best.pt).
+        progress: show a progress bar (rank 0 only; needs tqdm, the ``train`` extra:
+            without it :meth:`fit` raises TrainError unless this is False).
+        log: where rank 0's log lines go (default ``print``).
 
     Raises:
-        TypeError: ``model``, ``optimizer`` or ``loss_fn`` of the wrong kind.
+        TypeError: ``model``, ``optimizer``, ``loss_fn`` or a config of the wrong kind.
         ValueError, TrainError: from :func:`choose_precision`.
 
     Data: any sequence of (inputs, targets) (``len`` and indexing, so a resume can start
@@ -114,23 +84,23 @@ class Trainer:
     """
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Callable, *,
-                 scheduler=None, precision: str = "auto", dist: Optional[Distributed] = None,
-                 clip_norm: Optional[float] = None, grad_scaler: Optional[torch.amp.GradScaler] = None,
-                 stateful: bool = False, checkpoint_dir: Optional[str] = None, keep_last: int = 3,
-                 checkpoint_extra: Optional[dict] = None, checkpoint_overlap: bool = True,
-                 carry_batch_dim: Optional[int] = None, progress: bool = True,
-                 log: Callable[[str], None] = print, save_every: Optional[int] = None,
-                 save_interval: Optional[float] = None, stop_signals: Sequence[int] = STOP_SIGNALS,
-                 stop_grace: float = DEFAULT_STOP_GRACE,
-                 lr_at: Optional[Callable[[int, int, int], float]] = None,
-                 on_validation: Optional[Callable[[Optional[float], bool], None]] = None,
-                 checkpointer: Optional[AsyncCheckpointer] = None, checkpoint_format: str = "file"):
+                 precision: Optional[PrecisionConfig] = None, checkpointing: Optional[CheckpointConfig] = None,
+                 schedule: Optional[ScheduleConfig] = None, bptt: Optional[BPTTConfig] = None,
+                 stopping: Optional[StopConfig] = None, dist: Optional[Distributed] = None,
+                 checkpointer: Optional[AsyncCheckpointer] = None,
+                 on_validation: Optional[Callable[[Optional[float], bool], None]] = None, progress: bool = True,
+                 log: Callable[[str], None] = print):
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
         if not isinstance(optimizer, torch.optim.Optimizer):
             raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
         if not callable(loss_fn):
             raise TypeError(f"loss_fn must be callable, got {type(loss_fn).__name__}")
+        self.precision_config = _config("precision", precision, PrecisionConfig)
+        self.checkpointing = _config("checkpointing", checkpointing, CheckpointConfig)
+        self.schedule = _config("schedule", schedule, ScheduleConfig)
+        self.bptt = _config("bptt", bptt, BPTTConfig)
+        self.stopping = _config("stopping", stopping, StopConfig)
         self.dist = dist or Distributed(device=next(model.parameters()).device)
         self.device = self.dist.device
         self.module = model.to(self.device)
@@ -143,41 +113,27 @@ class Trainer:
             self.ddp_module = DistributedDataParallel(self.module, device_ids=ids)
         self.optimizer = optimizer
         self.loss_fn = loss_fn
-        self.scheduler = scheduler
-        self.lr_at = lr_at
         self.on_validation = on_validation
-        self.precision, self.precision_reason = choose_precision(precision, self.device)
+        self.precision, self.precision_reason = choose_precision(self.precision_config.precision, self.device)
         self.autocast_dtype = AUTOCAST_DTYPES[self.precision]
+        grad_scaler = self.precision_config.grad_scaler
         if grad_scaler is None:
             grad_scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
         self.scaler = grad_scaler
-        self.clip_norm = clip_norm
-        self.stateful = stateful
-        self.carry_batch_dim = carry_batch_dim
         self.progress = progress and self.dist.is_main
         self.log = log if self.dist.is_main else (lambda message: None)
-        self.checkpoint_extra = checkpoint_extra or {}
-        self.checkpoint_dir = checkpoint_dir
-        self.keep_last = keep_last
-        self.checkpoint_overlap = checkpoint_overlap
-        self.save_every = save_every
-        self.save_interval = save_interval
-        self.stop_signals = tuple(stop_signals)
-        self.stop_grace = stop_grace
         self.stop_signal: Optional[int] = None  # the signal that stopped fit(), agreed by all ranks
         self._stop_request: Optional[StopRequest] = None
         self._saved_step: Optional[int] = None  # step of the last checkpoint (same on every rank)
         self._next_save_time = 0.0
         # Rank 0's, opened by the first save (or on `checkpointer`, here), closed by close().
-        if checkpoint_format not in ("file", "dcp"):
-            raise ValueError(f"checkpoint_format must be 'file' or 'dcp', got {checkpoint_format!r}")
-        self.checkpoint_format = checkpoint_format
         self.checkpoints: Optional[Union[CheckpointStallMeter, ShardedCheckpoints]] = None
-        if checkpoint_format == "dcp" and checkpoint_dir is not None:  # every rank saves
-            self.checkpoints = ShardedCheckpoints(checkpoint_dir, keep_last, checkpointer)
-        elif checkpointer is not None and checkpoint_dir is not None and self.dist.is_main:
-            self.checkpoints = CheckpointStallMeter(checkpoint_dir, keep_last,
-                                                    optimizer if checkpoint_overlap else None, checkpointer)
+        config = self.checkpointing
+        if config.format == "dcp" and config.directory is not None:  # every rank saves
+            self.checkpoints = ShardedCheckpoints(config.directory, config.keep_last, checkpointer)
+        elif checkpointer is not None and config.directory is not None and self.dist.is_main:
+            self.checkpoints = CheckpointStallMeter(config.directory, config.keep_last,
+                                                    optimizer if config.overlap else None, checkpointer)
         # Progress, all saved in checkpoints.
         self.epoch = 0              # epoch in progress (0-based)
         self.position = 0           # next batch index within it
@@ -204,7 +160,7 @@ class Trainer:
                               enabled=self.autocast_dtype is not None)
 
     def _forward(self, model, inputs, state):
-        if self.stateful:
+        if self.bptt.stateful:
             return model(inputs, state)
         return model(inputs), None
 
@@ -212,28 +168,30 @@ class Trainer:
         """One optimizer step; returns the (detached) loss."""
         inputs, targets = inputs.to(self.device, non_blocking=True), targets.to(self.device, non_blocking=True)
         self.optimizer.zero_grad(set_to_none=True)
-        if self.lr_at is not None:
-            lr = self.lr_at(self.step - self.skipped_steps, self.epoch, targets.shape[0])
+        lr_at = self.schedule.lr_at
+        if lr_at is not None:
+            lr = lr_at(self.step - self.skipped_steps, self.epoch, targets.shape[0])
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
         with self.autocast():
             outputs, carry = self._forward(self.ddp_module, inputs, self.carry)
             loss, reported = _objective(self.loss_fn(outputs, targets))
         self.scaler.scale(loss).backward()
-        if self.clip_norm:
+        clip_norm = self.precision_config.clip_norm
+        if clip_norm:
             self.scaler.unscale_(self.optimizer)
             params = [p for group in self.optimizer.param_groups for p in group["params"]]
-            nn.utils.clip_grad_norm_(params, self.clip_norm)
+            nn.utils.clip_grad_norm_(params, clip_norm)
         scale_before = self.scaler.get_scale() if self.scaler.is_enabled() else None
         self.scaler.step(self.optimizer)
         self.scaler.update()
         # The scale only shrinks when the step was skipped for inf/NaN gradients.
         if scale_before is not None and self.scaler.get_scale() < scale_before:
             self.skipped_steps += 1
-        elif self.scheduler is not None:
-            self.scheduler.step()
+        elif self.schedule.scheduler is not None:
+            self.schedule.scheduler.step()
         self.step += 1
-        if self.stateful:
+        if self.bptt.stateful:
             self.carry = tree_map(Tensor.detach, carry)
         return reported.detach()
 
@@ -252,11 +210,12 @@ class Trainer:
         the same everywhere; clocks are read on rank 0 only; a signal on any rank stops all."""
         signum = self._stop_request.signum if self._stop_request is not None else 0
         stop = max_steps is not None and self.step >= max_steps
-        save = self.save_every is not None and self.step % self.save_every == 0
+        save_every, interval = self.checkpointing.save_every, self.checkpointing.interval_seconds
+        save = save_every is not None and self.step % save_every == 0
         if self.dist.is_main:
             now = time.monotonic()
             stop = stop or (deadline is not None and now >= deadline)
-            save = save or (self.save_interval is not None and now >= self._next_save_time)
+            save = save or (interval is not None and now >= self._next_save_time)
         if self.dist.enabled:
             signum, stop, save = all_reduce_max([float(signum), float(stop), float(save)], self.dist)
         if signum:
@@ -383,8 +342,8 @@ class Trainer:
         """
         deadline = None if time_budget is None else time.monotonic() + time_budget
         self._saved_step = self.step  # what was loaded (or nothing yet) needs no save
-        self._next_save_time = time.monotonic() + (self.save_interval or 0.0)
-        with catch_stop_signals(self.stop_signals, self.stop_grace) as request:
+        self._next_save_time = time.monotonic() + (self.checkpointing.interval_seconds or 0.0)
+        with catch_stop_signals(self.stopping.signals, self.stopping.grace) as request:
             self._stop_request = request
             try:
                 self._fit_epochs(train_data, valid_data, epochs, max_steps, deadline, on_epoch_end)
@@ -410,7 +369,7 @@ class Trainer:
             best = valid_loss is not None and (self.best_valid_loss is None or valid_loss < self.best_valid_loss)
             if best:
                 self.best_valid_loss = valid_loss
-                if self.checkpoint_dir is not None:
+                if self.checkpointing.directory is not None:
                     self.best_step = self.step
             record = EpochRecord(epoch=epoch + 1, complete=stats["completed"], step=self.step,
                                  train_loss=stats["train_loss"], valid_loss=valid_loss, tokens=stats["tokens"],
@@ -447,7 +406,7 @@ class Trainer:
             "model": self.module.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "scaler": self.scaler.state_dict(),
-            "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
+            "scheduler": self.schedule.scheduler.state_dict() if self.schedule.scheduler is not None else None,
             "progress": {"epoch": self.epoch, "position": self.position, "step": self.step,
                          "skipped_steps": self.skipped_steps, "best_valid_loss": self.best_valid_loss,
                          "best_step": self.best_step,
@@ -465,14 +424,17 @@ class Trainer:
 
     def load_state_dict(self, state: dict) -> None:
         """Continue from `state` (:meth:`state_dict`'s, e.g. read from a checkpoint). It is
-        checked before use (TrainError naming what does not fit): a file is untrusted input."""
+        checked before use (TrainError naming what does not fit): a file is untrusted input.
+        Nothing is read or written on disk: after a kill between a checkpoint's commit and
+        best.pt's promotion, :func:`qrnn.train.checkpoints.restore_best` re-promotes it
+        (``restore_best(directory, trainer.best_step)``; ``qrnn-train --resume`` does)."""
         check_training_state(state, self.module, self.optimizer)
         self.module.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         if state.get("scaler") and self.scaler.is_enabled():
             self.scaler.load_state_dict(state["scaler"])
-        if self.scheduler is not None and state.get("scheduler") is not None:
-            self.scheduler.load_state_dict(state["scheduler"])
+        if self.schedule.scheduler is not None and state.get("scheduler") is not None:
+            self.schedule.scheduler.load_state_dict(state["scheduler"])
         progress = state["progress"]
         self.epoch, self.position, self.step = progress["epoch"], progress["position"], progress["step"]
         self.skipped_steps = progress["skipped_steps"]
@@ -486,9 +448,6 @@ class Trainer:
                                            dtype=torch.float64, device=self.device)
         self.epoch_tokens = int(so_far.get("tokens", 0))
         self.epoch_seconds = float(so_far.get("seconds", 0.0))
-        if self.checkpoint_dir is not None and self.dist.is_main:  # a kill may have cut its promotion short
-            writer = self.checkpoints.checkpointer if self.checkpoints is not None else None
-            restore_best(self.checkpoint_dir, self.best_step, writer)
         self.history = one_record_per_epoch(state.get("history") or [])
         trace = state.get("loss_trace")
         self.loss_trace = [] if trace is None else [[int(step), loss] for step, loss in trace.tolist()]
@@ -496,12 +455,12 @@ class Trainer:
         same_world = saved_world == self.dist.world
         carries = state["carry"]
         if not same_world:
-            if self.position and self.stateful:
-                if self.carry_batch_dim is None:
+            if self.position and self.bptt.stateful:
+                if self.bptt.carry_batch_dim is None:
                     processes = plural(saved_world, "process", "processes")
                     raise TrainError(f"the checkpoint was written mid-epoch by {processes}; resume it with {processes}")
                 # The global batch is unchanged: re-cut the carried states for this many processes.
-                carries = regroup_carry(carries, self.dist.world, self.carry_batch_dim)
+                carries = regroup_carry(carries, self.dist.world, self.bptt.carry_batch_dim)
             else:
                 carries = [None] * self.dist.world
         carry = carries[self.dist.rank]
@@ -512,24 +471,25 @@ class Trainer:
             seed_everything(1_000_003 * (self.epoch + 1), rank=self.dist.rank)
 
     def save_checkpoint(self, best: bool = False):
-        """Checkpoint the full training state (plus `checkpoint_extra`) as step `self.step`;
+        """Checkpoint the full training state (plus ``checkpointing.extra``) as step `self.step`;
         with `best`, best.pt becomes this checkpoint once committed. Call on every rank."""
-        if self.checkpoint_dir is None:
+        config = self.checkpointing
+        if config.directory is None:
             return None
         start = time.perf_counter()
         state = self.state_dict()  # collective under DDP
         self._saved_step = self.step
         if self.dist.is_main:
-            self._next_save_time = time.monotonic() + (self.save_interval or 0.0)
+            self._next_save_time = time.monotonic() + (config.interval_seconds or 0.0)
         if isinstance(self.checkpoints, ShardedCheckpoints):  # every rank writes its part
-            state.update(self.checkpoint_extra)
+            state.update(config.extra)
             return self.checkpoints.save(state, self.step, best=best, prepare_seconds=time.perf_counter() - start)
         if not self.dist.is_main:
             return None
         if self.checkpoints is None:
-            self.checkpoints = CheckpointStallMeter(self.checkpoint_dir, self.keep_last,
-                                                    self.optimizer if self.checkpoint_overlap else None)
-        state.update(self.checkpoint_extra)
+            self.checkpoints = CheckpointStallMeter(config.directory, config.keep_last,
+                                                    self.optimizer if config.overlap else None)
+        state.update(config.extra)
         return self.checkpoints.save(state, self.step, best=best, prepare_seconds=time.perf_counter() - start)
 
 
@@ -623,7 +583,7 @@ class _NoProgressBar:
 def fit(model: nn.Module, train_data: Sequence, optimizer: torch.optim.Optimizer, loss_fn: Callable, *,
         valid_data: Optional[Sequence] = None, epochs: int = 1, **trainer_args) -> list:
     """One-call form of :class:`Trainer` and :meth:`Trainer.fit`: ``fit(model, batches,
-    optimizer, loss_fn, valid_data=..., epochs=..., precision="auto", checkpoint_dir=...)``.
+    optimizer, loss_fn, valid_data=..., epochs=..., checkpointing=CheckpointConfig(...))``.
 
     Args:
         model: as for :class:`Trainer`.
@@ -644,6 +604,17 @@ def fit(model: nn.Module, train_data: Sequence, optimizer: torch.optim.Optimizer
     fit_args = {k: trainer_args.pop(k) for k in ("max_steps", "time_budget", "on_epoch_end") if k in trainer_args}
     trainer = Trainer(model, optimizer, loss_fn, **trainer_args)
     return trainer.fit(train_data, valid_data, epochs=epochs, **fit_args)
+
+
+def _config(name: str, value, kind: type):
+    """`value`, a `kind` (None: the defaults of `kind`); TypeError for anything else, such as
+    the single values a config groups (``precision="fp32"`` for ``PrecisionConfig("fp32")``)."""
+    if value is None:
+        return kind()
+    if not isinstance(value, kind):
+        raise TypeError(f"{name} must be a qrnn.train.{kind.__name__} (or None), got {type(value).__name__}"
+                        + (f": pass {kind.__name__}({value!r})" if isinstance(value, (str, bool)) else ""))
+    return value
 
 
 def _objective(loss) -> tuple:
