@@ -230,14 +230,18 @@ def test_one_list_of_op_families_per_language():
 FAMILY_NAMES = ("forget_mult", "qrnn_gates", "linear_scan")
 
 
-def _area(module: str, family_by_name: bool = False) -> str:
-    """The area of docs/ARCHITECTURE.md's import rules a module belongs to; a family's modules
-    are `qrnn.ops.<family>` (every family alike) unless `family_by_name`."""
+def _area(module: str, by_name: bool = False) -> str:
+    """The area of docs/ARCHITECTURE.md's import rules a module belongs to. A family's modules
+    are `qrnn.ops.<family>` (every family alike) and the training package's `qrnn.train`,
+    unless `by_name`: then the family (`qrnn.ops.forget_mult`) or the training module
+    (`qrnn.train.setup`), whose own rows say which others each one imports."""
     parts = module.split(".")
     if module.startswith("qrnn.ops.core"):
         return "qrnn.ops.core"
     if len(parts) > 2 and parts[1] == "ops" and parts[2] in FAMILY_NAMES:
-        return f"qrnn.ops.{parts[2]}" if family_by_name else "qrnn.ops.<family>"
+        return f"qrnn.ops.{parts[2]}" if by_name else "qrnn.ops.<family>"
+    if by_name and len(parts) > 2 and parts[1] == "train":
+        return ".".join(parts[:3])
     if len(parts) > 1 and parts[1] in ("train", "bench", "checkpoint"):
         return ".".join(parts[:2])
     return module
@@ -254,12 +258,13 @@ def area_imports() -> dict:
                 graph[_module_name(path)].add("qrnn._C")
     areas: dict = {}
     for source, targets in graph.items():
-        # A family's row names each family it imports: which builds on which is the rule there.
-        area = _area(source, family_by_name=True)
-        by_name = area.startswith("qrnn.ops.") and _area(source) == "qrnn.ops.<family>"
+        # A family's row names each family it imports, a training module's each training
+        # module: which builds on which is the rule inside those two areas.
+        area = _area(source, by_name=True)
+        by_name = area != _area(source)
         for target in targets:
-            if area != _area(target, family_by_name=by_name):
-                areas.setdefault(area, set()).add(_area(target, family_by_name=by_name))
+            if area != _area(target, by_name=by_name):
+                areas.setdefault(area, set()).add(_area(target, by_name=by_name))
     return areas
 
 
@@ -294,3 +299,15 @@ def test_import_rules_check_catches_a_new_edge():
     # Families are told apart: the gates build on ForgetMult, linear_scan on no family.
     assert "qrnn.ops.forget_mult" in area_imports()["qrnn.ops.qrnn_gates"]
     assert not {"qrnn.ops.forget_mult", "qrnn.ops.qrnn_gates"} & rules["qrnn.ops.linear_scan"]
+
+
+def test_training_components_import_no_command():
+    """qrnn.train's components (each owning its config) are usable without the commands: none
+    imports settings, runs, report, setup, generate or cli, which assemble them."""
+    commands = {f"qrnn.train.{name}" for name in ("settings", "runs", "report", "setup", "generate", "cli")}
+    components = [f"qrnn.train.{name}" for name in ("checkpoints", "precision", "stopping", "optim", "data", "lm",
+                                                    "trainer", "state", "distributed", "memory", "cache")]
+    areas = area_imports()
+    assert all(c in import_graph() for c in components)
+    hits = {c: sorted(areas.get(c, set()) & commands) for c in components if areas.get(c, set()) & commands}
+    assert hits == {}
