@@ -193,17 +193,9 @@ class Emulator:
     a GPU call passes) and the launch plan (vector width, chunks) the launch would use."""
 
     def __init__(self, path: Path):
-        lib = ctypes.CDLL(str(path))
-        self.kernels = {}
-        for kernel, entry in (("forget_mult_forward", lib.qrnn_emulate_forward),
-                              ("forget_mult_backward", lib.qrnn_emulate_backward),
-                              ("qrnn_gates_forward", lib.qrnn_emulate_gates_forward),
-                              ("qrnn_gates_backward", lib.qrnn_emulate_gates_backward),
-                              ("linear_scan_forward", lib.qrnn_emulate_linear_scan_forward),
-                              ("linear_scan_backward", lib.qrnn_emulate_linear_scan_backward)):
-            entry.argtypes = [ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_double), ctypes.c_int,
-                              ctypes.c_int]
-            self.kernels[kernel] = entry
+        self._entry = ctypes.CDLL(str(path)).qrnn_emulate
+        self._entry.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_double),
+                                ctypes.c_int, ctypes.c_int]
         self.fields = _C.kernel_fields()
 
     def status(self, kernel: str, args: tuple, vector_width: int, chunks: int = 1) -> int:
@@ -215,8 +207,8 @@ class Emulator:
         reals = [a for a in args if isinstance(a, float)]
         ints = [a for a in args if not isinstance(a, float)]
         assert len(reals) == kinds.count("real")
-        return self.kernels[kernel]((ctypes.c_int64 * len(ints))(*ints), (ctypes.c_double * (len(reals) + 1))(*reals),
-                                    vector_width, chunks)
+        return self._entry(kernel.encode(), (ctypes.c_int64 * len(ints))(*ints),
+                           (ctypes.c_double * (len(reals) + 1))(*reals), vector_width, chunks)
 
     def run(self, kernel: str, args: tuple, vector_width: int, chunks: int = 1) -> None:
         """As status(), asserting success."""
@@ -246,11 +238,13 @@ def emulator(tmp_path_factory):
     if include is None or cxx is None:
         pytest.skip("needs the CUDA headers (CUDA_HOME or nvcc on PATH) and a C++ compiler")
     out = tmp_path_factory.mktemp("cuda_emulation") / "emulate_kernels.so"
+    (out.parent / "emulated_families.inc").write_text(
+        "".join(f'#include "{family}/kernels.cuh"\n' for family in qrnn.ops.FAMILIES))
     # QRNN_EMULATOR_CXXFLAGS adds flags, e.g. "-fsanitize=address" (then run pytest with
     # LD_PRELOAD set to the compiler's libasan) to catch any access outside the tensors.
     extra = os.environ.get("QRNN_EMULATOR_CXXFLAGS", "").split()
     source = REPO / "tests" / "cuda_emulation" / "emulate_kernels.cpp"
-    cmd = [cxx, "-std=c++20", "-O1", "-g", "-shared", "-fPIC", "-pthread", *extra, f"-I{include}",
+    cmd = [cxx, "-std=c++20", "-O1", "-g", "-shared", "-fPIC", "-pthread", *extra, f"-I{include}", f"-I{out.parent}",
            f"-I{REPO / 'cpp' / 'include'}", f"-I{REPO / 'cpp' / 'src'}", f"-I{REPO / 'cuda'}", str(source),
            "-o", str(out)]
     built = subprocess.run(cmd, capture_output=True, text=True)
@@ -270,40 +264,25 @@ class EmulatedLaunchers:
         self._real, self._emulator = real, emulator
         self.launches: list = []
 
-    def __getattr__(self, name):  # plans, widths, everything else: the real module
-        return getattr(self._real, name)
+    def __getattr__(self, name):
+        """cuda_<kernel> launchers run emulated; plans, widths, everything else: the real module."""
+        real = getattr(self._real, name)
+        kernel = name[len("cuda_"):]
+        if not name.startswith("cuda_") or kernel not in self._emulator.fields:
+            return real
+        if hasattr(self._real, f"{name}_plan"):  # a scan family: (fields, stream, schedule, device)
+            def launch(*args):
+                *fields, stream, schedule, device = args
+                self._run(kernel, fields, stream, device, getattr(self._real, f"{name}_plan")(*fields, schedule))
+        else:  # the gates: (fields, stream, device), a vector width and no schedule
+            def launch(*args):
+                *fields, stream, device = args
+                self._run(kernel, fields, stream, device, getattr(self._real, f"{name}_width")(*fields))
+        return launch
 
     def _run(self, kernel, fields, stream, device, plan):
         self._emulator.run(kernel, tuple(fields), *plan)
         self.launches.append((kernel, stream, device, tuple(plan)))
-
-    def cuda_forget_mult_forward(self, *args):
-        *fields, stream, schedule, device = args
-        plan = self._real.cuda_forget_mult_forward_plan(*fields, schedule)
-        self._run("forget_mult_forward", fields, stream, device, plan)
-
-    def cuda_forget_mult_backward(self, *args):
-        *fields, stream, schedule, device = args
-        plan = self._real.cuda_forget_mult_backward_plan(*fields, schedule)
-        self._run("forget_mult_backward", fields, stream, device, plan)
-
-    def cuda_linear_scan_forward(self, *args):
-        *fields, stream, schedule, device = args
-        plan = self._real.cuda_linear_scan_forward_plan(*fields, schedule)
-        self._run("linear_scan_forward", fields, stream, device, plan)
-
-    def cuda_linear_scan_backward(self, *args):
-        *fields, stream, schedule, device = args
-        plan = self._real.cuda_linear_scan_backward_plan(*fields, schedule)
-        self._run("linear_scan_backward", fields, stream, device, plan)
-
-    def cuda_qrnn_gates_forward(self, *args):
-        *fields, stream, device = args
-        self._run("qrnn_gates_forward", fields, stream, device, self._real.cuda_qrnn_gates_forward_width(*fields))
-
-    def cuda_qrnn_gates_backward(self, *args):
-        *fields, stream, device = args
-        self._run("qrnn_gates_backward", fields, stream, device, self._real.cuda_qrnn_gates_backward_width(*fields))
 
 
 class EmulatedRuntime:
@@ -358,6 +337,37 @@ def outputs_and_grads(fn, inputs, **kwargs) -> list:
     loss = sum((o.double() * torch.randn(o.shape, generator=gen, dtype=torch.float64)).sum() for o in outputs)
     grads = torch.autograd.grad(loss, [t for t in leaves if t is not None])
     return [o.detach() for o in outputs] + list(grads)
+
+
+def scan_bad_inputs(fn, op: str, one: str, two: str) -> list:
+    """(call, error, message) of the argument errors both scan families report alike (their
+    checks are ops/core/checks.py's): `fn` is the public function of `op`, `one` and `two`
+    its sequences' names."""
+    return [
+        (lambda: fn([1.0], torch.rand(2, 2, 2)), TypeError, f"{op}: {one} must be a torch.Tensor"),
+        (lambda: fn(torch.rand(2, 2, 2), None), TypeError, f"{op}: {two} must be a torch.Tensor"),
+        (lambda: fn(torch.rand(2, 2, 2), torch.rand(2, 2, 2, dtype=torch.float64)), TypeError,
+         f"{two} must have {one}'s dtype"),
+        (lambda: fn(torch.rand(2, 2), torch.rand(2, 2)), ValueError, f"{one} must be 3-D"),
+        (lambda: fn(torch.rand(2, 3, 4), torch.rand(2, 3, 5)), ValueError, f"{two} must have {one}'s shape"),
+        (lambda: fn(torch.rand(2, 3, 4), torch.rand(2, 3, 4), torch.rand(4, 3)), ValueError, "h0 must have shape"),
+        (lambda: fn(torch.rand(2, 3, 4), torch.rand(2, 3, 4, device="meta")), ValueError,
+         f"{two} must be on {one}'s device"),
+    ]
+
+
+def assert_threads_agree(fn, *args) -> None:
+    """``fn(*args)`` is the same, bit for bit, on one thread as on several: the result does
+    not depend on how many threads split the work."""
+    old = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = fn(*args)
+        torch.set_num_threads(max(2, old))
+        many = fn(*args)
+    finally:
+        torch.set_num_threads(old)
+    assert torch.equal(one, many)
 
 
 def assert_all_close(actual, expected, dtype, what="") -> None:

@@ -18,6 +18,7 @@
 // registers nothing.
 #include <dlfcn.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <stdexcept>
@@ -147,6 +148,15 @@ void* current_cuda_stream(int32_t device) {
     require(get(device, &stream) == AOTI_TORCH_SUCCESS, "libqrnn_torch: torch's current CUDA stream is unavailable");
     return stream;
 }
+
+// A scan family's CUDA launcher (none without the CUDA kernels).
+template <typename Params>
+using CudaScanEntry = void (*)(const Params&, void*, qrnn::cuda::Schedule, int);
+#define QRNN_CUDA_ENTRY(name) &qrnn::cuda::name
+#else
+template <typename Params>
+using CudaScanEntry = std::nullptr_t;
+#define QRNN_CUDA_ENTRY(name) nullptr
 #endif
 
 void check_state(const std::optional<Tensor>& state, const Tensor& like, int64_t batch, int64_t hidden, const char* op,
@@ -202,67 +212,58 @@ int64_t set_sequences(Params& p, const std::optional<Tensor>& lengths, const std
     return cu_seqlens->size(0) - 1;
 }
 
-// ---- qrnn::forget_mult ------------------------------------------------------------------------
+// ---- The scan families: qrnn::forget_mult, qrnn::linear_scan -----------------------------------
 
-Tensor forget_mult(Tensor f, Tensor x, std::optional<Tensor> h0, bool batch_first, std::optional<Tensor> lengths,
-                   std::optional<Tensor> cu_seqlens, bool reverse) {
-    constexpr const char* op = "forget_mult";
-    const qrnn::DType dtype = check_sequences(f, x, op, "f", "x");
-    qrnn::ForgetMultForwardParams p;
-    p.seq_len = f.size(batch_first ? 1 : 0);
-    p.batch = set_sequences(p, lengths, cu_seqlens, f, f.size(batch_first ? 0 : 1), op);
-    p.hidden = f.size(2);
-    check_state(h0, f, p.batch, p.hidden, op, "h0");
+// A scan family's forward: its two sequences `first` and `second` (named `one` and `two`) in
+// Params::*First and ::*Second, the state h0, and its CPU and CUDA entry points.
+template <typename Params, qrnn::ConstView3 Params::* First, qrnn::ConstView3 Params::* Second>
+Tensor scan_forward(const char* op, const char* one, const char* two, const Tensor& first, const Tensor& second,
+                    const std::optional<Tensor>& h0, bool reverse, bool batch_first,
+                    const std::optional<Tensor>& lengths, const std::optional<Tensor>& cu_seqlens,
+                    void (*cpu_entry)(const Params&, int), CudaScanEntry<Params> cuda_entry) {
+    const qrnn::DType dtype = check_sequences(first, second, op, one, two);
+    Params p;
+    p.seq_len = first.size(batch_first ? 1 : 0);
+    p.batch = set_sequences(p, lengths, cu_seqlens, first, first.size(batch_first ? 0 : 1), op);
+    p.hidden = first.size(2);
+    check_state(h0, first, p.batch, p.hidden, op, "h0");
     // A whole row reversed is a negative time stride; sequences reverse by the core's flag.
     const bool whole = reverse && !lengths.has_value() && !cu_seqlens.has_value();
     p.reverse = reverse && !whole;
-    Tensor h = torch::stable::new_empty(f, f.sizes());
+    Tensor h = torch::stable::new_empty(first, first.sizes());
     p.dtype = dtype;
-    p.f = time_view3<qrnn::ConstView3>(f, batch_first, whole);
-    p.x = time_view3<qrnn::ConstView3>(x, batch_first, whole);
+    p.*First = time_view3<qrnn::ConstView3>(first, batch_first, whole);
+    p.*Second = time_view3<qrnn::ConstView3>(second, batch_first, whole);
     p.h0 = view2<qrnn::ConstView2>(h0);
     p.h0_dtype = h0.has_value() ? dtype_of(*h0, op, "h0") : dtype;
     p.h = time_view3<qrnn::View3>(h, batch_first, whole);
 #if defined(QRNN_WITH_CUDA)
-    if (f.is_cuda()) {
-        const int32_t device = f.get_device_index();
-        qrnn::cuda::forget_mult_forward(p, current_cuda_stream(device), qrnn::cuda::Schedule::automatic, device);
+    if (first.is_cuda()) {
+        const int32_t device = first.get_device_index();
+        cuda_entry(p, current_cuda_stream(device), qrnn::cuda::Schedule::automatic, device);
         return h;
     }
+#else
+    (void)cuda_entry;
 #endif
-    qrnn::cpu::forget_mult_forward(p, torch_num_threads());
+    cpu_entry(p, torch_num_threads());
     return h;
 }
 
-// ---- qrnn::linear_scan ------------------------------------------------------------------------
+Tensor forget_mult(Tensor f, Tensor x, std::optional<Tensor> h0, bool batch_first, std::optional<Tensor> lengths,
+                   std::optional<Tensor> cu_seqlens, bool reverse) {
+    return scan_forward<qrnn::ForgetMultForwardParams, &qrnn::ForgetMultForwardParams::f,
+                        &qrnn::ForgetMultForwardParams::x>("forget_mult", "f", "x", f, x, h0, reverse, batch_first,
+                                                           lengths, cu_seqlens, &qrnn::cpu::forget_mult_forward,
+                                                           QRNN_CUDA_ENTRY(forget_mult_forward));
+}
 
 Tensor linear_scan(Tensor a, Tensor b, std::optional<Tensor> h0, bool reverse, bool batch_first,
                    std::optional<Tensor> lengths, std::optional<Tensor> cu_seqlens) {
-    constexpr const char* op = "linear_scan";
-    const qrnn::DType dtype = check_sequences(a, b, op, "a", "b");
-    qrnn::LinearScanForwardParams p;
-    p.seq_len = a.size(batch_first ? 1 : 0);
-    p.batch = set_sequences(p, lengths, cu_seqlens, a, a.size(batch_first ? 0 : 1), op);
-    p.hidden = a.size(2);
-    check_state(h0, a, p.batch, p.hidden, op, "h0");
-    const bool whole = reverse && !lengths.has_value() && !cu_seqlens.has_value();
-    p.reverse = reverse && !whole;
-    Tensor h = torch::stable::new_empty(a, a.sizes());
-    p.dtype = dtype;
-    p.a = time_view3<qrnn::ConstView3>(a, batch_first, whole);
-    p.b = time_view3<qrnn::ConstView3>(b, batch_first, whole);
-    p.h0 = view2<qrnn::ConstView2>(h0);
-    p.h0_dtype = h0.has_value() ? dtype_of(*h0, op, "h0") : dtype;
-    p.h = time_view3<qrnn::View3>(h, batch_first, whole);
-#if defined(QRNN_WITH_CUDA)
-    if (a.is_cuda()) {
-        const int32_t device = a.get_device_index();
-        qrnn::cuda::linear_scan_forward(p, current_cuda_stream(device), qrnn::cuda::Schedule::automatic, device);
-        return h;
-    }
-#endif
-    qrnn::cpu::linear_scan_forward(p, torch_num_threads());
-    return h;
+    return scan_forward<qrnn::LinearScanForwardParams, &qrnn::LinearScanForwardParams::a,
+                        &qrnn::LinearScanForwardParams::b>("linear_scan", "a", "b", a, b, h0, reverse, batch_first,
+                                                           lengths, cu_seqlens, &qrnn::cpu::linear_scan_forward,
+                                                           QRNN_CUDA_ENTRY(linear_scan_forward));
 }
 
 // ---- qrnn::qrnn_gates -------------------------------------------------------------------------

@@ -27,13 +27,32 @@ void for_each_kernel(Use&& use) {
     });
 }
 
-// What names a family's kernels (the base of ForgetMultKernels and GateKernels): its
-// parameter structs and which loader set it is.
+// What names a family's kernels (the base of each family's policy or kernel table): its
+// parameter structs, which loader set it is, and its launchers' names (in launch errors).
 template <typename ForwardParams, typename BackwardParams, detail::KernelFamily F>
 struct KernelFamilyOf {
     using Forward = ForwardParams;
     using Backward = BackwardParams;
     static constexpr detail::KernelFamily family = F;
+    static constexpr const char* name(const Forward*) { return detail::kForwardNames[int(F)]; }
+    static constexpr const char* name(const Backward*) { return detail::kBackwardNames[int(F)]; }
 };
 
+// The kernel table of a parameter struct (TableOf<Params>::type), for code that starts from
+// the struct (the host emulator); each family's kernels.cuh names its table with
+// QRNN_KERNEL_TABLE.
+template <typename Params>
+struct TableOf;
+
 }  // namespace qrnn::cuda::kernels
+
+// In namespace qrnn::cuda::kernels: `Table` serves its Forward and Backward structs.
+#define QRNN_KERNEL_TABLE(Table)      \
+    template <>                       \
+    struct TableOf<Table::Forward> {  \
+        using type = Table;           \
+    };                                \
+    template <>                       \
+    struct TableOf<Table::Backward> { \
+        using type = Table;           \
+    };

@@ -3,6 +3,7 @@
 // Plain C++, no CUDA types, so the plan logic is ordinary host code.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <stdexcept>
@@ -11,6 +12,7 @@
 
 #include "qrnn/cuda_schedule.hpp"
 #include "qrnn/dtype.hpp"
+#include "qrnn/families.hpp"
 #include "qrnn/view.hpp"
 
 namespace qrnn::cuda::detail {
@@ -71,14 +73,26 @@ struct Strided {
     int64_t stride_t, stride_b, stride_h;
 };
 
+inline Strided strided(const ConstView3& v) { return {v.data, v.stride_t, v.stride_b, v.stride_h}; }
+inline Strided strided(const View3& v) { return {v.data, v.stride_t, v.stride_b, v.stride_h}; }
+
+// `count` arrays from `first`, where a braced list of them is not written out.
+struct StridedArrays {
+    const Strided* first;
+    size_t count;
+    const Strided* begin() const { return first; }
+    const Strided* end() const { return first + count; }
+};
+
 // Can the arrays be read and written `width` elements at a time? Each array with unit
 // hidden stride moves whole packs, so wherever a thread's pack starts its address must be
 // aligned to the pack size; the others (broadcast along hidden, stride 0, or strided) are
 // moved element by element by the kernels and set no condition, so they never force the
 // rest to scalar accesses. Needs at least one unit-stride array (otherwise packs buy
 // nothing). Absent optional arrays (null data) are skipped.
-inline bool vectorisable(int width, int64_t elem_size, int64_t T, int64_t B, int64_t H,
-                         std::initializer_list<Strided> arrays) {
+// `arrays`: a braced list of them, or StridedArrays.
+template <typename Arrays = std::initializer_list<Strided>>
+bool vectorisable(int width, int64_t elem_size, int64_t T, int64_t B, int64_t H, const Arrays& arrays) {
     if (width > H) return false;
     const int64_t bytes = width * elem_size;
     bool any_unit_stride = false;
@@ -142,11 +156,9 @@ void check_launch(const char* what);
 // driver-version errors name the driver found and the one needed.
 void check_cuda(int error, const char* what);
 
-// The families of CUDA kernels, one line each: F(name), the name of its KernelFamily.
-#define QRNN_CUDA_KERNEL_FAMILIES(F) \
-    F(forget_mult)                   \
-    F(gates)                         \
-    F(linear_scan)
+// The families of CUDA kernels: every op family (qrnn/families.hpp), F(name) the name of its
+// KernelFamily and of its launchers qrnn::cuda::<name>_forward / _backward.
+#define QRNN_CUDA_KERNEL_FAMILIES(F) QRNN_FAMILY_NAMES(F)
 
 // Which kernels a launch needs loaded: one family's of one dtype, or none.
 #define QRNN_CUDA_FAMILY_ENUMERATOR(name) name,
@@ -155,6 +167,14 @@ enum class KernelFamily : int { none = -1, QRNN_CUDA_KERNEL_FAMILIES(QRNN_CUDA_F
 #define QRNN_CUDA_FAMILY_COUNT(name) +1
 constexpr int kKernelFamilies = 0 QRNN_CUDA_KERNEL_FAMILIES(QRNN_CUDA_FAMILY_COUNT);
 #undef QRNN_CUDA_FAMILY_COUNT
+
+// Each family's launchers by name, as launch errors give them.
+#define QRNN_CUDA_FAMILY_FORWARD(name) "qrnn::cuda::" #name "_forward",
+#define QRNN_CUDA_FAMILY_BACKWARD(name) "qrnn::cuda::" #name "_backward",
+constexpr const char* kForwardNames[] = {QRNN_CUDA_KERNEL_FAMILIES(QRNN_CUDA_FAMILY_FORWARD)};
+constexpr const char* kBackwardNames[] = {QRNN_CUDA_KERNEL_FAMILIES(QRNN_CUDA_FAMILY_BACKWARD)};
+#undef QRNN_CUDA_FAMILY_BACKWARD
+#undef QRNN_CUDA_FAMILY_FORWARD
 
 // Loads every kernel of one family and dtype (cudaFuncGetAttributes on each: with lazy
 // loading, the CUDA >= 12.2 default, a kernel is otherwise loaded at its first launch,

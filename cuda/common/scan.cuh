@@ -13,9 +13,8 @@
 //
 // A family is a policy struct (cuda/<family>/kernels.cuh):
 //
-//   using Forward = <forward params>;  using Backward = <backward params>;
-//   static constexpr detail::KernelFamily family;            its kernel loader set
-//   static constexpr const char* forward_name, *backward_name;  in launch errors
+//   a base KernelFamilyOf<Forward params, Backward params, detail::KernelFamily>
+//       (common/kernel_family.cuh): its structs, kernel loader set and launchers' names
 //   static constexpr int forward_inputs, backward_inputs, backward_outputs;
 //   static const ConstView3& input(const Forward&, int j);   the j-th array a step reads
 //   static const ConstView3& input(const Backward&, int j);  the same, backward (besides
@@ -492,8 +491,7 @@ template <typename F>
 struct ScanKernels : KernelFamilyOf<typename F::Forward, typename F::Backward, F::family> {
     using Forward = typename F::Forward;
     using Backward = typename F::Backward;
-    static constexpr const char* name(const Forward*) { return F::forward_name; }
-    static constexpr const char* name(const Backward*) { return F::backward_name; }
+    using KernelFamilyOf<Forward, Backward, F::family>::name;
     template <typename T>
     static constexpr int widest = 16 / int(sizeof(T));  // packs of 16 bytes
 

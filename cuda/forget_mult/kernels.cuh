@@ -16,13 +16,8 @@
 
 namespace qrnn::cuda::kernels {
 
-struct ForgetMultScan {
-    using Forward = ForgetMultForwardParams;
-    using Backward = ForgetMultBackwardParams;
-    static constexpr detail::KernelFamily family = detail::KernelFamily::forget_mult;
-    static constexpr const char* forward_name = "qrnn::cuda::forget_mult_forward";
-    static constexpr const char* backward_name = "qrnn::cuda::forget_mult_backward";
-
+struct ForgetMultScan
+    : KernelFamilyOf<ForgetMultForwardParams, ForgetMultBackwardParams, detail::KernelFamily::forget_mult> {
     // Each step reads f and x in both directions (the backward's df needs x); it writes
     // grad_x and grad_f.
     static constexpr int forward_inputs = 2, backward_inputs = 2, backward_outputs = 2;
@@ -51,5 +46,6 @@ struct ForgetMultScan {
 };
 
 using ForgetMultKernels = ScanKernels<ForgetMultScan>;
+QRNN_KERNEL_TABLE(ForgetMultKernels)
 
 }  // namespace qrnn::cuda::kernels

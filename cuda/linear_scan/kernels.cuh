@@ -12,13 +12,8 @@
 
 namespace qrnn::cuda::kernels {
 
-struct LinearScan {
-    using Forward = LinearScanForwardParams;
-    using Backward = LinearScanBackwardParams;
-    static constexpr detail::KernelFamily family = detail::KernelFamily::linear_scan;
-    static constexpr const char* forward_name = "qrnn::cuda::linear_scan_forward";
-    static constexpr const char* backward_name = "qrnn::cuda::linear_scan_backward";
-
+struct LinearScan
+    : KernelFamilyOf<LinearScanForwardParams, LinearScanBackwardParams, detail::KernelFamily::linear_scan> {
     // The forward reads a and b per step; the backward only a (b does not enter the
     // gradients) and writes grad_a and grad_b.
     static constexpr int forward_inputs = 2, backward_inputs = 1, backward_outputs = 2;
@@ -46,5 +41,6 @@ struct LinearScan {
 };
 
 using LinearScanKernels = ScanKernels<LinearScan>;
+QRNN_KERNEL_TABLE(LinearScanKernels)
 
 }  // namespace qrnn::cuda::kernels

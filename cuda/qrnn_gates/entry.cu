@@ -12,9 +12,7 @@ namespace qrnn::cuda {
 namespace {
 
 using detail::Strided;
-
-Strided strided(const ConstView3& v) { return {v.data, v.stride_t, v.stride_b, v.stride_h}; }
-Strided strided(const View3& v) { return {v.data, v.stride_t, v.stride_b, v.stride_h}; }
+using detail::strided;
 
 // The gate blocks as separate arrays (Z, F and O start gate_stride elements apart).
 struct GateBlocks { Strided z, f, o; };
@@ -66,7 +64,7 @@ template <typename Params>
 void launch(const Params& p, void* stream, int device, const char* what) {
     if (!validate(p)) return;
     const LaunchPlan plan{width_of(p), 1};
-    const detail::LaunchGuard guard(what, stream, device, p.gates.data, detail::KernelFamily::gates, p.dtype);
+    const detail::LaunchGuard guard(what, stream, device, p.gates.data, detail::KernelFamily::qrnn_gates, p.dtype);
     detail::launch_of_dtype(p, plan, stream);
 }
 

@@ -246,9 +246,7 @@ gates_backward(const QrnnGatesBackwardParams p, const int64_t vectors_per_row) {
 
 // ---- The kernels as the launchers and the emulator pick them (run_plan) ----------------
 
-struct GateKernels : KernelFamilyOf<QrnnGatesForwardParams, QrnnGatesBackwardParams, detail::KernelFamily::gates> {
-    static constexpr const char* name(const Forward*) { return "qrnn::cuda::qrnn_gates_forward"; }
-    static constexpr const char* name(const Backward*) { return "qrnn::cuda::qrnn_gates_backward"; }
+struct GateKernels : KernelFamilyOf<QrnnGatesForwardParams, QrnnGatesBackwardParams, detail::KernelFamily::qrnn_gates> {
     template <typename T>
     static constexpr int widest = gates_max_width(int(sizeof(T)));
 
@@ -273,5 +271,6 @@ struct GateKernels : KernelFamilyOf<QrnnGatesForwardParams, QrnnGatesBackwardPar
         });
     }
 };
+QRNN_KERNEL_TABLE(GateKernels)
 
 }  // namespace qrnn::cuda::kernels

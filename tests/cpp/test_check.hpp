@@ -76,6 +76,15 @@ inline int result(const char* test_name) {
         if (!qrnn_thrown_) qrnn_test::report_failure(__FILE__, __LINE__, #expr " did not throw " #type);          \
     } while (0)
 
+// Parameters from `make()`, changed by the statements `...` (which name them `p`), must make
+// `call(p)` throw std::invalid_argument whose what() contains `needle`.
+#define CHECK_REJECTS(make, call, needle, ...)                \
+    do {                                                      \
+        auto p = make();                                      \
+        __VA_ARGS__;                                          \
+        CHECK_THROWS(call(p), std::invalid_argument, needle); \
+    } while (0)
+
 #define CHECK_NOTHROW(expr)                                                                          \
     do {                                                                                             \
         try {                                                                                        \

@@ -66,25 +66,23 @@ inline int start_kernel_test(const char* test_name) {
     return 0;
 }
 
+// Parameters over seq_len x batch x hidden arrays, every other field at its default.
+template <typename Params>
+Params sized(int64_t seq_len, int64_t batch, int64_t hidden) {
+    Params p;
+    p.seq_len = seq_len;
+    p.batch = batch;
+    p.hidden = hidden;
+    return p;
+}
+
 // make() gives valid parameters that call(p) accepts; a negative size must throw naming it.
 template <typename Make, typename Call>
 void check_size_arguments(Make make, Call call, int64_t negative_batch) {
     CHECK_NOTHROW(call(make()));
-    {
-        auto p = make();
-        p.seq_len = -1;
-        CHECK_THROWS(call(p), std::invalid_argument, "seq_len");
-    }
-    {
-        auto p = make();
-        p.batch = negative_batch;
-        CHECK_THROWS(call(p), std::invalid_argument, "batch");
-    }
-    {
-        auto p = make();
-        p.hidden = std::numeric_limits<int64_t>::min();
-        CHECK_THROWS(call(p), std::invalid_argument, "hidden");
-    }
+    CHECK_REJECTS(make, call, "seq_len", p.seq_len = -1);
+    CHECK_REJECTS(make, call, "batch", p.batch = negative_batch);
+    CHECK_REJECTS(make, call, "hidden", p.hidden = std::numeric_limits<int64_t>::min());
 }
 
 }  // namespace qrnn_test

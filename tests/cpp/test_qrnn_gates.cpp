@@ -92,10 +92,7 @@ struct Case {
     // The fields forward and backward share: sizes, dtypes, gates, mask, c0, lengths, direction.
     template <typename Params>
     Params params() {
-        Params p;
-        p.seq_len = T_;
-        p.batch = B;
-        p.hidden = H;
+        auto p = sized<Params>(T_, B, H);
         p.dtype = qrnn::dtype_of<T>::value;
         p.output_gate = o.output_gate;
         p.gates = gates.cview3();
@@ -269,25 +266,20 @@ void invalid_arguments() {
     float g[2 * 2 * 6] = {}, out[2 * 2 * 2] = {}, st[2 * 2 * 2] = {}, dg[2 * 2 * 6] = {};
     int64_t lengths[2] = {2, 1};
     const int64_t max = std::numeric_limits<int64_t>::max();
-    auto fwd = [&] {
-        qrnn::QrnnGatesForwardParams p;
-        p.seq_len = 2;
-        p.batch = 2;
-        p.hidden = 2;
+    // Both directions read the same (2, 2, 3 x 2) gates and (2, 2, 2) states.
+    auto with_gates = [&](auto p) {
         p.gates = {g, 12, 6, 1};
         p.gate_stride = 2;
-        p.output = {out, 4, 2, 1};
         p.states = {st, 4, 2, 1};
         return p;
     };
+    auto fwd = [&] {
+        auto p = with_gates(sized<qrnn::QrnnGatesForwardParams>(2, 2, 2));
+        p.output = {out, 4, 2, 1};
+        return p;
+    };
     auto bwd = [&] {
-        qrnn::QrnnGatesBackwardParams p;
-        p.seq_len = 2;
-        p.batch = 2;
-        p.hidden = 2;
-        p.gates = {g, 12, 6, 1};
-        p.gate_stride = 2;
-        p.states = {st, 4, 2, 1};
+        auto p = with_gates(sized<qrnn::QrnnGatesBackwardParams>(2, 2, 2));
         p.grad_output = {out, 4, 2, 1};
         p.grad_gates = {dg, 12, 6, 1};
         p.grad_gate_stride = 2;
@@ -295,127 +287,30 @@ void invalid_arguments() {
     };
     check_size_arguments(fwd, [](const qrnn::QrnnGatesForwardParams& p) { qrnn_gates_forward(p); }, -1);
     CHECK_NOTHROW(qrnn_gates_backward(bwd()));
-    {
-        auto p = fwd();
-        p.gates.data = nullptr;
-        CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "gates");
-    }
-    {
-        auto p = fwd();
-        p.output.data = nullptr;
-        CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "output");
-    }
-    {
-        auto p = fwd();
-        p.gate_stride = max;
-        CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "gates");
-    }
-    {
-        auto p = fwd();
-        p.gate_stride = std::numeric_limits<int64_t>::min();
-        CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "gates");
-    }
-    {
-        auto p = fwd();
-        p.states.stride_t = max;
-        CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "states");
-    }
-    {
-        auto p = fwd();
-        p.seq_len = p.batch = p.hidden = int64_t(1) << 22;
-        CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "overflow");
-    }
-    {
-        auto p = fwd();
-        p.dtype = DType(9);
-        CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "dtype");
-    }
-    {
-        auto p = fwd();
-        p.forget_scale = std::nan("");
-        CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "forget_scale");
-    }
-    {
-        auto p = fwd();
-        p.forget_scale = -0.1;
-        CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "forget_scale");
-    }
-    {
-        auto p = fwd();
-        p.forget_scale = 1.5;
-        CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "forget_scale");
-    }
-    {
-        auto p = fwd();
-        p.forget_scale = std::numeric_limits<double>::infinity();
-        CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "forget_scale");
-    }
-    {
-        auto p = fwd();
-        p.lengths = lengths;
-        lengths[1] = 3;
-        CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "lengths[1]");
-    }
-    {
-        auto p = fwd();
-        p.lengths = lengths;
-        lengths[1] = -1;
-        CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "lengths[1]");
-    }
+    CHECK_REJECTS(fwd, qrnn_gates_forward, "gates", p.gates.data = nullptr);
+    CHECK_REJECTS(fwd, qrnn_gates_forward, "output", p.output.data = nullptr);
+    CHECK_REJECTS(fwd, qrnn_gates_forward, "gates", p.gate_stride = max);
+    CHECK_REJECTS(fwd, qrnn_gates_forward, "gates", p.gate_stride = std::numeric_limits<int64_t>::min());
+    CHECK_REJECTS(fwd, qrnn_gates_forward, "states", p.states.stride_t = max);
+    CHECK_REJECTS(fwd, qrnn_gates_forward, "overflow", p.seq_len = p.batch = p.hidden = int64_t(1) << 22);
+    CHECK_REJECTS(fwd, qrnn_gates_forward, "dtype", p.dtype = DType(9));
+    CHECK_REJECTS(fwd, qrnn_gates_forward, "forget_scale", p.forget_scale = std::nan(""));
+    CHECK_REJECTS(fwd, qrnn_gates_forward, "forget_scale", p.forget_scale = -0.1);
+    CHECK_REJECTS(fwd, qrnn_gates_forward, "forget_scale", p.forget_scale = 1.5);
+    CHECK_REJECTS(fwd, qrnn_gates_forward, "forget_scale", p.forget_scale = std::numeric_limits<double>::infinity());
+    CHECK_REJECTS(fwd, qrnn_gates_forward, "lengths[1]", p.lengths = lengths; lengths[1] = 3);
+    CHECK_REJECTS(fwd, qrnn_gates_forward, "lengths[1]", p.lengths = lengths; lengths[1] = -1);
     lengths[1] = 1;
-    {
-        auto p = fwd();
-        p.batch = 3;
-        p.lengths = lengths;
-        p.lengths_stride = max / 2 + 1;
-        CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "lengths");
-    }
-    {
-        auto p = fwd();
-        p.c0 = {out, 2, 1};
-        p.c0_dtype = DType::float64;
-        CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "c0_dtype");
-    }
-    {
-        auto p = fwd();
-        p.c_n = {out, 2, 1};
-        p.c_n_dtype = DType(5);
-        CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "c_n_dtype");
-    }
-    {
-        auto p = fwd();
-        p.dtype = DType::bfloat16;
-        p.c0 = {out, 2, 1};
-        p.c0_dtype = DType::float16;
-        CHECK_THROWS(qrnn_gates_forward(p), std::invalid_argument, "c0_dtype");
-    }
-    {
-        auto p = bwd();
-        p.states.data = nullptr;
-        CHECK_THROWS(qrnn_gates_backward(p), std::invalid_argument, "states");
-    }
-    {
-        auto p = bwd();
-        p.grad_gates.data = nullptr;
-        CHECK_THROWS(qrnn_gates_backward(p), std::invalid_argument, "grad_gates");
-    }
-    {
-        auto p = bwd();
-        p.grad_gate_stride = max;
-        CHECK_THROWS(qrnn_gates_backward(p), std::invalid_argument, "grad_gates");
-    }
-    {
-        auto p = bwd();
-        p.grad_c0 = {out, max, 1};
-        p.c0_dtype = DType::float32;
-        CHECK_THROWS(qrnn_gates_backward(p), std::invalid_argument, "grad_c0");
-    }
-    {
-        auto p = bwd();
-        p.lengths = lengths;
-        lengths[0] = 5;
-        CHECK_THROWS(qrnn_gates_backward(p), std::invalid_argument, "lengths[0]");
-    }
+    CHECK_REJECTS(fwd, qrnn_gates_forward, "lengths", p.batch = 3; p.lengths = lengths; p.lengths_stride = max / 2 + 1);
+    CHECK_REJECTS(fwd, qrnn_gates_forward, "c0_dtype", p.c0 = {out, 2, 1}; p.c0_dtype = DType::float64);
+    CHECK_REJECTS(fwd, qrnn_gates_forward, "c_n_dtype", p.c_n = {out, 2, 1}; p.c_n_dtype = DType(5));
+    CHECK_REJECTS(fwd, qrnn_gates_forward, "c0_dtype", p.dtype = DType::bfloat16; p.c0 = {out, 2, 1};
+                  p.c0_dtype = DType::float16);
+    CHECK_REJECTS(bwd, qrnn_gates_backward, "states", p.states.data = nullptr);
+    CHECK_REJECTS(bwd, qrnn_gates_backward, "grad_gates", p.grad_gates.data = nullptr);
+    CHECK_REJECTS(bwd, qrnn_gates_backward, "grad_gates", p.grad_gate_stride = max);
+    CHECK_REJECTS(bwd, qrnn_gates_backward, "grad_c0", p.grad_c0 = {out, max, 1}; p.c0_dtype = DType::float32);
+    CHECK_REJECTS(bwd, qrnn_gates_backward, "lengths[0]", p.lengths = lengths; lengths[0] = 5);
     lengths[0] = 2;
     // Zero elements: null pointers are fine.
     {

@@ -127,10 +127,7 @@ std::string describe(const char* family, const char* dir, const char* dtype, con
 // The fields forward and backward share: sizes, dtypes, the inputs and h0 (absent unless has_h0).
 template <typename F, typename Params, typename T, typename S>
 Params params_of(Shape s, Strided<T>& u, Strided<T>& v, Strided<S>& h0, bool has_h0) {
-    Params p;
-    p.seq_len = s.T;
-    p.batch = s.B;
-    p.hidden = s.H;
+    auto p = sized<Params>(s.T, s.B, s.H);
     p.dtype = qrnn::dtype_of<T>::value;
     F::inputs(p, u.cview3(), v.cview3());
     if (has_h0) p.h0 = h0.cview2();
@@ -362,20 +359,14 @@ void invalid_arguments() {
     const int64_t big = int64_t(1) << 22, max = std::numeric_limits<int64_t>::max();
 
     auto fwd = [&] {
-        qrnn::ForgetMultForwardParams p;
-        p.seq_len = 2;
-        p.batch = 2;
-        p.hidden = 2;
+        auto p = sized<qrnn::ForgetMultForwardParams>(2, 2, 2);
         p.f = {buf, 4, 2, 1};
         p.x = {buf, 4, 2, 1};
         p.h = {buf + 8, 4, 2, 1};
         return p;
     };
     auto bwd = [&] {
-        qrnn::ForgetMultBackwardParams p;
-        p.seq_len = 2;
-        p.batch = 2;
-        p.hidden = 2;
+        auto p = sized<qrnn::ForgetMultBackwardParams>(2, 2, 2);
         p.f = {buf, 4, 2, 1};
         p.x = {buf, 4, 2, 1};
         p.h = {buf, 4, 2, 1};
@@ -387,92 +378,23 @@ void invalid_arguments() {
     check_size_arguments(fwd, [](const qrnn::ForgetMultForwardParams& p) { forget_mult_forward(p); }, -3);
     CHECK_NOTHROW(forget_mult_backward(bwd()));
 
-    {
-        auto p = fwd();
-        p.f.data = nullptr;
-        CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "f");
-    }
-    {
-        auto p = fwd();
-        p.x.data = nullptr;
-        CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "x");
-    }
-    {
-        auto p = fwd();
-        p.h.data = nullptr;
-        CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "h");
-    }
-    {
-        auto p = fwd();
-        p.seq_len = big;
-        p.batch = big;
-        p.hidden = big;
-        CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "overflow");
-    }
-    {
-        auto p = fwd();
-        p.seq_len = max;
-        p.batch = 2;
-        CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "overflow");
-    }
-    {
-        auto p = fwd();
-        p.seq_len = 3;
-        p.f.stride_t = max / 2 + 1;
-        CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "f");
-    }
-    {
-        auto p = fwd();
-        p.x.stride_b = std::numeric_limits<int64_t>::min();
-        CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "x");
-    }
-    {
-        auto p = fwd();
-        p.h.stride_h = -max;
-        p.h.stride_t = -max;
-        CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "h");
-    }
-    {
-        auto p = fwd();
-        p.h0 = {buf, max, 1};
-        CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "h0");
-    }
-    {
-        auto p = fwd();
-        p.dtype = DType(7);
-        CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "dtype");
-    }
-    {
-        auto p = fwd();
-        p.dtype = DType(-1);
-        CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "dtype");
-    }
-    {
-        auto p = fwd();
-        p.h0 = {buf, 2, 1};
-        p.h0_dtype = DType::float64;
-        CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "h0_dtype");
-    }
-    {
-        auto p = fwd();
-        p.dtype = DType::float64;
-        p.h0 = {buf, 2, 1};
-        p.h0_dtype = DType::float32;
-        CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "h0_dtype");
-    }
-    {
-        auto p = fwd();
-        p.dtype = DType::bfloat16;
-        p.h0 = {buf, 2, 1};
-        p.h0_dtype = DType::float16;
-        CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "h0_dtype");
-    }
-    {
-        auto p = fwd();
-        p.h0 = {buf, 2, 1};
-        p.h0_dtype = DType(42);
-        CHECK_THROWS(forget_mult_forward(p), std::invalid_argument, "h0_dtype");
-    }
+    CHECK_REJECTS(fwd, forget_mult_forward, "f", p.f.data = nullptr);
+    CHECK_REJECTS(fwd, forget_mult_forward, "x", p.x.data = nullptr);
+    CHECK_REJECTS(fwd, forget_mult_forward, "h", p.h.data = nullptr);
+    CHECK_REJECTS(fwd, forget_mult_forward, "overflow", p.seq_len = big; p.batch = big; p.hidden = big);
+    CHECK_REJECTS(fwd, forget_mult_forward, "overflow", p.seq_len = max; p.batch = 2);
+    CHECK_REJECTS(fwd, forget_mult_forward, "f", p.seq_len = 3; p.f.stride_t = max / 2 + 1);
+    CHECK_REJECTS(fwd, forget_mult_forward, "x", p.x.stride_b = std::numeric_limits<int64_t>::min());
+    CHECK_REJECTS(fwd, forget_mult_forward, "h", p.h.stride_h = -max; p.h.stride_t = -max);
+    CHECK_REJECTS(fwd, forget_mult_forward, "h0", p.h0 = {buf, max, 1});
+    CHECK_REJECTS(fwd, forget_mult_forward, "dtype", p.dtype = DType(7));
+    CHECK_REJECTS(fwd, forget_mult_forward, "dtype", p.dtype = DType(-1));
+    CHECK_REJECTS(fwd, forget_mult_forward, "h0_dtype", p.h0 = {buf, 2, 1}; p.h0_dtype = DType::float64);
+    CHECK_REJECTS(fwd, forget_mult_forward, "h0_dtype", p.dtype = DType::float64; p.h0 = {buf, 2, 1};
+                  p.h0_dtype = DType::float32);
+    CHECK_REJECTS(fwd, forget_mult_forward, "h0_dtype", p.dtype = DType::bfloat16; p.h0 = {buf, 2, 1};
+                  p.h0_dtype = DType::float16);
+    CHECK_REJECTS(fwd, forget_mult_forward, "h0_dtype", p.h0 = {buf, 2, 1}; p.h0_dtype = DType(42));
     // Zero elements: null pointers and any strides are fine, nothing is touched.
     {
         auto p = fwd();
@@ -483,60 +405,17 @@ void invalid_arguments() {
         CHECK_NOTHROW(forget_mult_forward(p));
     }
 
-    {
-        auto p = bwd();
-        p.seq_len = -1;
-        CHECK_THROWS(forget_mult_backward(p), std::invalid_argument, "seq_len");
-    }
-    {
-        auto p = bwd();
-        p.hidden = -1;
-        CHECK_THROWS(forget_mult_backward(p), std::invalid_argument, "hidden");
-    }
-    {
-        auto p = bwd();
-        p.h.data = nullptr;
-        CHECK_THROWS(forget_mult_backward(p), std::invalid_argument, "h");
-    }
-    {
-        auto p = bwd();
-        p.grad_h.data = nullptr;
-        CHECK_THROWS(forget_mult_backward(p), std::invalid_argument, "grad_h");
-    }
-    {
-        auto p = bwd();
-        p.grad_f.data = nullptr;
-        CHECK_THROWS(forget_mult_backward(p), std::invalid_argument, "grad_f");
-    }
-    {
-        auto p = bwd();
-        p.grad_x.data = nullptr;
-        CHECK_THROWS(forget_mult_backward(p), std::invalid_argument, "grad_x");
-    }
-    {
-        auto p = bwd();
-        p.grad_f.stride_t = max;
-        CHECK_THROWS(forget_mult_backward(p), std::invalid_argument, "grad_f");
-    }
-    {
-        auto p = bwd();
-        p.grad_h0 = {buf + 32, max, 1};
-        CHECK_THROWS(forget_mult_backward(p), std::invalid_argument, "grad_h0");
-    }
-    {
-        auto p = bwd();
-        p.seq_len = big;
-        p.batch = big;
-        p.hidden = big;
-        CHECK_THROWS(forget_mult_backward(p), std::invalid_argument, "overflow");
-    }
-    {
-        auto p = bwd();
-        p.dtype = DType::float64;
-        p.grad_h0 = {buf + 32, 2, 1};
-        p.h0_dtype = DType::float32;
-        CHECK_THROWS(forget_mult_backward(p), std::invalid_argument, "h0_dtype");
-    }
+    CHECK_REJECTS(bwd, forget_mult_backward, "seq_len", p.seq_len = -1);
+    CHECK_REJECTS(bwd, forget_mult_backward, "hidden", p.hidden = -1);
+    CHECK_REJECTS(bwd, forget_mult_backward, "h", p.h.data = nullptr);
+    CHECK_REJECTS(bwd, forget_mult_backward, "grad_h", p.grad_h.data = nullptr);
+    CHECK_REJECTS(bwd, forget_mult_backward, "grad_f", p.grad_f.data = nullptr);
+    CHECK_REJECTS(bwd, forget_mult_backward, "grad_x", p.grad_x.data = nullptr);
+    CHECK_REJECTS(bwd, forget_mult_backward, "grad_f", p.grad_f.stride_t = max);
+    CHECK_REJECTS(bwd, forget_mult_backward, "grad_h0", p.grad_h0 = {buf + 32, max, 1});
+    CHECK_REJECTS(bwd, forget_mult_backward, "overflow", p.seq_len = big; p.batch = big; p.hidden = big);
+    CHECK_REJECTS(bwd, forget_mult_backward, "h0_dtype", p.dtype = DType::float64; p.grad_h0 = {buf + 32, 2, 1};
+                  p.h0_dtype = DType::float32);
 
     // An empty sequence over a huge (batch, hidden) must return at once: nothing to write.
     {
@@ -589,10 +468,7 @@ void concurrent_callers() {
         threads.emplace_back([&, c] {
             for (int k = 0; k < calls_each; ++k) {
                 std::vector<float> h(size_t(T * B * H), std::nanf(""));
-                qrnn::ForgetMultForwardParams p;
-                p.seq_len = T;
-                p.batch = B;
-                p.hidden = H;
+                auto p = sized<qrnn::ForgetMultForwardParams>(T, B, H);
                 p.f = fs[size_t(c)].cview3();
                 p.x = xs[size_t(c)].cview3();
                 p.h = {h.data(), B * H, H, 1};

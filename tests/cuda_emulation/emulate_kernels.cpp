@@ -1,5 +1,5 @@
-// Runs the CUDA kernels of cuda/forget_mult/kernels.cuh, cuda/linear_scan/kernels.cuh (both
-// on the shared schedules of cuda/common/scan.cuh) and cuda/qrnn_gates/kernels.cuh on the CPU, compiled by the host C++
+// Runs the CUDA kernels of every family (cuda/<family>/kernels.cuh; the scan families' on the shared
+// schedules of cuda/common/scan.cuh) on the CPU, compiled by the host C++
 // compiler against the CUDA headers (whose half/bfloat16 conversions have host versions), so the kernels' indexing,
 // vector and tail paths (every vector access checked for alignment), the chunked schedule's carry logic and the gate
 // kernels' lengths/reverse walks are checked on machines without a GPU (the emulator fixture in tests/conftest.py
@@ -147,9 +147,9 @@ inline void store_vector(R* p, const R& r) {
 #define QRNN_WITH_CUDA 1
 #endif
 
-#include "forget_mult/kernels.cuh"
-#include "linear_scan/kernels.cuh"
-#include "qrnn_gates/kernels.cuh"
+// #include "<family>/kernels.cuh" for every family of qrnn.ops.FAMILIES, written by the
+// emulator fixture (tests/conftest.py) next to the library it builds.
+#include "emulated_families.inc"
 #include "common/kernel_args.hpp"
 
 namespace qrnn::cuda::kernels {
@@ -212,47 +212,21 @@ int report(const char* what, Body&& body) {
 
 }  // namespace
 
-// Each entry takes the numbers of its qrnn._C kernel entry point as kernel_args.hpp defines
-// them (the integers, then the floats, in field order), read by the same reader qrnn._C
-// uses; the launch plan (vector width, chunks) replaces the trailing stream and schedule.
-// Returns 0, or 1 after printing an error.
-extern "C" {
-
-int qrnn_emulate_forward(const int64_t* ints, const double* reals, int vector_width, int chunks) {
-    return report("qrnn_emulate_forward", [&] {
-        run_plan<kernels::ForgetMultKernels>(args::forget_mult_forward::read(ints, reals), {vector_width, chunks});
-    });
+// The entry: `kernel` (a name of _C.kernel_fields()) with the numbers of its qrnn._C kernel
+// entry point as kernel_args.hpp defines them (the integers, then the floats, in field
+// order), read by the same reader qrnn._C uses; the launch plan (vector width, chunks)
+// replaces the trailing stream and schedule (the gate kernels have no chunked schedule and
+// ignore `chunks`). Returns 0, or 1 after printing an error.
+extern "C" int qrnn_emulate(const char* kernel, const int64_t* ints, const double* reals, int vector_width,
+                            int chunks) {
+    const std::string name = kernel;
+#define QRNN_EMULATE(list, Params, FIELDS)                                                                   \
+    if (name == #list)                                                                                       \
+        return report(#list, [&] {                                                                           \
+            run_plan<kernels::TableOf<Params>::type>(args::list::read(ints, reals), {vector_width, chunks}); \
+        });
+    QRNN_KERNEL_ARG_LISTS(QRNN_EMULATE)
+#undef QRNN_EMULATE
+    std::fprintf(stderr, "qrnn_emulate: no kernel named %s\n", kernel);
+    return 1;
 }
-
-int qrnn_emulate_backward(const int64_t* ints, const double* reals, int vector_width, int chunks) {
-    return report("qrnn_emulate_backward", [&] {
-        run_plan<kernels::ForgetMultKernels>(args::forget_mult_backward::read(ints, reals), {vector_width, chunks});
-    });
-}
-
-int qrnn_emulate_linear_scan_forward(const int64_t* ints, const double* reals, int vector_width, int chunks) {
-    return report("qrnn_emulate_linear_scan_forward", [&] {
-        run_plan<kernels::LinearScanKernels>(args::linear_scan_forward::read(ints, reals), {vector_width, chunks});
-    });
-}
-
-int qrnn_emulate_linear_scan_backward(const int64_t* ints, const double* reals, int vector_width, int chunks) {
-    return report("qrnn_emulate_linear_scan_backward", [&] {
-        run_plan<kernels::LinearScanKernels>(args::linear_scan_backward::read(ints, reals), {vector_width, chunks});
-    });
-}
-
-// The gate kernels have no chunked schedule: `chunks` is ignored.
-int qrnn_emulate_gates_forward(const int64_t* ints, const double* reals, int vector_width, int /*chunks*/) {
-    return report("qrnn_emulate_gates_forward", [&] {
-        run_plan<kernels::GateKernels>(args::qrnn_gates_forward::read(ints, reals), {vector_width, 1});
-    });
-}
-
-int qrnn_emulate_gates_backward(const int64_t* ints, const double* reals, int vector_width, int /*chunks*/) {
-    return report("qrnn_emulate_gates_backward", [&] {
-        run_plan<kernels::GateKernels>(args::qrnn_gates_backward::read(ints, reals), {vector_width, 1});
-    });
-}
-
-}  // extern "C"

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import qrnn
-from conftest import CPU_DTYPES, assert_close_to_reference, reference_grads
+from conftest import CPU_DTYPES, assert_close_to_reference, assert_threads_agree, reference_grads, scan_bad_inputs
 from qrnn.ops.forget_mult.kernels import backward_args, forward_args
 from qrnn.ops.forget_mult.reference import forget_mult_backward_reference, forget_mult_reference
 
@@ -211,34 +211,15 @@ def test_zero_size(shape):
 
 def test_threads_agree():
     """The result does not depend on how many threads split the work."""
-    f, x, h0 = make_inputs(50, 7, 1500, torch.float32)
-    old = torch.get_num_threads()
-    try:
-        torch.set_num_threads(1)
-        one = qrnn.forget_mult(f, x, h0)
-        torch.set_num_threads(max(2, old))
-        many = qrnn.forget_mult(f, x, h0)
-    finally:
-        torch.set_num_threads(old)
-    assert torch.equal(one, many)
+    assert_threads_agree(qrnn.forget_mult, *make_inputs(50, 7, 1500, torch.float32))
 
 
-BAD_INPUTS = [
-    (lambda: qrnn.forget_mult([1.0], torch.rand(2, 2, 2)), TypeError, "f must be a torch.Tensor"),
-    (lambda: qrnn.forget_mult(torch.rand(2, 2, 2), None), TypeError, "x must be a torch.Tensor"),
+BAD_INPUTS = scan_bad_inputs(qrnn.forget_mult, "forget_mult", "f", "x") + [
     (lambda: qrnn.forget_mult(torch.ones(2, 2, 2, dtype=torch.int64), torch.ones(2, 2, 2, dtype=torch.int64)),
      TypeError, "torch.int64"),
-    (lambda: qrnn.forget_mult(torch.rand(2, 2, 2), torch.rand(2, 2, 2, dtype=torch.float64)), TypeError,
-     "x must have f's dtype"),
-    (lambda: qrnn.forget_mult(torch.rand(2, 2), torch.rand(2, 2)), ValueError, "f must be 3-D"),
-    (lambda: qrnn.forget_mult(torch.rand(2, 3, 4), torch.rand(2, 3, 5)), ValueError, "x must have f's shape"),
-    (lambda: qrnn.forget_mult(torch.rand(2, 3, 4), torch.rand(2, 3, 4), torch.rand(4, 3)), ValueError,
-     "h0 must have shape"),
     (lambda: qrnn.forget_mult(torch.rand(2, 3, 4), torch.rand(2, 3, 4), torch.rand(3, 4, dtype=torch.float64)),
      TypeError, "h0 must have dtype"),
     (lambda: qrnn.forget_mult(torch.rand(2, 3, 4), torch.rand(2, 3, 4), "h0"), TypeError, "h0 must be"),
-    (lambda: qrnn.forget_mult(torch.rand(2, 3, 4), torch.rand(2, 3, 4, device="meta")), ValueError,
-     "x must be on f's device"),
 ]
 
 

@@ -18,13 +18,26 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import assert_close_to_reference, reference_grads
-from cuda_cases import assert_untouched_outside, forward_reference, make_inputs, poisoned_like
+from conftest import reference_grads
+from cuda_cases import (
+    EXPECTED_WIDTHS,
+    HALF,
+    assert_schedule_taken,
+    assert_untouched_outside,
+    assert_written,
+    compiled_widths,
+    expanded,
+    forward_reference,
+    h0_cases,
+    make_inputs,
+    poisoned_grads,
+    poisoned_like,
+    random_grad,
+)
 from qrnn.ops.core import cuda as cuda_backend
 from qrnn.ops.forget_mult import kernels as forget_mult_kernels
 
 DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
-HALF = (torch.float16, torch.bfloat16)
 
 pytestmark = pytest.mark.skipif(not cuda_backend.AVAILABLE, reason="qrnn was built without its CUDA kernels")
 
@@ -37,47 +50,29 @@ def run_and_check(emulator, f, x, h0, batch_first, schedule="auto", plan=None, c
     h, h_buffer = poisoned_like(f)
     fplan = plan or forget_mult_kernels.forward_plan(h, f, x, h0, batch_first=batch_first, schedule=schedule)
     emulator.forward(h, f, x, h0, batch_first, fplan)
-    assert_close_to_reference(h, forward_reference(f, x, h0, batch_first), dtype, f"forward {fplan}")
-    assert_untouched_outside(h, h_buffer)
+    assert_written(h, h_buffer, forward_reference(f, x, h0, batch_first), dtype, f"forward {fplan}")
     if not check_backward:
         return fplan, None
-    if grad_h is None:
-        grad_h = torch.randn(f.shape, dtype=torch.float64).to(dtype)
-    grad_f, gf_buffer = poisoned_like(f)
-    grad_x, gx_buffer = poisoned_like(f)
-    grad_h0, gh0_buffer = poisoned_like(h0) if h0 is not None else (None, None)
+    grad_h = random_grad(f) if grad_h is None else grad_h
+    (grad_f, gf_buffer), (grad_x, gx_buffer), (grad_h0, gh0_buffer) = poisoned_grads(f, h0)
     bplan = plan or forget_mult_kernels.backward_plan(grad_f, grad_x, grad_h0, grad_h, f, x, h, h0,
                                                batch_first=batch_first, schedule=schedule)
     emulator.backward(grad_f, grad_x, grad_h0, grad_h, f, x, h, h0, batch_first, bplan)
     ref_f, ref_x, ref_h0 = reference_grads(grad_h, f, x, h, h0, batch_first)
-    assert_close_to_reference(grad_f, ref_f, dtype, f"grad_f {bplan}")
-    assert_close_to_reference(grad_x, ref_x, dtype, f"grad_x {bplan}")
-    assert_untouched_outside(grad_f, gf_buffer)
-    assert_untouched_outside(grad_x, gx_buffer)
+    assert_written(grad_f, gf_buffer, ref_f, dtype, f"grad_f {bplan}")
+    assert_written(grad_x, gx_buffer, ref_x, dtype, f"grad_x {bplan}")
     if h0 is not None:
-        assert_close_to_reference(grad_h0, ref_h0, h0.dtype if h0.dtype != torch.float32 else dtype,
-                                  f"grad_h0 {bplan}")
-        assert_untouched_outside(grad_h0, gh0_buffer)
+        assert_written(grad_h0, gh0_buffer, ref_h0, h0.dtype if h0.dtype != torch.float32 else dtype,
+                       f"grad_h0 {bplan}")
     return fplan, bplan
 
 
-def _h0_cases():
-    for dtype in DTYPES:
-        for h0 in ("none", "same") + (("float32",) if dtype in HALF else ()):
-            yield pytest.param(dtype, h0, id=f"{str(dtype)[6:]}-h0_{h0}")
-
-
-@pytest.mark.parametrize("dtype,h0_kind", list(_h0_cases()))
+@pytest.mark.parametrize("dtype,h0_dtype", list(h0_cases()))
 @pytest.mark.parametrize("schedule", ["auto", "serial", "chunked"])
 @pytest.mark.parametrize("batch_first", [False, True], ids=["time_major", "batch_first"])
-def test_matches_float64_reference(emulator, dtype, h0_kind, schedule, batch_first):
-    h0_dtype = {"none": None, "same": dtype, "float32": torch.float32}[h0_kind]
+def test_matches_float64_reference(emulator, dtype, h0_dtype, schedule, batch_first):
     f, x, h0 = make_inputs(45, 3, 40, dtype, batch_first=batch_first, h0_dtype=h0_dtype)
-    fplan, bplan = run_and_check(emulator, f, x, h0, batch_first, schedule)
-    if schedule == "chunked":
-        assert fplan[1] > 1 and bplan[1] > 1
-    if schedule == "serial":
-        assert fplan[1] == 1 and bplan[1] == 1
+    assert_schedule_taken(schedule, *run_and_check(emulator, f, x, h0, batch_first, schedule))
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d)[6:])
@@ -87,22 +82,6 @@ def test_matches_float64_reference(emulator, dtype, h0_kind, schedule, batch_fir
 def test_layouts_and_odd_sizes(emulator, dtype, layout, hidden, schedule):
     f, x, h0 = make_inputs(29, 2, hidden, dtype, h0_dtype=torch.float32 if dtype in HALF else dtype, layout=layout)
     run_and_check(emulator, f, x, h0, False, schedule)
-
-
-# (dtype, layout, hidden) -> vector width of the serial plan: the widest pack that every
-# unit-stride array's alignment allows (strided arrays are read element by element and
-# set no condition), with a scalar tail for a partial last pack.
-EXPECTED_WIDTHS = [
-    (torch.float16, "contiguous", 40, 8), (torch.float16, "contiguous", 44, 4),
-    (torch.float16, "contiguous", 42, 2), (torch.float16, "contiguous", 37, 1),
-    (torch.float16, "offset", 40, 1), (torch.float16, "tail", 38, 8), (torch.float16, "strided_h", 40, 8),
-    (torch.float16, "strided_t", 40, 8), (torch.float16, "expanded", 40, 8),
-    (torch.bfloat16, "contiguous", 40, 8), (torch.bfloat16, "contiguous", 42, 2),
-    (torch.float32, "contiguous", 40, 4), (torch.float32, "contiguous", 42, 2),
-    (torch.float32, "contiguous", 37, 1), (torch.float32, "tail", 38, 4), (torch.float32, "offset", 40, 1),
-    (torch.float64, "contiguous", 40, 2), (torch.float64, "contiguous", 37, 1),
-    (torch.float64, "tail", 37, 2), (torch.float64, "offset", 40, 1),
-]
 
 
 @pytest.mark.parametrize("dtype,layout,hidden,width", EXPECTED_WIDTHS)
@@ -121,30 +100,18 @@ def test_plan_vector_width(dtype, layout, hidden, width):
                                      schedule="serial") == (1, 1)
 
 
-def _expanded(T, B, H, dtype):
-    one = torch.rand(1, 1, H).to(dtype)
-    return one.expand(T, B, H)
-
-
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d)[6:])
 def test_size_rule(dtype):
     """Serial when the columns alone keep enough loads in flight or the sequence is short;
     chunked (up to 16 chunks) for long sequences with few columns."""
-    big = _expanded(512, 64, 4096, dtype)  # the bandwidth benchmark shape (expanded: no memory)
+    big = expanded(512, 64, 4096, dtype)  # the bandwidth benchmark shape (expanded: no memory)
     assert forget_mult_kernels.forward_plan(big, big, big)[1] == 1
     assert forget_mult_kernels.backward_plan(big, big, None, big, big, big, big)[1] == 1
-    short = _expanded(8, 1, 256, dtype)
+    short = expanded(8, 1, 256, dtype)
     assert forget_mult_kernels.forward_plan(short, short, short)[1] == 1
-    long_narrow = _expanded(4096, 1, 256, dtype)
+    long_narrow = expanded(4096, 1, 256, dtype)
     assert forget_mult_kernels.forward_plan(long_narrow, long_narrow, long_narrow)[1] == 16
     assert forget_mult_kernels.backward_plan(*[long_narrow] * 2, None, *[long_narrow] * 4)[1] == 16
-
-
-def _compiled_widths(dtype):
-    """The vector widths the build compiles: 16, 8 and 4 bytes per pack (when that is more
-    than one element) and single elements."""
-    widest = 16 // torch.empty(0, dtype=dtype).element_size()
-    return sorted({w for w in (widest, widest // 2, widest // 4) if w > 1} | {1})
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d)[6:])
@@ -153,7 +120,7 @@ def test_every_compiled_kernel(emulator, dtype, chunks):
     """Each vector width the build compiles, serial and chunked (widths of at most 4 bytes),
     on contiguous aligned inputs where every width is legal."""
     elem = torch.empty(0, dtype=dtype).element_size()
-    for width in _compiled_widths(dtype):
+    for width in compiled_widths(dtype):
         if chunks > 1 and width > max(1, 4 // elem):
             continue
         f, x, h0 = make_inputs(70, 5, 64, dtype, h0_dtype=dtype)

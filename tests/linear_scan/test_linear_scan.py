@@ -9,7 +9,7 @@ import torch
 from torch.func import grad, jvp, vmap
 
 import qrnn
-from conftest import CPU_DTYPES, assert_close_to_reference
+from conftest import CPU_DTYPES, assert_close_to_reference, assert_threads_agree, scan_bad_inputs
 from qrnn.ops.linear_scan import KERNELS
 from qrnn.ops.linear_scan.kernels import backward_args, forward_args
 from qrnn.ops.linear_scan.reference import linear_scan_backward_reference, linear_scan_reference
@@ -215,33 +215,14 @@ def test_zero_size(shape):
 
 
 def test_threads_agree():
-    a, b, h0 = make_inputs(50, 7, 1500, torch.float32)
-    old = torch.get_num_threads()
-    try:
-        torch.set_num_threads(1)
-        one = qrnn.linear_scan(a, b, h0)
-        torch.set_num_threads(max(2, old))
-        many = qrnn.linear_scan(a, b, h0)
-    finally:
-        torch.set_num_threads(old)
-    assert torch.equal(one, many)
+    assert_threads_agree(qrnn.linear_scan, *make_inputs(50, 7, 1500, torch.float32))
 
 
-BAD_INPUTS = [
-    (lambda: qrnn.linear_scan([1.0], torch.rand(2, 2, 2)), TypeError, "linear_scan: a must be a torch.Tensor"),
-    (lambda: qrnn.linear_scan(torch.rand(2, 2, 2), None), TypeError, "b must be a torch.Tensor"),
-    (lambda: qrnn.linear_scan(torch.rand(2, 2, 2), torch.rand(2, 2, 2, dtype=torch.float64)), TypeError,
-     "b must have a's dtype"),
-    (lambda: qrnn.linear_scan(torch.rand(2, 2), torch.rand(2, 2)), ValueError, "a must be 3-D"),
-    (lambda: qrnn.linear_scan(torch.rand(2, 3, 4), torch.rand(2, 3, 5)), ValueError, "b must have a's shape"),
-    (lambda: qrnn.linear_scan(torch.rand(2, 3, 4), torch.rand(2, 3, 4), torch.rand(4, 3)), ValueError,
-     "h0 must have shape"),
+BAD_INPUTS = scan_bad_inputs(qrnn.linear_scan, "linear_scan", "a", "b") + [
     (lambda: qrnn.linear_scan(torch.rand(2, 3, 4), torch.rand(2, 3, 4), reverse=1), TypeError,
      "reverse must be a bool"),
     (lambda: qrnn.linear_scan(torch.rand(2, 3, 4), torch.rand(2, 3, 4), batch_first="yes"), TypeError,
      "batch_first must be a bool"),
-    (lambda: qrnn.linear_scan(torch.rand(2, 3, 4), torch.rand(2, 3, 4, device="meta")), ValueError,
-     "b must be on a's device"),
 ]
 
 

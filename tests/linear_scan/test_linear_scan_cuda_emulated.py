@@ -19,11 +19,23 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import CPU_DTYPES, assert_close_to_reference, dtype_id
-from cuda_cases import assert_untouched_outside, make_inputs, poisoned_like, widest_pack
+from conftest import CPU_DTYPES, dtype_id
+from cuda_cases import (
+    EXPECTED_WIDTHS,
+    HALF,
+    assert_schedule_taken,
+    assert_untouched_outside,
+    assert_written,
+    compiled_widths,
+    expanded,
+    h0_cases,
+    make_inputs,
+    poisoned_grads,
+    poisoned_like,
+    random_grad,
+    widest_pack,
+)
 from qrnn import _C
-
-HALF = (torch.float16, torch.bfloat16)
 
 pytestmark = pytest.mark.skipif(not hasattr(_C, "cuda_linear_scan_forward_plan"),
                                 reason="qrnn was built without its CUDA kernels")
@@ -159,49 +171,31 @@ def run_and_check(emulator, a, b, h0, schedule="auto", plan=None, reverse=False,
     fargs = forward_args(h, a, b, h0, reverse)
     fplan = plan or forward_plan(fargs, schedule)
     emulator.run("linear_scan_forward", fargs, *fplan)
-    assert_close_to_reference(h, reference(a, b, h0, reverse), dtype, f"forward {fplan} reverse={reverse}")
-    assert_untouched_outside(h, h_buffer)
+    assert_written(h, h_buffer, reference(a, b, h0, reverse), dtype, f"forward {fplan} reverse={reverse}")
 
-    if grad_h is None:
-        grad_h = torch.randn(a.shape, dtype=torch.float64).to(dtype)
-    grad_a, ga_buffer = poisoned_like(a)
-    grad_b, gb_buffer = poisoned_like(a)
+    grad_h = random_grad(a) if grad_h is None else grad_h
     state = h0 if h0 is not None else (None if grad_h0_dtype is None else torch.empty(a.shape[1:], dtype=grad_h0_dtype))
-    grad_h0, gh0_buffer = poisoned_like(state) if state is not None else (None, None)
+    (grad_a, ga_buffer), (grad_b, gb_buffer), (grad_h0, gh0_buffer) = poisoned_grads(a, state)
     bargs = backward_args(grad_a, grad_b, grad_h0, grad_h, a, h, h0, reverse)
     bplan = plan or backward_plan(bargs, schedule)
     emulator.run("linear_scan_backward", bargs, *bplan)
     ref_a, ref_b, ref_h0 = reference_grads(grad_h, a, h, h0, reverse)
-    assert_close_to_reference(grad_a, ref_a, dtype, f"grad_a {bplan} reverse={reverse}")
-    assert_close_to_reference(grad_b, ref_b, dtype, f"grad_b {bplan} reverse={reverse}")
-    assert_untouched_outside(grad_a, ga_buffer)
-    assert_untouched_outside(grad_b, gb_buffer)
+    assert_written(grad_a, ga_buffer, ref_a, dtype, f"grad_a {bplan} reverse={reverse}")
+    assert_written(grad_b, gb_buffer, ref_b, dtype, f"grad_b {bplan} reverse={reverse}")
     if grad_h0 is not None:
-        assert_close_to_reference(grad_h0, ref_h0, dtype, f"grad_h0 {bplan} reverse={reverse}")
-        assert_untouched_outside(grad_h0, gh0_buffer)
+        assert_written(grad_h0, gh0_buffer, ref_h0, dtype, f"grad_h0 {bplan} reverse={reverse}")
     return fplan, bplan
 
 
 # ---- Tests ---------------------------------------------------------------------------------------
 
 
-def _h0_cases():
-    for dtype in CPU_DTYPES:
-        for h0 in ("none", "same") + (("float32",) if dtype in HALF else ()):
-            yield pytest.param(dtype, h0, id=f"{dtype_id(dtype)}-h0_{h0}")
-
-
-@pytest.mark.parametrize("dtype,h0_kind", list(_h0_cases()))
+@pytest.mark.parametrize("dtype,h0_dtype", list(h0_cases()))
 @pytest.mark.parametrize("schedule", ["auto", "serial", "chunked"])
 @pytest.mark.parametrize("reverse", [False, True], ids=["forward_time", "reversed"])
-def test_matches_float64_reference(emulator, dtype, h0_kind, schedule, reverse):
-    h0_dtype = {"none": None, "same": dtype, "float32": torch.float32}[h0_kind]
+def test_matches_float64_reference(emulator, dtype, h0_dtype, schedule, reverse):
     a, b, h0 = scan_inputs(45, 3, 40, dtype, h0_dtype=h0_dtype)
-    fplan, bplan = run_and_check(emulator, a, b, h0, schedule, reverse=reverse)
-    if schedule == "chunked":
-        assert fplan[1] > 1 and bplan[1] > 1
-    if schedule == "serial":
-        assert fplan[1] == 1 and bplan[1] == 1
+    assert_schedule_taken(schedule, *run_and_check(emulator, a, b, h0, schedule, reverse=reverse))
 
 
 @pytest.mark.parametrize("dtype", CPU_DTYPES, ids=dtype_id)
@@ -237,19 +231,6 @@ def test_mixed_layouts(emulator, dtype, schedule):
         run_and_check(emulator, a, b, h0, schedule, reverse=reverse, grad_h=grad_h)
 
 
-# (dtype, layout, hidden) -> vector width of the serial plan: the widest pack every
-# unit-stride array's alignment allows, the same whether time runs forward or reversed.
-EXPECTED_WIDTHS = [
-    (torch.float16, "contiguous", 40, 8), (torch.float16, "contiguous", 44, 4),
-    (torch.float16, "contiguous", 42, 2), (torch.float16, "contiguous", 37, 1),
-    (torch.float16, "offset", 40, 1), (torch.float16, "tail", 38, 8), (torch.float16, "strided_h", 40, 8),
-    (torch.bfloat16, "contiguous", 40, 8), (torch.bfloat16, "contiguous", 42, 2),
-    (torch.float32, "contiguous", 40, 4), (torch.float32, "contiguous", 42, 2),
-    (torch.float32, "strided_t", 40, 4), (torch.float32, "offset", 40, 1),
-    (torch.float64, "contiguous", 40, 2), (torch.float64, "contiguous", 37, 1),
-]
-
-
 @pytest.mark.parametrize("dtype,layout,hidden,width", EXPECTED_WIDTHS)
 @pytest.mark.parametrize("reverse", [False, True], ids=["forward_time", "reversed"])
 def test_plan_vector_width(dtype, layout, hidden, width, reverse):
@@ -267,29 +248,18 @@ def test_plan_vector_width(dtype, layout, hidden, width, reverse):
     assert forward_plan(forward_args(misaligned, a, b, h0, reverse), "serial") == (1, 1)
 
 
-def _expanded(T, B, H, dtype):
-    return torch.rand(1, 1, H).to(dtype).expand(T, B, H)
-
-
 @pytest.mark.parametrize("dtype", CPU_DTYPES, ids=dtype_id)
 def test_size_rule(dtype):
     """ForgetMult's rule: serial when the columns keep enough loads in flight or the sequence
     is short; chunked (up to 16 chunks) for long sequences with few columns."""
-    big = _expanded(512, 64, 4096, dtype)
+    big = expanded(512, 64, 4096, dtype)
     assert forward_plan(forward_args(big, big, big, None))[1] == 1
     assert backward_plan(backward_args(big, big, None, big, big, big, None))[1] == 1
-    short = _expanded(8, 1, 256, dtype)
+    short = expanded(8, 1, 256, dtype)
     assert forward_plan(forward_args(short, short, short, None))[1] == 1
-    long_narrow = _expanded(4096, 1, 256, dtype)
+    long_narrow = expanded(4096, 1, 256, dtype)
     assert forward_plan(forward_args(long_narrow, long_narrow, long_narrow, None))[1] == 16
     assert backward_plan(backward_args(*[long_narrow] * 2, None, *[long_narrow] * 3, None))[1] == 16
-
-
-def _compiled_widths(dtype):
-    """The vector widths the build compiles: 16, 8 and 4 bytes per pack (when that is more
-    than one element) and single elements."""
-    widest = widest_pack(dtype)
-    return sorted({w for w in (widest, widest // 2, widest // 4) if w > 1} | {1})
 
 
 @pytest.mark.parametrize("dtype", CPU_DTYPES, ids=dtype_id)
@@ -297,7 +267,7 @@ def _compiled_widths(dtype):
 def test_every_compiled_kernel(emulator, dtype, chunks):
     """Each vector width the build compiles (the 16-bit pairs included), serial and chunked
     (widths of at most 4 bytes), on contiguous aligned inputs, in both time directions."""
-    for width in _compiled_widths(dtype):
+    for width in compiled_widths(dtype):
         if chunks > 1 and width > widest_pack(dtype, 4):
             continue
         a, b, h0 = scan_inputs(70, 5, 64, dtype, h0_dtype=dtype)

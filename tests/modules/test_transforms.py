@@ -22,9 +22,8 @@ from torch.utils.flop_counter import FlopCounterMode
 import qrnn
 from conftest import TOLERANCES
 from qrnn.ops._testing import native_kernels
-from qrnn.ops.core.dispatch import register_vmap
+from qrnn.ops.core.dispatch import register_scan_vmap
 from qrnn.ops.forget_mult import kernels as forget_mult_kernels
-from qrnn.ops.forget_mult.op import _forget_mult_vmap
 from qrnn.ops.qrnn_gates import kernels as gate_kernels
 from qrnn.ops.qrnn_gates.op import QrnnGatesFunction as _QrnnGates
 
@@ -318,7 +317,7 @@ def test_forward_mode_never_reaches_the_fused_gates_function():
     with pytest.raises(NotImplementedError, match=r"qrnn\.qrnn_gates: no forward-mode AD rule"):
         jvp(lambda g: _QrnnGates.apply(g, None, None, None, 1.0, True, False, False)[0], (gates,), (gates,))
     # Registering again replaces the rule (where this torch has vmap rules for custom ops).
-    assert register_vmap(qrnn.ops.forget_mult_op, _forget_mult_vmap) == VMAP_RULES
+    assert register_scan_vmap("forget_mult", qrnn.ops.forget_mult_op, qrnn.ops.forget_mult_backward_op) == VMAP_RULES
 
 
 # ---- legacy tracers ---------------------------------------------------------------------------

@@ -1,7 +1,10 @@
 // What the launchers of the scan families on CUDA (qrnn/forget_mult_cuda.hpp,
-// qrnn/linear_scan_cuda.hpp) share: the time schedule a call may force and the launch plan
-// a call reports. Declared only in builds with the CUDA kernels (QRNN_WITH_CUDA).
+// qrnn/linear_scan_cuda.hpp) share: the time schedule a call may force, the launch plan a
+// call reports, and the launchers' declarations. Declared only in builds with the CUDA
+// kernels (QRNN_WITH_CUDA).
 #pragma once
+
+#include "qrnn/dtype.hpp"  // QRNN_API
 
 #if defined(QRNN_WITH_CUDA)
 
@@ -25,4 +28,29 @@ struct LaunchPlan {
 
 }  // namespace qrnn::cuda
 
+// A scan family's launchers, declared in namespace qrnn::cuda by qrnn/<family>_cuda.hpp (in
+// builds with the CUDA kernels; nothing otherwise):
+//
+//   void <family>_forward(const Forward& params, void* stream,
+//                         Schedule schedule = Schedule::automatic, int device = -1);
+//   void <family>_backward(const Backward& params, void* stream,
+//                          Schedule schedule = Schedule::automatic, int device = -1);
+//   // The plan a call with these arguments would launch; host-only, touches no device.
+//   LaunchPlan <family>_forward_plan(const Forward& params, Schedule schedule = Schedule::automatic);
+//   LaunchPlan <family>_backward_plan(const Backward& params, Schedule schedule = Schedule::automatic);
+//
+// Invalid sizes, strides, dtypes or null pointers throw std::invalid_argument (as the CPU
+// path does); a failed launch throws std::runtime_error with CUDA's message.
+#define QRNN_CUDA_SCAN_LAUNCHERS(family, Forward, Backward)                                                        \
+    namespace qrnn::cuda {                                                                                         \
+    QRNN_API void family##_forward(const Forward& params, void* stream, Schedule schedule = Schedule::automatic,   \
+                                   int device = -1);                                                               \
+    QRNN_API void family##_backward(const Backward& params, void* stream, Schedule schedule = Schedule::automatic, \
+                                    int device = -1);                                                              \
+    QRNN_API LaunchPlan family##_forward_plan(const Forward& params, Schedule schedule = Schedule::automatic);     \
+    QRNN_API LaunchPlan family##_backward_plan(const Backward& params, Schedule schedule = Schedule::automatic);   \
+    }
+
+#else
+#define QRNN_CUDA_SCAN_LAUNCHERS(family, Forward, Backward)
 #endif  // QRNN_WITH_CUDA

@@ -14,44 +14,28 @@
 
 namespace qrnn {
 
+// Fields shared with every family (QRNN_SIZE_PARAMS, QRNN_SCAN_STATE_PARAMS): qrnn/view.hpp.
 struct ForgetMultForwardParams {
-    int64_t seq_len = 0, batch = 0, hidden = 0;
-    DType dtype = DType::float32;     // of f, x and h
+    QRNN_SIZE_PARAMS  // dtype: of f, x and h
     ConstView3 f, x;
-    ConstView2 h0;                    // optional
-    DType h0_dtype = DType::float32;  // dtype, or float32 when dtype is 16-bit (a float32 carried state)
-    // Which steps are real (as for every family, qrnn/view.hpp): optional
-    const int64_t* lengths = nullptr;     // valid steps per batch row (dense), 0..seq_len
-    int64_t lengths_stride = 1;
-    const int64_t* cu_seqlens = nullptr;  // packed: batch + 1 offsets into the one row
-    bool reverse = false;                 // each sequence from its last real step back
-    View3 h;                              // output, every element written
+    QRNN_SCAN_STATE_PARAMS
+    View3 h;  // output, every element written
 };
 
 struct ForgetMultBackwardParams {
-    int64_t seq_len = 0, batch = 0, hidden = 0;
-    DType dtype = DType::float32;     // of f, x, h, grad_h, grad_f, grad_x
+    QRNN_SIZE_PARAMS  // dtype: of f, x, h, grad_h, grad_f, grad_x
     ConstView3 f, x;
-    ConstView3 h;                     // the forward output (h[t-1] is needed for grad_f)
-    ConstView2 h0;                    // optional, as in the forward pass
-    DType h0_dtype = DType::float32;  // of h0 and grad_h0
-    // Which steps are real (as for every family, qrnn/view.hpp): optional
-    const int64_t* lengths = nullptr;     // valid steps per batch row (dense), 0..seq_len
-    int64_t lengths_stride = 1;
-    const int64_t* cu_seqlens = nullptr;  // packed: batch + 1 offsets into the one row
-    bool reverse = false;                 // each sequence from its last real step back
+    ConstView3 h;     // the forward output (h[t-1] is needed for grad_f)
+    QRNN_SCAN_STATE_PARAMS
     ConstView3 grad_h;
-    View3 grad_f, grad_x;                 // outputs, every element written
-    View2 grad_h0;                        // optional output
+    View3 grad_f, grad_x;  // outputs, every element written
+    View2 grad_h0;         // optional output
 };
 
 namespace cpu {
 
-// General strided entry points. `num_threads` <= 0 means one thread per hardware core;
-// Python passes torch.get_num_threads(). Invalid sizes, strides or dtypes throw
-// std::invalid_argument.
-QRNN_API void forget_mult_forward(const ForgetMultForwardParams& params, int num_threads = 0);
-QRNN_API void forget_mult_backward(const ForgetMultBackwardParams& params, int num_threads = 0);
+// The general strided entry points forget_mult_forward and forget_mult_backward(params,
+// num_threads) are declared from the manifest below (QRNN_CPU_ENTRY_POINTS, qrnn/view.hpp).
 
 // Fixed minimal entry point: contiguous time-major float32 arrays of shape
 // (seq_len, batch, hidden); h0 is (batch, hidden) or nullptr.
@@ -80,34 +64,19 @@ QRNN_API const char* simd_rows(const char* family);
 // Its kernels' argument lists, X(kind, field) in the order qrnn._C reads them (kinds:
 // src/common/kernel_args.hpp), and its ops' schemas: Python defines the torch ops from
 // these strings (qrnn._C exports them) and the C++ operator library registers the same.
-// The fields both kernels start with.
-#define QRNN_FORGET_MULT_COMMON_FIELDS(X) \
-    X(dtype, dtype)                       \
-    X(integer, seq_len)                   \
-    X(integer, batch)                     \
-    X(integer, hidden)                    \
-    X(cview3, f)                          \
-    X(cview3, x)
-
 #define QRNN_FORGET_MULT_FORWARD_FIELDS(X) \
-    QRNN_FORGET_MULT_COMMON_FIELDS(X)      \
-    X(cview2, h0)                          \
-    X(dtype, h0_dtype)                     \
-    X(lengths, lengths)                    \
-    X(integer, lengths_stride)             \
-    X(lengths, cu_seqlens)                 \
-    X(flag, reverse)                       \
+    QRNN_SIZE_FIELDS(X)                    \
+    X(cview3, f)                           \
+    X(cview3, x)                           \
+    QRNN_SCAN_STATE_FIELDS(X)              \
     X(view3, h)
 
 #define QRNN_FORGET_MULT_BACKWARD_FIELDS(X) \
-    QRNN_FORGET_MULT_COMMON_FIELDS(X)       \
+    QRNN_SIZE_FIELDS(X)                     \
+    X(cview3, f)                            \
+    X(cview3, x)                            \
     X(cview3, h)                            \
-    X(cview2, h0)                           \
-    X(dtype, h0_dtype)                      \
-    X(lengths, lengths)                     \
-    X(integer, lengths_stride)              \
-    X(lengths, cu_seqlens)                  \
-    X(flag, reverse)                        \
+    QRNN_SCAN_STATE_FIELDS(X)               \
     X(cview3, grad_h)                       \
     X(view3, grad_f)                        \
     X(view3, grad_x)                        \
@@ -126,3 +95,5 @@ QRNN_API const char* simd_rows(const char* family);
       "forget_mult_backward(Tensor grad_h, Tensor f, Tensor x, Tensor h, Tensor? h0, "           \
       "bool batch_first, Tensor? lengths=None, Tensor? cu_seqlens=None, bool reverse=False) -> " \
       "(Tensor, Tensor, Tensor)")
+
+QRNN_CPU_ENTRY_POINTS(QRNN_FORGET_MULT_KERNELS)

@@ -28,30 +28,9 @@
 // every target linking qrnn::qrnn (qrnn.build_info()["cuda"] says so in Python).
 #pragma once
 
-#include <cstdint>
-
 #include "qrnn/cuda_schedule.hpp"
 #include "qrnn/forget_mult.hpp"
 
-#if defined(QRNN_WITH_CUDA)
-
-namespace qrnn::cuda {
-
-// Schedule and LaunchPlan: qrnn/cuda_schedule.hpp.
-
-// Invalid sizes, strides, dtypes or null pointers throw std::invalid_argument (as the
-// CPU path does); a failed launch throws std::runtime_error with CUDA's message.
-QRNN_API void forget_mult_forward(const ForgetMultForwardParams& params, void* stream,
-                                  Schedule schedule = Schedule::automatic, int device = -1);
-QRNN_API void forget_mult_backward(const ForgetMultBackwardParams& params, void* stream,
-                                   Schedule schedule = Schedule::automatic, int device = -1);
-
-// The plan a call with these arguments would launch; host-only, touches no device.
-QRNN_API LaunchPlan forget_mult_forward_plan(const ForgetMultForwardParams& params,
-                                             Schedule schedule = Schedule::automatic);
-QRNN_API LaunchPlan forget_mult_backward_plan(const ForgetMultBackwardParams& params,
-                                              Schedule schedule = Schedule::automatic);
-
-}  // namespace qrnn::cuda
-
-#endif  // QRNN_WITH_CUDA
+// forget_mult_forward, forget_mult_backward and their _plan twins in namespace qrnn::cuda
+// (Schedule, LaunchPlan and the signatures: qrnn/cuda_schedule.hpp).
+QRNN_CUDA_SCAN_LAUNCHERS(forget_mult, ForgetMultForwardParams, ForgetMultBackwardParams)

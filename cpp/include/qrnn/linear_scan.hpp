@@ -16,46 +16,25 @@
 
 namespace qrnn {
 
+// Fields shared with every family (QRNN_SIZE_PARAMS, QRNN_SCAN_STATE_PARAMS): qrnn/view.hpp.
 struct LinearScanForwardParams {
-    int64_t seq_len = 0, batch = 0, hidden = 0;
-    DType dtype = DType::float32;     // of a, b and h
+    QRNN_SIZE_PARAMS  // dtype: of a, b and h
     ConstView3 a, b;
-    ConstView2 h0;                    // optional
-    DType h0_dtype = DType::float32;  // dtype, or float32 when dtype is 16-bit (a float32 carried state)
-    // Which steps are real (as for every family, qrnn/view.hpp): optional
-    const int64_t* lengths = nullptr;     // valid steps per batch row (dense), 0..seq_len
-    int64_t lengths_stride = 1;
-    const int64_t* cu_seqlens = nullptr;  // packed: batch + 1 offsets into the one row
-    bool reverse = false;                 // each sequence from its last real step back
-    View3 h;                              // output, every element written
+    QRNN_SCAN_STATE_PARAMS
+    View3 h;  // output, every element written
 };
 
 // The backward needs the decays and the forward output (h[t-1] for grad_a), not b.
 struct LinearScanBackwardParams {
-    int64_t seq_len = 0, batch = 0, hidden = 0;
-    DType dtype = DType::float32;     // of a, h, grad_h, grad_a, grad_b
+    QRNN_SIZE_PARAMS  // dtype: of a, h, grad_h, grad_a, grad_b
     ConstView3 a;
-    ConstView3 h;                     // the forward output
-    ConstView2 h0;                    // optional, as in the forward pass
-    DType h0_dtype = DType::float32;  // of h0 and grad_h0
-    // Which steps are real (as for every family, qrnn/view.hpp): optional
-    const int64_t* lengths = nullptr;     // valid steps per batch row (dense), 0..seq_len
-    int64_t lengths_stride = 1;
-    const int64_t* cu_seqlens = nullptr;  // packed: batch + 1 offsets into the one row
-    bool reverse = false;                 // each sequence from its last real step back
+    ConstView3 h;     // the forward output
+    QRNN_SCAN_STATE_PARAMS
     ConstView3 grad_h;
-    View3 grad_a, grad_b;                 // outputs, every element written
-    View2 grad_h0;                        // optional output
+    View3 grad_a, grad_b;  // outputs, every element written
+    View2 grad_h0;         // optional output
 };
 
-namespace cpu {
-
-// General strided entry points. `num_threads` <= 0 means one thread per hardware core.
-// Invalid sizes, strides or dtypes throw std::invalid_argument naming the argument.
-QRNN_API void linear_scan_forward(const LinearScanForwardParams& params, int num_threads = 0);
-QRNN_API void linear_scan_backward(const LinearScanBackwardParams& params, int num_threads = 0);
-
-}  // namespace cpu
 }  // namespace qrnn
 
 // ---- The family's manifest -----------------------------------------------------------------
@@ -63,33 +42,17 @@ QRNN_API void linear_scan_backward(const LinearScanBackwardParams& params, int n
 // src/common/kernel_args.hpp), and its ops' schemas: Python defines the torch ops from
 // these strings (qrnn._C exports them) and the C++ operator library registers the same.
 #define QRNN_LINEAR_SCAN_FORWARD_FIELDS(X) \
-    X(dtype, dtype)                        \
-    X(integer, seq_len)                    \
-    X(integer, batch)                      \
-    X(integer, hidden)                     \
+    QRNN_SIZE_FIELDS(X)                    \
     X(cview3, a)                           \
     X(cview3, b)                           \
-    X(cview2, h0)                          \
-    X(dtype, h0_dtype)                     \
-    X(lengths, lengths)                    \
-    X(integer, lengths_stride)             \
-    X(lengths, cu_seqlens)                 \
-    X(flag, reverse)                       \
+    QRNN_SCAN_STATE_FIELDS(X)              \
     X(view3, h)
 
 #define QRNN_LINEAR_SCAN_BACKWARD_FIELDS(X) \
-    X(dtype, dtype)                         \
-    X(integer, seq_len)                     \
-    X(integer, batch)                       \
-    X(integer, hidden)                      \
+    QRNN_SIZE_FIELDS(X)                     \
     X(cview3, a)                            \
     X(cview3, h)                            \
-    X(cview2, h0)                           \
-    X(dtype, h0_dtype)                      \
-    X(lengths, lengths)                     \
-    X(integer, lengths_stride)              \
-    X(lengths, cu_seqlens)                  \
-    X(flag, reverse)                        \
+    QRNN_SCAN_STATE_FIELDS(X)               \
     X(cview3, grad_h)                       \
     X(view3, grad_a)                        \
     X(view3, grad_b)                        \
@@ -107,3 +70,7 @@ QRNN_API void linear_scan_backward(const LinearScanBackwardParams& params, int n
     S(linear_scan_backward,                                                                \
       "linear_scan_backward(Tensor grad_h, Tensor a, Tensor h, Tensor? h0, bool reverse, " \
       "bool batch_first, Tensor? lengths=None, Tensor? cu_seqlens=None) -> (Tensor, Tensor, Tensor)")
+
+// The CPU entry points linear_scan_forward and linear_scan_backward(params, num_threads), any
+// strides (qrnn/view.hpp, QRNN_CPU_ENTRY_POINTS).
+QRNN_CPU_ENTRY_POINTS(QRNN_LINEAR_SCAN_KERNELS)

@@ -11,28 +11,9 @@
 // Declared only in builds with the CUDA kernels (QRNN_WITH_CUDA).
 #pragma once
 
-#include <cstdint>
-
 #include "qrnn/cuda_schedule.hpp"
 #include "qrnn/linear_scan.hpp"
 
-#if defined(QRNN_WITH_CUDA)
-
-namespace qrnn::cuda {
-
-// Invalid sizes, strides, dtypes or null pointers throw std::invalid_argument (as the
-// CPU path does); a failed launch throws std::runtime_error with CUDA's message.
-QRNN_API void linear_scan_forward(const LinearScanForwardParams& params, void* stream,
-                                  Schedule schedule = Schedule::automatic, int device = -1);
-QRNN_API void linear_scan_backward(const LinearScanBackwardParams& params, void* stream,
-                                   Schedule schedule = Schedule::automatic, int device = -1);
-
-// The plan a call with these arguments would launch; host-only, touches no device.
-QRNN_API LaunchPlan linear_scan_forward_plan(const LinearScanForwardParams& params,
-                                             Schedule schedule = Schedule::automatic);
-QRNN_API LaunchPlan linear_scan_backward_plan(const LinearScanBackwardParams& params,
-                                              Schedule schedule = Schedule::automatic);
-
-}  // namespace qrnn::cuda
-
-#endif  // QRNN_WITH_CUDA
+// linear_scan_forward, linear_scan_backward and their _plan twins in namespace qrnn::cuda
+// (Schedule, LaunchPlan and the signatures: qrnn/cuda_schedule.hpp).
+QRNN_CUDA_SCAN_LAUNCHERS(linear_scan, LinearScanForwardParams, LinearScanBackwardParams)

@@ -37,41 +37,34 @@
 
 namespace qrnn {
 
+// Fields shared with every family (QRNN_SIZE_PARAMS, QRNN_SEQUENCE_PARAMS): qrnn/view.hpp.
 struct QrnnGatesForwardParams {
-    int64_t seq_len = 0, batch = 0, hidden = 0;
-    DType dtype = DType::float32;         // storage of gates, forget_mask, output, states
-    bool output_gate = true;              // G has an O block; output = o * c (else output = c)
-    ConstView3 gates;                     // pre-activations, see the layout above
-    int64_t gate_stride = 0;              // elements from a Z element to its F (and F to O)
-    ConstView3 forget_mask;               // optional zoneout keep mask over (t, b, j)
-    double forget_scale = 1.0;            // multiplies f (evaluation zoneout: 1 - p)
-    ConstView2 c0;                        // optional initial state (batch, hidden)
-    DType c0_dtype = DType::float32;      // dtype, or float32 when dtype is 16-bit
-    const int64_t* lengths = nullptr;     // optional valid steps per sequence, 0 <= lengths[b] <= seq_len
-    int64_t lengths_stride = 1;
-    const int64_t* cu_seqlens = nullptr;  // optional packed sequences (qrnn/view.hpp)
-    bool reverse = false;                 // walk each sequence from its end back to step 0
-    View3 output;                         // every element written (padding steps as 0)
-    View3 states;                         // optional: c[t] for every step, what the backward reads
-                                          // (needed when output_gate; otherwise pass output there)
-    View2 c_n;                            // optional final state (batch, hidden)
-    DType c_n_dtype = DType::float32;     // dtype, or float32 when dtype is 16-bit
+    QRNN_SIZE_PARAMS                   // dtype: storage of gates, forget_mask, output, states
+    bool output_gate = true;           // G has an O block; output = o * c (else output = c)
+    ConstView3 gates;                  // pre-activations, see the layout above
+    int64_t gate_stride = 0;           // elements from a Z element to its F (and F to O)
+    ConstView3 forget_mask;            // optional zoneout keep mask over (t, b, j)
+    double forget_scale = 1.0;         // multiplies f (evaluation zoneout: 1 - p)
+    ConstView2 c0;                     // optional initial state (batch, hidden)
+    DType c0_dtype = DType::float32;   // dtype, or float32 when dtype is 16-bit
+    QRNN_SEQUENCE_PARAMS               // reverse: walk each sequence from its end back to step 0
+    View3 output;                      // every element written (padding steps as 0)
+    View3 states;                      // optional: c[t] for every step, what the backward reads
+                                       // (needed when output_gate; otherwise pass output there)
+    View2 c_n;                         // optional final state (batch, hidden)
+    DType c_n_dtype = DType::float32;  // dtype, or float32 when dtype is 16-bit
 };
 
 struct QrnnGatesBackwardParams {
-    int64_t seq_len = 0, batch = 0, hidden = 0;
-    DType dtype = DType::float32;     // storage of gates, forget_mask, states, grad_output, grad_gates
+    QRNN_SIZE_PARAMS                   // dtype: storage of gates, forget_mask, states, grad_output, grad_gates
     bool output_gate = true;
-    ConstView3 gates;                 // the forward's pre-activations (activations are recomputed)
+    ConstView3 gates;                  // the forward's pre-activations (activations are recomputed)
     int64_t gate_stride = 0;
-    ConstView3 forget_mask;           // as in the forward pass
+    ConstView3 forget_mask;            // as in the forward pass
     double forget_scale = 1.0;
-    ConstView2 c0;                    // as in the forward pass
-    DType c0_dtype = DType::float32;  // of c0 and grad_c0
-    const int64_t* lengths = nullptr;
-    int64_t lengths_stride = 1;
-    const int64_t* cu_seqlens = nullptr;
-    bool reverse = false;
+    ConstView2 c0;                     // as in the forward pass
+    DType c0_dtype = DType::float32;   // of c0 and grad_c0
+    QRNN_SEQUENCE_PARAMS
     ConstView3 states;                 // the forward's c[t] (its `states`, or its `output` without output gate)
     ConstView3 grad_output;            // optional (absent: zeros)
     ConstView2 grad_c_n;               // optional (absent: zeros)
@@ -81,15 +74,6 @@ struct QrnnGatesBackwardParams {
     View2 grad_c0;                     // optional output, c0_dtype
 };
 
-namespace cpu {
-
-// `num_threads` <= 0 means one thread per hardware core; Python passes
-// torch.get_num_threads(). Invalid sizes, strides, dtypes or lengths throw
-// std::invalid_argument naming the field.
-QRNN_API void qrnn_gates_forward(const QrnnGatesForwardParams& params, int num_threads = 0);
-QRNN_API void qrnn_gates_backward(const QrnnGatesBackwardParams& params, int num_threads = 0);
-
-}  // namespace cpu
 }  // namespace qrnn
 
 // ---- The family's manifest -----------------------------------------------------------------
@@ -99,20 +83,14 @@ QRNN_API void qrnn_gates_backward(const QrnnGatesBackwardParams& params, int num
 // The fields both fused-gate directions start with.
 #define QRNN_GATES_COMMON_FIELDS(X) \
     X(real, forget_scale)           \
-    X(dtype, dtype)                 \
-    X(integer, seq_len)             \
-    X(integer, batch)               \
-    X(integer, hidden)              \
+    QRNN_SIZE_FIELDS(X)             \
     X(flag, output_gate)            \
     X(cview3, gates)                \
     X(integer, gate_stride)         \
     X(cview3, forget_mask)          \
     X(cview2, c0)                   \
     X(dtype, c0_dtype)              \
-    X(lengths, lengths)             \
-    X(integer, lengths_stride)      \
-    X(lengths, cu_seqlens)          \
-    X(flag, reverse)
+    QRNN_SEQUENCE_FIELDS(X)
 
 #define QRNN_GATES_FORWARD_FIELDS(X) \
     QRNN_GATES_COMMON_FIELDS(X)      \
@@ -144,3 +122,7 @@ QRNN_API void qrnn_gates_backward(const QrnnGatesBackwardParams& params, int num
       "qrnn_gates_backward(Tensor? grad_output, Tensor? grad_c_n, Tensor gates, Tensor states, "                \
       "Tensor? c0, Tensor? forget_mask, Tensor? lengths, float forget_scale, bool output_gate, "                \
       "bool batch_first, bool reverse, Tensor? cu_seqlens=None) -> (Tensor, Tensor)")
+
+// The CPU entry points qrnn_gates_forward and qrnn_gates_backward(params, num_threads)
+// (qrnn/view.hpp, QRNN_CPU_ENTRY_POINTS).
+QRNN_CPU_ENTRY_POINTS(QRNN_QRNN_GATES_KERNELS)

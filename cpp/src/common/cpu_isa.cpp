@@ -47,9 +47,10 @@ Isa detect() {
 
 const char* simd_rows(const char* family) {
     const std::string name = family ? family : "";
-    if (name == "forget_mult") return forget_mult_rows();
-    if (name == "qrnn_gates") return qrnn_gates_rows();
-    if (name == "linear_scan") return linear_scan_rows();
+#define QRNN_ROWS_OF(f) \
+    if (name == #f) return f##_rows();
+    QRNN_FAMILY_NAMES(QRNN_ROWS_OF)
+#undef QRNN_ROWS_OF
     return nullptr;
 }
 

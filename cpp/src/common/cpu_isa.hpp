@@ -3,6 +3,8 @@
 // indexes it by this choice (common/isa_table.hpp), so they always agree.
 #pragma once
 
+#include "qrnn/families.hpp"
+
 namespace qrnn::cpu {
 
 // avx512_bf16: AVX-512 plus its bfloat16 conversion instructions; families without kernels
@@ -14,10 +16,11 @@ enum class Isa { generic, avx2, avx512, avx512_bf16, neon };
 // QRNN_SIMD=generic|neon (AArch64) caps it (tests use it to cover each path).
 Isa selected_isa();
 
-// Each family's KernelTable::rows at the selected set, defined by the family's cpu.cpp.
-const char* forget_mult_rows();
-const char* qrnn_gates_rows();
-const char* linear_scan_rows();
+// Each family's KernelTable::rows at the selected set, <family>_rows(), defined by the
+// family's cpu.cpp.
+#define QRNN_DECLARE_ROWS(family) const char* family##_rows();
+QRNN_FAMILY_NAMES(QRNN_DECLARE_ROWS)
+#undef QRNN_DECLARE_ROWS
 
 inline const char* isa_name(Isa isa) {
     switch (isa) {

@@ -1,6 +1,7 @@
-// The CPU entry points' common half for the scan families (common/cpu_scan.hpp): after the
-// family validated its parameters, pick the instruction set's kernel once and split the
-// (batch row, hidden block) items over threads.
+// The CPU entry points of the scan families (common/cpu_scan.hpp): validate the parameters
+// (common/scan_check.hpp), pick the instruction set's kernel once and split the (batch row,
+// hidden block) items over threads. A family's cpu.cpp defines its entry points with
+// QRNN_CPU_SCAN_ENTRY_POINTS.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +10,7 @@
 #include "common/cpu_work_items.hpp"
 #include "common/isa_table.hpp"
 #include "common/parallel.hpp"
+#include "common/scan_check.hpp"
 
 namespace qrnn::cpu {
 
@@ -34,3 +36,15 @@ void run_scan_backward(const Backward& p, int64_t numel, int num_threads) {
 }
 
 }  // namespace qrnn::cpu
+
+// Defines, in namespace qrnn::cpu, a scan family's entry points <family>_forward and
+// <family>_backward (qrnn/<family>.hpp) and <family>_rows (common/cpu_isa.hpp); errors name
+// the ops `<family>` and `<family>_backward`.
+#define QRNN_CPU_SCAN_ENTRY_POINTS(family, Forward, Backward)                                                \
+    const char* family##_rows() { return selected_table<Forward, Backward>().rows; }                         \
+    void family##_forward(const Forward& p, int num_threads) {                                               \
+        run_scan_forward<Forward, Backward>(p, detail::validate_scan(p, #family), num_threads);              \
+    }                                                                                                        \
+    void family##_backward(const Backward& p, int num_threads) {                                             \
+        run_scan_backward<Forward, Backward>(p, detail::validate_scan(p, #family "_backward"), num_threads); \
+    }

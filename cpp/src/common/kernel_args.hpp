@@ -98,6 +98,18 @@ private:
     };
 QRNN_KERNEL_ARG_LISTS(QRNN_ARGS_LIST)
 #undef QRNN_ARGS_LIST
+
+// for_each_field(p, visit): visit(name, p.<field>) for every field of a kernel's parameter
+// struct, in its list's order (what the scan families' checks and CUDA plans walk).
+#define QRNN_ARGS_VISIT(kind, name) visit(#name, p.name);
+#define QRNN_ARGS_FOR_EACH(kernel, Params, FIELDS)        \
+    template <typename Visit>                             \
+    void for_each_field(const Params& p, Visit&& visit) { \
+        FIELDS(QRNN_ARGS_VISIT)                           \
+    }
+QRNN_KERNEL_ARG_LISTS(QRNN_ARGS_FOR_EACH)
+#undef QRNN_ARGS_FOR_EACH
+#undef QRNN_ARGS_VISIT
 #undef QRNN_ARGS_READ
 #undef QRNN_ARGS_REALS
 #undef QRNN_ARGS_INTS

@@ -1,5 +1,7 @@
-// What the scan families (ForgetMult, linear_scan) check alike: sizes, the state's dtype and
-// the (batch, hidden) state views. Throws std::invalid_argument naming the argument.
+// Validation of the scan families' (ForgetMult, linear_scan) parameters, shared by the CPU and
+// CUDA entry points: sizes, dtypes, pointers and strides, the same checks for every family
+// (its arrays are the views its manifest lists). Throws std::invalid_argument naming the
+// argument.
 #pragma once
 
 #include <cstdint>
@@ -8,7 +10,9 @@
 #include <utility>
 
 #include "common/check.hpp"
+#include "common/kernel_args.hpp"
 #include "qrnn/dtype.hpp"
+#include "qrnn/view.hpp"
 
 namespace qrnn::detail {
 
@@ -53,6 +57,24 @@ template <typename Params, typename V>
 void check_scan_view3(const char* name, const V& v, const Params& p) {
     check_view3(name, v.data, p.seq_len, array_rows(p.cu_seqlens, p.batch), p.hidden, v.stride_t, v.stride_b,
                 v.stride_h);
+}
+
+// Every (time, batch, hidden) view of the parameters, in their manifest's order.
+template <typename Params, typename Use>
+void for_each_view3(const Params& p, Use&& use) {
+    args::for_each_field(p, [&](const char* name, const auto& field) {
+        using Field = std::decay_t<decltype(field)>;
+        if constexpr (std::is_same_v<Field, ConstView3> || std::is_same_v<Field, View3>) use(name, field);
+    });
+}
+
+// The whole check of a scan family's call; returns the element count of the arrays. `what`
+// names the op in the overflow message; `memory`: where lengths and cu_seqlens live.
+template <typename Params>
+int64_t validate_scan(const Params& p, const char* what, LengthsMemory memory = LengthsMemory::host) {
+    const int64_t numel = check_scan_sizes_and_state(p, what, memory);
+    for_each_view3(p, [&](const char* name, const auto& v) { check_scan_view3(name, v, p); });
+    return numel;
 }
 
 // For kernels that walk whole rows only (the CUDA schedules of the scan families): lengths,

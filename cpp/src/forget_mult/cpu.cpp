@@ -5,7 +5,6 @@
 #include "common/check.hpp"
 #include "common/cpu_isa.hpp"
 #include "common/cpu_scan_entry.hpp"
-#include "forget_mult/check.hpp"
 #include "qrnn/forget_mult.hpp"
 
 namespace qrnn::cpu {
@@ -38,17 +37,7 @@ Params contiguous_params(const float* f, const float* x, const float* h0, int64_
 
 const char* simd_level() { return isa_name(selected_isa()); }
 
-const char* forget_mult_rows() { return selected_table<ForgetMultForwardParams, ForgetMultBackwardParams>().rows; }
-
-void forget_mult_forward(const ForgetMultForwardParams& p, int num_threads) {
-    run_scan_forward<ForgetMultForwardParams, ForgetMultBackwardParams>(p, detail::validate_forget_mult(p),
-                                                                        num_threads);
-}
-
-void forget_mult_backward(const ForgetMultBackwardParams& p, int num_threads) {
-    run_scan_backward<ForgetMultForwardParams, ForgetMultBackwardParams>(p, detail::validate_forget_mult(p),
-                                                                         num_threads);
-}
+QRNN_CPU_SCAN_ENTRY_POINTS(forget_mult, ForgetMultForwardParams, ForgetMultBackwardParams)
 
 void forget_mult(const float* f, const float* x, const float* h0, float* h, int64_t seq_len, int64_t batch,
                  int64_t hidden) {

@@ -236,3 +236,42 @@ def fold_batch(t: Optional[Tensor], in_dim: Optional[int], size: int, batch_dim:
 def unfold_batch(t: Tensor, size: int, batch_dim: int) -> Tensor:
     """The inverse of :func:`fold_batch` on an output: its vmapped dimension at ``batch_dim``."""
     return t.unflatten(batch_dim, (size, t.shape[batch_dim] // size))
+
+
+def _scan_vmap_rule(op_name: str, op, backward: bool) -> Callable:
+    """The vmap rule of a scan family's op (forward or backward): its sequences (the tensors
+    before ``h0``) and ``h0`` folded into the batch, one call, the results unfolded."""
+    schema = getattr(torch.ops.qrnn, f"{op_name}_backward" if backward else op_name).default._schema
+    names = tuple(argument.name for argument in schema.arguments)
+    state = names.index("h0")
+    sequence_args = ("lengths", "cu_seqlens")
+
+    def rule(info, in_dims, *args, **kwargs):
+        given = {**dict(zip(names, args)), **kwargs}
+        refuse_vmap_of_sequences(op_name, given.get("lengths"), given.get("cu_seqlens"))
+        size, batch = info.batch_size, (0 if given["batch_first"] else 1)
+        folded = [fold_batch(t, d, size, batch) for t, d in zip(args[:state], in_dims)]
+        folded.append(fold_batch(args[state], in_dims[state], size, 0))
+        # The flags as given, the (absent) sequences as None.
+        flags = [None if name in sequence_args else value for name, value in zip(names[state + 1:], args[state + 1:])]
+        named = {name: None if name in sequence_args else value for name, value in kwargs.items()}
+        out = op(*folded, *flags, **named)
+        if not backward:
+            return unfold_batch(out, size, batch), batch
+        grad_u, grad_v, grad_h0 = out
+        grads = (unfold_batch(grad_u, size, batch), unfold_batch(grad_v, size, batch))
+        if args[state] is None:
+            return (*grads, grad_h0), (batch, batch, None)
+        return (*grads, unfold_batch(grad_h0, size, 0)), (batch, batch, 0)
+
+    return rule
+
+
+def register_scan_vmap(op_name: str, forward_op, backward_op) -> bool:
+    """vmap rules for a scan family's ops (``h = a h + b`` forms, whose kernels take any
+    batch): the vmapped dimension joins the batch of the sequences and of ``h0``, so one
+    kernel call serves the whole map. Calls with lengths or cu_seqlens are refused. Returns
+    whether they were registered (:func:`register_vmap`)."""
+    forward = register_vmap(forward_op, _scan_vmap_rule(op_name, forward_op, backward=False))
+    backward = register_vmap(backward_op, _scan_vmap_rule(op_name, backward_op, backward=True))
+    return forward and backward

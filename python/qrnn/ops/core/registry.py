@@ -41,6 +41,22 @@ class NativeKernels:
         return getattr(device, "type", device) in self.forward
 
 
+def native_kernels(forward_op, backward_op, check_forward: Callable, check_backward: Callable, kernels,
+                   fallback_forward: Optional[Callable] = None,
+                   fallback_backward: Optional[Callable] = None) -> NativeKernels:
+    """A family's :class:`NativeKernels` with the kernels of its ``kernels`` module set:
+    ``cpu_forward``/``cpu_backward`` for CPU tensors, ``cuda_forward``/``cuda_backward`` for
+    CUDA ones where ``kernels.CUDA_AVAILABLE``. Other devices run ``fallback_forward`` /
+    ``fallback_backward`` (by default the module's functions of those names)."""
+    registry = NativeKernels(forward_op, backward_op, check_forward, check_backward,
+                             fallback_forward or kernels.fallback_forward,
+                             fallback_backward or kernels.fallback_backward)
+    registry.set("cpu", kernels.cpu_forward, kernels.cpu_backward)
+    if kernels.CUDA_AVAILABLE:
+        registry.set("cuda", kernels.cuda_forward, kernels.cuda_backward)
+    return registry
+
+
 def manifest_schema(op: str) -> str:
     """The schema of ``qrnn::<op>`` from its family's C++ manifest, without the name, as
     ``torch.library.custom_op(schema=...)`` takes it: one definition for Python and C++."""

@@ -20,6 +20,7 @@ that call ``torch.ops.qrnn.*`` on DTensors directly). Torch without ``register_s
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import sys
 import warnings
 from typing import Optional
@@ -27,8 +28,8 @@ from typing import Optional
 import torch
 
 __all__ = ["register_sharding_rules", "register_if_dtensor_loaded", "check_sharded_args", "add_rules",
-           "refuse_unsupported", "shardings", "present", "SEQUENCE", "STATE", "LENGTHS", "EMPTY", "REPLICATE",
-           "BATCH", "HIDDEN"]
+           "add_scan_rules", "refuse_unsupported", "shardings", "present", "SEQUENCE", "STATE", "LENGTHS", "EMPTY",
+           "REPLICATE", "BATCH", "HIDDEN"]
 
 _DTENSOR_MODULE = "torch.distributed.tensor"
 
@@ -113,6 +114,37 @@ def add_rules(op: str, modes: tuple, rules: dict) -> None:
     modes of its public function ``op`` (:data:`REPLICATE`, :data:`BATCH`, :data:`HIDDEN`)."""
     _RULES.update(rules)
     _MODES[op] = modes
+
+
+def _scan_rule(op: str, parameters: tuple, modes: tuple, backward: bool):
+    """A scan op's rule, taking ``parameters`` (by position or name): the sequences, then
+    ``h0``, then flags, ``batch_first`` among them."""
+    signature = inspect.Signature([inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+                                   for name in parameters])
+    state = parameters.index("h0")
+
+    def rule(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs).arguments
+        h0, batch_first = bound["h0"], bound["batch_first"]
+        for name in parameters[:state]:
+            refuse_unsupported(op, name, bound[name], batch_first, modes)
+        outputs = [SEQUENCE, SEQUENCE, STATE if h0 is not None else EMPTY] if backward else [SEQUENCE]
+        return shardings(modes, batch_first, outputs,
+                         [SEQUENCE] * state + [present(h0, STATE)] + [None] * (len(parameters) - state - 1))
+
+    rule.__signature__ = signature  # type: ignore[attr-defined]
+    return rule
+
+
+def add_scan_rules(op: str, forward_parameters: tuple, backward_parameters: tuple) -> None:
+    """The rules of a scan family (``h = a h + b`` forms: ForgetMult, linear_scan), whose ops
+    run batch-sharded, hidden-sharded or replicated sequences on their local shards: the
+    forward ``op`` returns one sequence, ``<op>_backward`` two and the state's gradient.
+    ``*_parameters``: the arguments each rule takes, in the op's order: its sequences, ``h0``,
+    then flags, ``batch_first`` among them (``("f", "x", "h0", "batch_first")``)."""
+    modes = (REPLICATE, BATCH, HIDDEN)
+    add_rules(op, modes, {op: _scan_rule(op, forward_parameters, modes, backward=False),
+                          f"{op}_backward": _scan_rule(f"{op}_backward", backward_parameters, modes, backward=True)})
 
 
 def _first_flag_index(op) -> int:

@@ -15,15 +15,8 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from ..core.dispatch import (
-    first_derivative_only,
-    fold_batch,
-    refuse_double_backward,
-    refuse_vmap_of_sequences,
-    register_vmap,
-    unfold_batch,
-)
-from ..core.registry import NativeKernels, define_op
+from ..core.dispatch import first_derivative_only, refuse_double_backward, register_scan_vmap
+from ..core.registry import define_op, native_kernels
 from ..linear_scan.op import LinearScanFunction, previous_states
 from . import kernels
 from .checks import check_forget_mult_args, check_forget_mult_backward_args
@@ -186,35 +179,9 @@ class ForgetMultFunction(torch.autograd.Function):
         return _tangent(f, x, h, h0, df, dx, dh0, ctx.batch_first, ctx.reverse)
 
 
-def _forget_mult_vmap(info, in_dims, f, x, h0, batch_first, lengths=None, cu_seqlens=None, reverse=False):
-    # The kernels take any batch: the vmapped dimension becomes part of it.
-    refuse_vmap_of_sequences("forget_mult", lengths, cu_seqlens)
-    f_dim, x_dim, h0_dim = in_dims[:3]
-    size, batch = info.batch_size, (0 if batch_first else 1)
-    h = forget_mult_op(fold_batch(f, f_dim, size, batch), fold_batch(x, x_dim, size, batch),
-                       fold_batch(h0, h0_dim, size, 0), batch_first, None, None, reverse)
-    return unfold_batch(h, size, batch), batch
+# The kernels take any batch: the vmapped dimension becomes part of it.
+register_scan_vmap("forget_mult", forget_mult_op, forget_mult_backward_op)
 
 
-def _forget_mult_backward_vmap(info, in_dims, grad_h, f, x, h, h0, batch_first, lengths=None, cu_seqlens=None,
-                               reverse=False):
-    refuse_vmap_of_sequences("forget_mult", lengths, cu_seqlens)
-    size, batch = info.batch_size, (0 if batch_first else 1)
-    folded = [fold_batch(t, d, size, batch) for t, d in zip((grad_h, f, x, h), in_dims)]
-    grad_f, grad_x, grad_h0 = forget_mult_backward_op(*folded, fold_batch(h0, in_dims[4], size, 0), batch_first,
-                                                      None, None, reverse)
-    if h0 is None:
-        return (unfold_batch(grad_f, size, batch), unfold_batch(grad_x, size, batch), grad_h0), (batch, batch, None)
-    return ((unfold_batch(grad_f, size, batch), unfold_batch(grad_x, size, batch), unfold_batch(grad_h0, size, 0)),
-            (batch, batch, 0))
-
-
-register_vmap(forget_mult_op, _forget_mult_vmap)
-register_vmap(forget_mult_backward_op, _forget_mult_backward_vmap)
-
-
-KERNELS = NativeKernels(forget_mult_op, forget_mult_backward_op, check_forget_mult_args,
-                        check_forget_mult_backward_args, kernels.fallback_forward, kernels.fallback_backward)
-KERNELS.set("cpu", kernels.cpu_forward, kernels.cpu_backward)
-if kernels.CUDA_AVAILABLE:
-    KERNELS.set("cuda", kernels.cuda_forward, kernels.cuda_backward)
+KERNELS = native_kernels(forget_mult_op, forget_mult_backward_op, check_forget_mult_args,
+                         check_forget_mult_backward_args, kernels)

@@ -13,15 +13,8 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from ..core.dispatch import (
-    first_derivative_only,
-    fold_batch,
-    refuse_double_backward,
-    refuse_vmap_of_sequences,
-    register_vmap,
-    unfold_batch,
-)
-from ..core.registry import NativeKernels, define_op
+from ..core.dispatch import first_derivative_only, refuse_double_backward, register_scan_vmap
+from ..core.registry import define_op, native_kernels
 from . import kernels
 from .checks import check_args, check_backward_args
 
@@ -123,38 +116,11 @@ def _padded(inputs) -> tuple:
 linear_scan_op.register_autograd(_backward, setup_context=_setup_context)
 linear_scan_backward_op.register_autograd(refuse_double_backward("linear_scan"))
 
-KERNELS = NativeKernels(linear_scan_op, linear_scan_backward_op, check_args, check_backward_args,
-                        kernels.fallback_forward, kernels.fallback_backward)
-KERNELS.set("cpu", kernels.cpu_forward, kernels.cpu_backward)
-if kernels.CUDA_AVAILABLE:
-    KERNELS.set("cuda", kernels.cuda_forward, kernels.cuda_backward)
+KERNELS = native_kernels(linear_scan_op, linear_scan_backward_op, check_args, check_backward_args, kernels)
 
 
-# ---- vmap: the kernels take any batch, so the vmapped dimension joins it ------------------------
-
-
-def _vmap(info, in_dims, a, b, h0, reverse, batch_first, lengths=None, cu_seqlens=None):
-    refuse_vmap_of_sequences("linear_scan", lengths, cu_seqlens)
-    size, batch = info.batch_size, (0 if batch_first else 1)
-    h = linear_scan_op(fold_batch(a, in_dims[0], size, batch), fold_batch(b, in_dims[1], size, batch),
-                       fold_batch(h0, in_dims[2], size, 0), reverse, batch_first)
-    return unfold_batch(h, size, batch), batch
-
-
-def _backward_vmap(info, in_dims, grad_h, a, h, h0, reverse, batch_first, lengths=None, cu_seqlens=None):
-    refuse_vmap_of_sequences("linear_scan", lengths, cu_seqlens)
-    size, batch = info.batch_size, (0 if batch_first else 1)
-    folded = [fold_batch(t, d, size, batch) for t, d in zip((grad_h, a, h), in_dims)]
-    grad_a, grad_b, grad_h0 = linear_scan_backward_op(*folded, fold_batch(h0, in_dims[3], size, 0), reverse,
-                                                      batch_first)
-    grads = (unfold_batch(grad_a, size, batch), unfold_batch(grad_b, size, batch))
-    if h0 is None:
-        return (*grads, grad_h0), (batch, batch, None)
-    return (*grads, unfold_batch(grad_h0, size, 0)), (batch, batch, 0)
-
-
-register_vmap(linear_scan_op, _vmap)
-register_vmap(linear_scan_backward_op, _backward_vmap)
+# vmap: the kernels take any batch, so the vmapped dimension joins it.
+register_scan_vmap("linear_scan", linear_scan_op, linear_scan_backward_op)
 
 
 # ---- torch.func and forward-mode AD ---------------------------------------------------------------

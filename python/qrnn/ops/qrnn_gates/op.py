@@ -27,7 +27,7 @@ from ..core.dispatch import (
     unfold_batch,
 )
 from ..core.kernel_args import state_dtype
-from ..core.registry import NativeKernels, define_op
+from ..core.registry import define_op, native_kernels
 from ..core.sequences import sequence_count
 from ..forget_mult import forget_mult
 from . import kernels
@@ -238,11 +238,8 @@ def _no_fused_backward(grad_output, grad_c_n, gates, *_):
 
 # A device listed here runs qrnn_gates fused; any other falls back to qrnn_gates_unfused (the
 # ops raise there: qrnn.qrnn_gates never calls them without a fused kernel).
-KERNELS = NativeKernels(qrnn_gates_op, qrnn_gates_backward_op, _check_forward_op, _check_backward_op,
-                        _no_fused_forward, _no_fused_backward)
-KERNELS.set("cpu", kernels.cpu_forward, kernels.cpu_backward)
-if kernels.CUDA_AVAILABLE:
-    KERNELS.set("cuda", kernels.cuda_forward, kernels.cuda_backward)
+KERNELS = native_kernels(qrnn_gates_op, qrnn_gates_backward_op, _check_forward_op, _check_backward_op, kernels,
+                         _no_fused_forward, _no_fused_backward)
 
 
 def qrnn_gates_unfused(gates: Tensor, c0: Optional[Tensor] = None, *, output_gate: bool = True,
