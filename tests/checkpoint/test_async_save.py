@@ -197,22 +197,32 @@ def test_failure_at_exit_is_reported(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
-def test_forked_child_saves_with_its_own_writer(tmp_path):
-    parent = async_save({"x": torch.ones(1 << 20)}, tmp_path / "parent.pt")
+def run_in_child(child) -> None:
+    """Run `child()` in a forked child, which never returns into pytest: it must return True."""
     pid = os.fork()
-    if pid == 0:  # the child: never return into pytest
+    if pid == 0:
         code = 1
         try:
-            try:
-                parent.wait()
-            except RuntimeError:  # the parent's save: its outcome is known only there
-                async_save({"x": torch.arange(4)}, tmp_path / "child.pt").result()
-                code = 0
+            code = 0 if child() else 1
         finally:
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_forked_child_saves_with_its_own_writer(tmp_path):
+    parent = async_save({"x": torch.ones(1 << 20)}, tmp_path / "parent.pt")
+
+    def child() -> bool:
+        try:
+            parent.wait()
+        except RuntimeError:  # the parent's save: its outcome is known only there
+            async_save({"x": torch.arange(4)}, tmp_path / "child.pt").result()
+            return True
+        return False
+
+    run_in_child(child)
     parent.result()
     assert torch.equal(torch.load(tmp_path / "child.pt", weights_only=True)["x"], torch.arange(4))
     assert torch.load(tmp_path / "parent.pt", weights_only=True)["x"].shape == (1 << 20,)
@@ -264,16 +274,13 @@ def test_opened_folders_kept_are_bounded(tmp_path):
 def test_forked_child_opens_its_own_folders(tmp_path):
     async_save({"x": torch.ones(1)}, tmp_path / "parent.pt").result()
     assert str(tmp_path) in saver()._folders
-    pid = os.fork()
-    if pid == 0:  # the child: never return into pytest
-        code = 1
-        try:
-            if not saver()._folders:
-                async_save({"x": torch.arange(3)}, tmp_path / "child.pt").result()
-                code = 0
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+    def child() -> bool:
+        if saver()._folders:  # the parent's open folders are not the child's
+            return False
+        async_save({"x": torch.arange(3)}, tmp_path / "child.pt").result()
+        return True
+
+    run_in_child(child)
     assert torch.equal(torch.load(tmp_path / "child.pt", weights_only=True)["x"], torch.arange(3))
     async_save({"x": torch.zeros(1)}, tmp_path / "parent.pt").result()  # the parent's folder still serves

@@ -282,12 +282,9 @@ def test_metadata_pickle_with_code_runs_nothing(tmp_path):
     assert "system" in message and not marker.exists()
 
 
-def test_item_pickle_with_code_runs_nothing(tmp_path):
-    """A shard item whose torch.save pickle calls code: refused by the weights-only unpickler,
-    before any item of the folder is copied into the target."""
-    folder = saved_folder(tmp_path)
-    marker = tmp_path / "ran"
-
+def point_at_code(folder, key: str, marker) -> None:
+    """Append to rank 0's file a torch.save pickle that would run `touch marker`, and point
+    `key`'s item at it."""
     class Evil:
         def __reduce__(self):
             return os.system, (f"touch {marker}",)
@@ -298,7 +295,14 @@ def test_item_pickle_with_code_runs_nothing(tmp_path):
     with open(os.path.join(folder, "__0_0.distcp"), "ab") as f:
         offset = f.tell()
         f.write(evil)
-    rewrite_metadata(folder, lambda meta: set_info(meta, "a", offset=offset, length=len(evil)))
+    rewrite_metadata(folder, lambda meta: set_info(meta, key, offset=offset, length=len(evil)))
+
+
+def test_item_pickle_with_code_runs_nothing(tmp_path):
+    """A shard item whose torch.save pickle calls code: refused by the weights-only unpickler,
+    before any item of the folder is copied into the target."""
+    folder, marker = saved_folder(tmp_path), tmp_path / "ran"
+    point_at_code(folder, "a", marker)
     with pytest.raises(UnsafeCheckpointError) as caught:
         qdcp.load({"a": torch.zeros(8), "b": torch.zeros(3), "n": None}, checkpoint_id=folder)
     assert "\n" not in str(caught.value) and "system" in str(caught.value) and not marker.exists()
@@ -347,20 +351,8 @@ def test_a_changed_structure_is_planned_again(tmp_path):
 def test_byte_item_pickle_with_code_runs_nothing(tmp_path):
     """DCP's own planner unpickles byte items (non-tensor values) with weights_only=False; the
     reader refuses one that holds code before the planner sees it."""
-    folder = saved_folder(tmp_path)
-    marker = tmp_path / "ran"
-
-    class Evil:
-        def __reduce__(self):
-            return os.system, (f"touch {marker}",)
-
-    buffer = io.BytesIO()
-    torch.save(Evil(), buffer)
-    evil = buffer.getvalue()
-    with open(os.path.join(folder, "__0_0.distcp"), "ab") as f:
-        offset = f.tell()
-        f.write(evil)
-    rewrite_metadata(folder, lambda meta: set_info(meta, "n", offset=offset, length=len(evil)))
+    folder, marker = saved_folder(tmp_path), tmp_path / "ran"
+    point_at_code(folder, "n", marker)
     message = refused(folder, UnsafeCheckpointError)
     assert "system" in message and not marker.exists()
 

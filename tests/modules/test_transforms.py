@@ -81,34 +81,39 @@ class QrnnGates(Subject):
         return qrnn.qrnn_gates(gates, c0)
 
 
-class Layer(Subject):
+class ModuleSubject(Subject):
+    """A module called as ``module(x, hx)``, with ``states`` rows of hx."""
+
+    states = 1
+
+    def __init__(self, dtype=DT):
+        super().__init__(dtype)
+        self.module = self.build(dtype)
+
+    def build(self, dtype):
+        raise NotImplementedError
+
+    def inputs(self, batch=B, steps=T):
+        dtype = self.dtype
+        return torch.randn(steps, batch, F, dtype=dtype), torch.randn(self.states, batch, H, dtype=dtype)
+
+    def fn(self, x, hx):
+        return self.module(x, hx)
+
+
+class Layer(ModuleSubject):
     name = "QRNNLayer"
 
-    def __init__(self, dtype=DT):
-        super().__init__(dtype)
-        self.module = qrnn.QRNNLayer(F, H, window=2, dtype=dtype)
-
-    def inputs(self, batch=B, steps=T):
-        dtype = self.dtype
-        return torch.randn(steps, batch, F, dtype=dtype), torch.randn(1, batch, H, dtype=dtype)
-
-    def fn(self, x, hx):
-        return self.module(x, hx)
+    def build(self, dtype):
+        return qrnn.QRNNLayer(F, H, window=2, dtype=dtype)
 
 
-class BiQRNN(Subject):
+class BiQRNN(ModuleSubject):
     name = "QRNN"
+    states = 4
 
-    def __init__(self, dtype=DT):
-        super().__init__(dtype)
-        self.module = qrnn.QRNN(F, H, num_layers=2, bidirectional=True, window=[2, 1], dtype=dtype)
-
-    def inputs(self, batch=B, steps=T):
-        dtype = self.dtype
-        return torch.randn(steps, batch, F, dtype=dtype), torch.randn(4, batch, H, dtype=dtype)
-
-    def fn(self, x, hx):
-        return self.module(x, hx)
+    def build(self, dtype):
+        return qrnn.QRNN(F, H, num_layers=2, bidirectional=True, window=[2, 1], dtype=dtype)
 
 
 SUBJECTS = [ForgetMult, QrnnGates, Layer, BiQRNN]
