@@ -112,7 +112,8 @@ def test_every_element_written_by_kernel(reverse, batch_first):
     qrnn._C.linear_scan_forward(*forward_args(h, a, b, h0, reverse, batch_first), 2)
     assert not h.isnan().any()
     grads = [torch.full_like(a, float("nan")), torch.full_like(a, float("nan")), torch.full_like(h0, float("nan"))]
-    qrnn._C.linear_scan_backward(*backward_args(*grads, torch.randn_like(a), a, h, h0, reverse, batch_first), 2)
+    grad_h = torch.randn_like(a)  # held: the argument tuple holds addresses, not tensors
+    qrnn._C.linear_scan_backward(*backward_args(*grads, grad_h, a, h, h0, reverse, batch_first), 2)
     assert not any(g.isnan().any() for g in grads)
 
 

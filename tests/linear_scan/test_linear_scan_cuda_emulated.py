@@ -349,7 +349,8 @@ def test_cuda_entry_refuses_sequences(field):
     a = torch.rand(4, 2, 8)
     offsets = torch.tensor([0, 4, 4])
     value = {"lengths": offsets.data_ptr(), "cu_seqlens": offsets.data_ptr(), "reverse": 1}[field]
-    args = list(forward_args(torch.empty_like(a), a, a, None))
+    h = torch.empty_like(a)  # held: the argument tuple holds addresses, not tensors
+    args = list(forward_args(h, a, a, None))
     names = [name for _, name in FIELDS["linear_scan_forward"]]
     position = sum(_WIDTHS[kind] for kind, _ in FIELDS["linear_scan_forward"][:names.index(field)])
     args[position] = value

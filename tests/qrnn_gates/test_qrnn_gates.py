@@ -419,7 +419,8 @@ def test_cuda_launchers_without_a_gpu_raise():
     with pytest.raises(RuntimeError, match="qrnn::cuda::qrnn_gates_forward"):
         _C.cuda_qrnn_gates_forward(*args, 0, 0)
     grad_gates = torch.empty_like(gates)
-    bargs = gate_kernels.backward_args(grad_gates, None, torch.ones_like(output), None, gates, states, c0, mask,
+    grad_output = torch.ones_like(output)  # held: bargs holds addresses, not tensors
+    bargs = gate_kernels.backward_args(grad_gates, None, grad_output, None, gates, states, c0, mask,
                                             lens, 1.0, True, False, False)
     with pytest.raises(RuntimeError, match="qrnn::cuda::qrnn_gates_backward"):
         _C.cuda_qrnn_gates_backward(*bargs, 0, 0)

@@ -105,9 +105,12 @@ def test_packed_matches_a_loop_over_sequences(family, dtype, reverse, batch_firs
 
     assert_close_to_reference(out, ref_out_all, dtype, "output")
     assert_close_to_reference(final, ref_final_all, dtype, "final state")
+    # A 16-bit backward reads the stored (rounded) states, so an input's gradient is off by
+    # about the state's rounding times the carried gradient, which sums over up to 200 steps:
+    # the absolute tolerance scales with the largest gradient.
     for name, got, ref in zip(("first input", "second input"), inputs, ref_inputs):
-        assert_close_to_reference(got.grad, ref.grad, dtype, f"grad of the {name}")
-    assert_close_to_reference(h0.grad, ref_h0.grad, dtype, "grad_h0")
+        assert_close_to_reference(got.grad, ref.grad, dtype, f"grad of the {name}", scale=ref.grad.abs().max())
+    assert_close_to_reference(h0.grad, ref_h0.grad, dtype, "grad_h0", scale=ref_h0.grad.abs().max())
     # The empty sequence: its final state is its h0, which gets the final state's gradient.
     torch.testing.assert_close(final[1].double(), h0[1].detach().double().to(final.dtype).double())
 
@@ -167,19 +170,20 @@ def test_every_element_written_packed(reverse):
     h = torch.full_like(f, nan)
     qrnn._C.forget_mult_forward(*fm_kernels.forward_args(h, f, x, h0, False, None, cu, reverse), 2)
     grads = [torch.full_like(f, nan), torch.full_like(f, nan), torch.full_like(h0, nan)]
-    qrnn._C.forget_mult_backward(*fm_kernels.backward_args(*grads, torch.randn_like(f), f, x, h, h0, False, None, cu,
+    grad_out = torch.randn_like(f)  # held: the argument tuples hold addresses, not tensors
+    qrnn._C.forget_mult_backward(*fm_kernels.backward_args(*grads, grad_out, f, x, h, h0, False, None, cu,
                                                            reverse), 2)
     h2 = torch.full_like(f, nan)
     qrnn._C.linear_scan_forward(*ls_kernels.forward_args(h2, f, x, h0, reverse, False, None, cu), 2)
     grads2 = [torch.full_like(f, nan), torch.full_like(f, nan), torch.full_like(h0, nan)]
-    qrnn._C.linear_scan_backward(*ls_kernels.backward_args(*grads2, torch.randn_like(f), f, h2, h0, reverse, False,
+    qrnn._C.linear_scan_backward(*ls_kernels.backward_args(*grads2, grad_out, f, h2, h0, reverse, False,
                                                            None, cu), 2)
     (g,) = _scan_inputs(15, 1, torch.float32, False, gates=True)
     out, states, c_n = (torch.full_like(f, nan), torch.full_like(f, nan), torch.full_like(h0, nan))
     qrnn._C.qrnn_gates_forward(*gate_kernels.forward_args(out, states, c_n, g, h0, None, None, 1.0, True, False,
                                                           reverse, cu), 2)
     grad_g, grad_c0 = torch.full_like(g, nan), torch.full_like(h0, nan)
-    qrnn._C.qrnn_gates_backward(*gate_kernels.backward_args(grad_g, grad_c0, torch.randn_like(f), None, g, states, h0,
+    qrnn._C.qrnn_gates_backward(*gate_kernels.backward_args(grad_g, grad_c0, grad_out, None, g, states, h0,
                                                             None, None, 1.0, True, False, reverse, cu), 2)
     for t in (h, *grads, h2, *grads2, out, states, c_n, grad_g, grad_c0):
         assert not t.isnan().any()
