@@ -17,7 +17,7 @@ import torch
 from .. import _C
 from . import staging
 from .errors import CheckpointError
-from .folder import CheckpointFolder, check_naming, check_step
+from .folder import PREFIX, SUFFIX, CheckpointFolder, check_naming, check_step
 from .handle import PendingSave, SaveHandle, add_barrier
 from .pickler import pickle_state
 from .staging import StagingSlot
@@ -439,11 +439,11 @@ class AsyncCheckpointer(SaveQueue):
     the holder. Reading takes no lock."""
 
     def __init__(self, directory: Union[str, os.PathLike], keep_last: Optional[int] = 3, max_pending: int = 1,
-                 *, prefix: str = "ckpt-", copy_threads: Optional[int] = None, direct_io: bool = True,
+                 *, prefix: str = PREFIX, copy_threads: Optional[int] = None, direct_io: bool = True,
                  private: bool = False, _sync: bool = True):
         if keep_last is not None and (not isinstance(keep_last, int) or keep_last < 1):
             raise ValueError(f"keep_last must be an int >= 1 or None, got {keep_last!r}")
-        check_naming(prefix, ".pt")
+        check_naming(prefix, SUFFIX)
         self.check_options(max_pending, copy_threads)  # before the folder is created
         self.directory = os.fspath(directory)
         self._where = os.path.abspath(self.directory)  # paths handed out stay right after a chdir
@@ -451,7 +451,7 @@ class AsyncCheckpointer(SaveQueue):
         self._locked = False
         self.keep_last = keep_last
         self.prefix = prefix
-        self.suffix = ".pt"
+        self.suffix = SUFFIX
         # Nothing is deleted here: a checkpointer may only read (an evaluator's). The writer
         # removes dead writers' temporaries before its first save into the folder.
         super().__init__(max_pending, copy_threads=copy_threads, direct_io=direct_io, private=private, _sync=_sync)

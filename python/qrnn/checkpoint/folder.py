@@ -12,6 +12,9 @@ from .. import _C
 from .reader import load as _load
 
 MAX_STEP = 2**63 - 1
+# A checkpoint's name: <PREFIX><step:012d><SUFFIX> (an AsyncCheckpointer's prefix may differ).
+PREFIX = "ckpt-"
+SUFFIX = ".pt"
 _ORDERS = ("commit", "step")
 _LOAD_TRIES = 3  # a writer's retention may delete the latest between its listing and its opening
 
@@ -66,7 +69,7 @@ class CheckpointFolder:
         OSError: the folder cannot be opened (``FileNotFoundError`` when it is missing).
     """
 
-    def __init__(self, directory: Union[str, os.PathLike], *, prefix: str = "ckpt-", suffix: str = ".pt"):
+    def __init__(self, directory: Union[str, os.PathLike], *, prefix: str = PREFIX, suffix: str = SUFFIX):
         path = os.fspath(directory) if isinstance(directory, (str, os.PathLike)) else None
         if not isinstance(path, str):
             raise TypeError(f"directory must be a str or os.PathLike of a str, got {type(directory).__name__}")
